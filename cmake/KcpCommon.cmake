@@ -1,0 +1,55 @@
+# Shared CMake helpers: warning flags per target, the CUDA language check, the configure summary.
+include_guard(GLOBAL)
+
+# Warnings go on targets, never into global flags.
+function(kcp_target_defaults target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion>)
+  if(KCP_WARNINGS_AS_ERRORS)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+endfunction()
+
+# One line per feature for the configure summary (llm.c-style check marks).
+function(kcp_summary name state detail)
+  set_property(GLOBAL APPEND PROPERTY KCP_SUMMARY "${name}|${state}|${detail}")
+endfunction()
+
+function(kcp_print_summary)
+  get_property(lines GLOBAL PROPERTY KCP_SUMMARY)
+  message(STATUS "kcp configuration:")
+  foreach(line IN LISTS lines)
+    string(REPLACE "|" ";" parts "${line}")
+    list(GET parts 0 name)
+    list(GET parts 1 state)
+    list(GET parts 2 detail)
+    if(state)
+      message(STATUS "  [x] ${name}  ${detail}")
+    else()
+      message(STATUS "  [ ] ${name}  ${detail}")
+    endif()
+  endforeach()
+endfunction()
+
+# CUDA must be enabled at the top level: the kcp executable links kcp_cuda, so the language is
+# needed in the highest directory common to all users (CMake's enable_language rule).
+set(KCP_HAS_CUDA OFF)
+if(KCP_ENABLE_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    # sm_90a: Hopper with its architecture-specific instructions (wgmma, setmaxnreg).
+    set(CMAKE_CUDA_ARCHITECTURES ${KCP_CUDA_ARCH})
+    enable_language(CUDA)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(KCP_HAS_CUDA ON)
+  else()
+    message(STATUS "kcp: nvcc not found; the CUDA backend is skipped")
+  endif()
+endif()

@@ -1,0 +1,55 @@
+// Args: see cli_args.h.
+#include "validation/cli_args.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace kcp::val {
+
+Args::Args(int argc, char** argv, std::set<std::string> options, std::set<std::string> flags) {
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      positional_.push_back(a);
+      continue;
+    }
+    std::string key = a.substr(2), value;
+    if (auto eq = key.find('='); eq != std::string::npos) {
+      value = key.substr(eq + 1), key = key.substr(0, eq);
+      KCP_CHECK(options.count(key), "unknown option --", key);
+      values_[key] = value;
+    } else if (flags.count(key)) {
+      flags_set_.insert(key);
+    } else {
+      KCP_CHECK(options.count(key), "unknown option --", key);
+      KCP_CHECK(i + 1 < argc, "option --", key, " needs a value");
+      values_[key] = argv[++i];
+    }
+  }
+}
+
+std::string Args::get(const std::string& key, const std::string& fallback) const {
+  auto it = values_.find(key);
+  return it == values_.end() ? fallback : it->second;
+}
+
+long long Args::get_int(const std::string& key, long long fallback) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return fallback;
+  char* end = nullptr;
+  long long v = std::strtoll(it->second.c_str(), &end, 10);
+  KCP_CHECK(end && *end == 0 && !it->second.empty(), "--", key, ": expected an integer, got '", it->second, "'");
+  return v;
+}
+
+double Args::get_double(const std::string& key, double fallback) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return fallback;
+  char* end = nullptr;
+  double v = std::strtod(it->second.c_str(), &end);
+  KCP_CHECK(end && *end == 0 && !it->second.empty(), "--", key, ": expected a number, got '", it->second, "'");
+  return v;
+}
+
+}  // namespace kcp::val

@@ -1,0 +1,28 @@
+// Minimal command-line parsing for the kcp subcommands: "--key value", "--flag", positionals.
+// Unknown options are errors (a typo must not silently fall back to a default).
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kcp::val {
+
+class Args {
+ public:
+  // `options` take a value, `flags` do not.
+  Args(int argc, char** argv, std::set<std::string> options, std::set<std::string> flags);
+  bool has(const std::string& key) const { return values_.count(key) || flags_set_.count(key); }
+  std::string get(const std::string& key, const std::string& fallback) const;
+  long long get_int(const std::string& key, long long fallback) const;
+  double get_double(const std::string& key, double fallback) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::set<std::string> flags_set_;
+  std::vector<std::string> positional_;
+};
+
+}  // namespace kcp::val

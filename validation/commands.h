@@ -1,0 +1,8 @@
+// The kcp subcommands. Each takes the arguments after its name and returns the process exit code.
+#pragma once
+
+namespace kcp::val {
+
+int cmd_bench_oracle(int argc, char** argv);
+
+}  // namespace kcp::val

@@ -1,0 +1,34 @@
+// compare(): one set of error measures between a candidate tensor and a reference, used by the CLI
+// and every test. Both are host views of any dtype and the same shape; values are widened to double.
+//   max_abs (and where), rel_l2 = ||a-b||/||b||, fla_ratio = rms(a-b)/(rms(b)+1e-8) (FLA's
+//   err_ratio), cosine similarity, max distance in bfloat16 ULPs, NaN/Inf counts on each side.
+// Covered by tests/validation/test_compare.cpp.
+#pragma once
+
+#include <string>
+
+#include "core/tensor.h"
+
+namespace kcp::val {
+
+struct Metrics {
+  int64_t n = 0;
+  double max_abs = 0;
+  Shape max_abs_at;            // multi-index of the largest |a-b|
+  double a_at = 0, b_at = 0;   // the two values there
+  double rel_l2 = 0;           // ||a-b|| / ||b|| (0 when both are zero)
+  double fla_ratio = 0;        // rms(a-b) / (rms(b) + 1e-8)
+  double cosine = 1;           // a.b / (|a||b|) (1 when both are zero)
+  double max_bf16_ulp = 0;     // after rounding both to bfloat16 (RNE)
+  double ref_rms = 0;
+  int64_t nan_a = 0, nan_b = 0, inf_a = 0, inf_b = 0;
+  int64_t inf_mismatch = 0;    // Inf on one side without the same Inf on the other
+  bool finite_ok() const { return nan_a == 0 && nan_b == 0 && inf_mismatch == 0; }
+};
+
+Metrics compare(const TensorView& a, const TensorView& b);
+
+// A multi-index as "(b,t,h,i)".
+std::string index_str(const Shape& idx);
+
+}  // namespace kcp::val

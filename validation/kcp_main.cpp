@@ -1,0 +1,45 @@
+// kcp: the command-line tool. `kcp help` lists the subcommands.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+#include "validation/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* help;
+};
+
+const Command kCommands[] = {
+    {"bench-oracle", kcp::val::cmd_bench_oracle,
+     "tokens/s of the CPU backends, forward and forward+backward (T=8192 H=4 K=V=128 by default)"},
+};
+
+void usage() {
+  std::printf("usage: kcp <command> [options]\n\ncommands:\n");
+  for (const Command& c : kCommands) std::printf("  %-14s %s\n", c.name, c.help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help")) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  for (const Command& c : kCommands) {
+    if (std::strcmp(argv[1], c.name)) continue;
+    try {
+      return c.run(argc - 2, argv + 2);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kcp %s: error: %s\n", c.name, e.what());
+      return 2;
+    }
+  }
+  std::fprintf(stderr, "kcp: unknown command '%s'\n\n", argv[1]);
+  usage();
+  return 2;
+}

@@ -1,0 +1,17 @@
+// Backends by name: "cpu-recurrent", "cpu-chunkwise" and, when built with CUDA, "cuda-chunkwise".
+// The only place that knows which backends exist.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace kcp::val {
+
+std::vector<std::string> backend_names();  // compiled in
+std::unique_ptr<Backend> backend_create(std::string_view name);  // throws on an unknown name
+
+}  // namespace kcp::val

@@ -1,0 +1,49 @@
+// Every threshold kcp judges with, in one place, each with the reason for its value.
+// Measures (compare.h): rel_l2 = ||a-b|| / ||b||; fla_ratio = rms(a-b) / (rms(b) + 1e-8), FLA's
+// err_ratio. A bar that a tensor misses is never loosened here without a written reason.
+#pragma once
+
+namespace kcp::val::tol {
+
+// --- the oracle itself --------------------------------------------------------------------------
+// Central finite differences of L in float64 with step h: truncation error O(h^2 * L''') ~ 1e-10
+// and rounding error O(eps * |L| / h) ~ 1e-11 at h = 1e-5, so a correct gradient lands near 1e-9;
+// 1e-6 is the bar and leaves three orders of margin without hiding a wrong term (a missing
+// term shows up at 1e-3 .. 1).
+inline constexpr double kFdStep = 1e-5;
+inline constexpr double kFdRel = 1e-6;
+
+// Two exact algorithms in float64 (chunkwise vs recurrence, CP vs single process): they differ only
+// by rounding accumulated over O(T) steps of O(K) sums, ~1e-14 .. 1e-12 observed; the bar 1e-10 is
+// the and is far below any algorithmic error (a wrong chunk boundary gives > 1e-3).
+inline constexpr double kExactF64 = 1e-10;
+
+// Identities that hold exactly in exact arithmetic and are computed along different paths in
+// float64 (kda with equal gates vs gdn, packed vs one by one, GVA vs repeated heads).
+inline constexpr double kIdentityF64 = 1e-12;
+
+// float32 vs float64 of the same recurrence on inputs of unit scale: float32 rounding (6e-8)
+// accumulated over the short test sequences gives ~1e-6 observed; 1e-4 still fails on any error
+// larger than float rounding (a dropped term is O(1)).
+inline constexpr double kFloatVsDouble = 1e-4;
+
+// The float32 rule for faster algorithms (STYLE.md 5.2): err(candidate, oracle_f64) must be at most
+// kFloatRuleFactor * err(float32 recurrence, oracle_f64) + kFloatRuleFloor. The floor covers a
+// baseline that happens to be nearly exact (one float32 rounding of unit values is 6e-8).
+inline constexpr double kFloatRuleFactor = 2.0;
+inline constexpr double kFloatRuleFloor = 1e-6;
+
+// --- against FLA (golden dumps, docs/GOLDEN.md) ---------------------------------------------------
+// Oracle vs fla_naive (FLA's float32 token recurrence): float32 rounding over <= 256 tokens lands
+// near 1e-7 .. 1e-6; the bar is 1e-5.
+inline constexpr double kGoldenNaiveF32 = 1e-5;
+// Where FLA rounded the stored tensor to bfloat16 (8 mantissa bits, relative rounding 2^-9 = 2e-3
+// worst case, ~1e-3 rms), the bar is 3e-3.
+inline constexpr double kGoldenNaiveBf16 = 3e-3;
+// FLA's own thresholds for its chunk kernels against its token reference (tests/ops/test_kda.py,
+// test_gated_delta.py), ALGORITHMS.md section 6.
+inline constexpr double kFlaChunkOutput = 0.005;    // o, final_state
+inline constexpr double kFlaChunkGrad = 0.008;      // dq, dk, dv, dinitial_state
+inline constexpr double kFlaChunkGateBeta = 0.02;   // dg, dbeta, dA_log, ddt_bias (fused gate)
+
+}  // namespace kcp::val::tol
