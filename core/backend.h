@@ -13,7 +13,9 @@
 // Covered by tests/reference/test_backend_cpu.cpp and the per-backend suites.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <utility>
 #include <string>
 #include <string_view>
 
@@ -46,6 +48,35 @@ class Backend {
   virtual void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o,
                                    int64_t seq, const Transition& tr) = 0;
   virtual void synchronize() {}
+
+  // Memory of device(): the harness stages tensors through these, so it never branches on a
+  // backend's name. Host backends use plain host memory (the defaults).
+  virtual void* alloc(size_t bytes);
+  virtual void release(void* ptr);
+  virtual void upload(void* dst, const void* src, size_t bytes);    // host -> device()
+  virtual void download(void* dst, const void* src, size_t bytes);  // device() -> host
+};
+
+// A buffer in a backend's memory, freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& b, size_t bytes) : backend_(&b), ptr_(bytes ? b.alloc(bytes) : nullptr), bytes_(bytes) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(backend_, o.backend_), std::swap(ptr_, o.ptr_), std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { if (ptr_) backend_->release(ptr_); }
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Backend* backend_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 // Throws kcp::Error naming the backend and the reason when `b` cannot run `p`.
