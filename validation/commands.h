@@ -4,5 +4,7 @@
 namespace kcp::val {
 
 int cmd_bench_oracle(int argc, char** argv);
+int cmd_cp_sweep(int argc, char** argv);  // cp/sweep.cpp (built with MPI)
+int cmd_cp_bench(int argc, char** argv);  // cp/bench.cpp (built with MPI)
 
 }  // namespace kcp::val

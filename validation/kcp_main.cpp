@@ -16,6 +16,12 @@ struct Command {
 const Command kCommands[] = {
     {"bench-oracle", kcp::val::cmd_bench_oracle,
      "tokens/s of the CPU backends, forward and forward+backward (T=8192 H=4 K=V=128 by default)"},
+#ifdef KCP_HAS_CP
+    {"cp-sweep", kcp::val::cmd_cp_sweep,
+     "context parallelism vs the single-process oracle over the layout matrix (run under mpirun -np N)"},
+    {"cp-bench", kcp::val::cmd_cp_bench,
+     "time of the CP phases per rank count (T=65536 H=4 K=V=128 by default; under mpirun)"},
+#endif
 };
 
 void usage() {

@@ -1,0 +1,156 @@
+// kcp cp-bench: where the time of a context-parallel call goes, per rank count. For each P in
+// --ranks, the first P ranks of the job run the CP forward and backward of one problem (default:
+// gdn, one sequence of T = 65536 tokens, H = HV = 4, K = V = 128, float32, backend cpu-chunkwise,
+// falling back to cpu-recurrent while cpu-chunkwise is not built) while the others wait; each phase
+// (config check, transition, exchange, merge, local pass, parameter all-reduce) is reported as the
+// maximum over the P ranks. P = 1 is the single-process call (the local pass is the whole problem).
+//   mpirun -np 4 --oversubscribe build/kcp cp-bench [--T 65536] [--H 4] [--K 128] [--V 128]
+//          [--variant gdn] [--backend NAME] [--precision f32|f64] [--ranks 1,2,4] [--seqs 1] [--merge linear]
+// A benchmark, never a test: figures go to docs/CP.md with date, machine and commit.
+#include <omp.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "cp/comm_mpi.h"
+#include "cp/context_parallel.h"
+#include "validation/cases.h"
+#include "validation/cli_args.h"
+#include "validation/commands.h"
+#include "validation/registry.h"
+
+namespace kcp::cp {
+namespace {
+
+struct BenchData {  // the global problem in float32 (inputs as passed, cotangent do)
+  val::CaseSpec spec;
+  std::vector<int64_t> cu;
+  Tensor<float> q, k, v, g, beta, d_o;
+};
+
+Tensor<float> narrow(const Tensor<double>& t) {
+  if (t.empty()) return {};
+  Tensor<float> f(t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) f.data()[i] = float(t.data()[i]);
+  return f;
+}
+
+// Ranks generate one after another so that only one float64 copy exists at a time.
+BenchData make_data(Comm& world, const val::CaseSpec& s) {
+  BenchData d;
+  for (int r = 0; r < world.size(); ++r) {
+    if (r == world.rank()) {
+      const val::CaseData c = val::make_case(s);
+      d = {c.spec, c.cu_seqlens, narrow(c.q), narrow(c.k), narrow(c.v), narrow(c.g), narrow(c.beta), narrow(c.d_o)};
+    }
+    world.barrier();
+  }
+  return d;
+}
+
+TensorView token_slice(const TensorView& t, int64_t lo, int64_t len) {
+  if (t.empty()) return {};
+  TensorView s = t;
+  s.data = static_cast<char*>(t.data) + lo * t.stride[1] * dtype_size(t.dtype);
+  s.shape[1] = len;
+  return s;
+}
+
+struct Row {  // all doubles, reduced as one array
+  CpPhaseTimes fwd, bwd;
+  double fwd_total = 0, bwd_total = 0;  // max over ranks of each rank's own total
+};
+static_assert(sizeof(Row) == 14 * sizeof(double));
+
+Row run_cp(Comm& comm, Backend& be, const BenchData& d, DType dt, MergeAlgorithm merge) {
+  ProblemOptions po;
+  po.chunk_size = d.spec.chunk_size, po.compute = dt, po.cu_seqlens = d.cu, po.check_finite = false;
+  ContextParallel cp(comm, be, d.spec.variant, d.spec.flags, {po, {}, merge});
+  const int64_t lo = cp.context().lo, n = cp.context().tokens();
+  Inputs in{token_slice(d.q.view(), lo, n), token_slice(d.k.view(), lo, n), token_slice(d.v.view(), lo, n),
+            token_slice(d.g.view(), lo, n), token_slice(d.beta.view(), lo, n), {}, {}, {}};
+  const int64_t H = d.spec.H, HV = d.spec.HV, K = d.spec.K, V = d.spec.V;
+  Tensor<float> o({1, n, HV, V}), dq({1, n, H, K}), dk({1, n, H, K}), dv({1, n, HV, V});
+  Tensor<float> dg(d.g.shape().size() == 4 ? Shape{1, n, HV, K} : Shape{1, n, HV});
+  Tensor<float> dbeta = d.beta.empty() ? Tensor<float>() : Tensor<float>({1, n, HV});
+  comm.barrier();
+  cp.forward(in, {o.view(), {}});
+  cp.backward(in, {token_slice(d.d_o.view(), lo, n), {}},
+              {dq.view(), dk.view(), dv.view(), dg.view(), dbeta.view(), {}, {}, {}});
+  Row r{cp.forward_times(), cp.backward_times(), cp.forward_times().total(), cp.backward_times().total()};
+  all_reduce_max(comm, reinterpret_cast<double*>(&r), int64_t(sizeof(Row) / sizeof(double)));
+  return r;
+}
+
+std::vector<int> parse_ranks(const std::string& s, int world) {
+  std::vector<int> out;
+  if (s.empty()) {
+    for (int p = 1; p < world; p *= 2) out.push_back(p);
+    out.push_back(world);
+    return out;
+  }
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const int p = std::stoi(item);
+    KCP_CHECK(p >= 1 && p <= world, "--ranks: ", p, " outside [1, ", world, "] (the job's size)");
+    out.push_back(p);
+  }
+  return out;
+}
+
+void print_row(int P, int threads, const Row& r) {
+  std::printf("%3d %4d | %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f\n", P, threads,
+              r.fwd.transition, r.fwd.exchange, r.fwd.merge, r.fwd.local, r.fwd_total, r.bwd.transition,
+              r.bwd.exchange, r.bwd.merge, r.bwd.local, r.bwd.reduce, r.bwd_total, r.fwd_total + r.bwd_total);
+  std::fflush(stdout);
+}
+
+}  // namespace
+}  // namespace kcp::cp
+
+namespace kcp::val {
+
+int cmd_cp_bench(int argc, char** argv) {
+  return cp::run_mpi_command("kcp cp-bench", [&](cp::Comm& world) {
+    Args a(argc, argv, {"T", "H", "K", "V", "variant", "backend", "precision", "ranks", "seqs", "merge", "chunk"}, {});
+    CaseSpec s;
+    s.variant = variant_parse(a.get("variant", "gdn"));
+    s.T = a.get_int("T", 65536), s.H = s.HV = a.get_int("H", 4), s.K = a.get_int("K", 128), s.V = a.get_int("V", 128);
+    s.chunk_size = a.get_int("chunk", 64), s.seed = 1, s.initial_state = s.final_state = false;
+    const int64_t nseq = a.get_int("seqs", 1);
+    KCP_CHECK(nseq >= 1 && nseq <= s.T, "--seqs: expected 1 .. T, got ", nseq);
+    for (int64_t i = 0; i < nseq; ++i) s.seqlens.push_back(s.T / nseq + (i < s.T % nseq ? 1 : 0));
+    const DType dt = a.get("precision", "f32") == "f64" ? DType::f64 : DType::f32;
+    const cp::MergeAlgorithm merge = cp::merge_parse(a.get("merge", "linear"));
+    std::string name = a.get("backend", "cpu-chunkwise"), note;
+    std::unique_ptr<Backend> be;
+    try {
+      be = backend_create(name);
+    } catch (const std::exception& e) {
+      KCP_CHECK(!a.has("backend"), "--backend ", name, ": ", e.what());
+      note = " (cpu-chunkwise unavailable: " + std::string(e.what()) + "; using cpu-recurrent)";
+      be = backend_create(name = "cpu-recurrent");
+    }
+    const std::vector<int> ranks = cp::parse_ranks(a.get("ranks", ""), world.size());
+    if (world.rank() == 0)
+      std::printf("cp-bench: %s %s, backend %s%s, merge %s, %d ranks in the job on %d cores; seconds, max over ranks\n"
+                  "  P  thr | fwd:  trans    exch     merge    local    total | bwd:  trans    exch     merge    local"
+                  "    reduce   total | fwd+bwd\n",
+                  s.name().c_str(), std::string(dtype_name(dt)).c_str(), name.c_str(), note.c_str(),
+                  std::string(cp::merge_name(merge)).c_str(), world.size(), omp_get_num_procs());
+    const cp::BenchData d = cp::make_data(world, s);
+    for (int P : ranks) {
+      std::unique_ptr<cp::Comm> sub = world.split(world.rank() < P ? 0 : 1);
+      if (world.rank() < P) {
+        const int threads = std::max(1, omp_get_num_procs() / P);
+        omp_set_num_threads(threads);
+        const cp::Row r = cp::run_cp(*sub, *be, d, dt, merge);
+        if (world.rank() == 0) cp::print_row(P, threads, r);
+      }
+      world.barrier();
+    }
+    return 0;
+  });
+}
+
+}  // namespace kcp::val

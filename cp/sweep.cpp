@@ -1,0 +1,182 @@
+// kcp cp-sweep: context parallelism against the single-process oracle over the matrix
+// variants x flag sets x states x layouts (sweep_cases.h) x backends x float64/float32 x merges, then
+// conv1d with W = 2, 3, 4 over the same layouts. One row per case from rank 0, a summary line, exit
+// code 1 when any row failed on any rank (the verdict is all-reduced, so every rank exits alike).
+//   mpirun -np N [--oversubscribe] build/kcp cp-sweep [--quick] [--backend NAME|all] [--seed S]
+//          [--filter TEXT] [--merge linear|log-depth|both] [--precision f64|f32|both]
+// --quick halves the matrix (states and merges alternate between cases) on smaller sizes.
+// Covered by tests/cp/CMakeLists.txt (N = 1, 2, 3, 4).
+#include <chrono>
+#include <cstdio>
+
+#include "cp/comm_mpi.h"
+#include "cp/sweep_run.h"
+#include "validation/cli_args.h"
+#include "validation/commands.h"
+#include "validation/registry.h"
+
+namespace kcp::cp {
+namespace {
+
+struct SweepOptions {
+  bool quick = false;
+  std::string backend = "all", filter, merge = "both", precision = "both";
+  uint64_t seed = 0;
+};
+
+struct Tally {
+  int rows = 0, failed = 0, skipped = 0;
+  double worst_f64 = 0, worst_f32 = 0;  // worst err/bar
+  void add(const RowVerdict& v, DType dt) {
+    ++rows;
+    failed += !v.pass;
+    double& w = dt == DType::f64 ? worst_f64 : worst_f32;
+    w = std::max(w, v.worst_ratio);
+  }
+};
+
+struct BackendSlot {
+  std::string name;
+  std::unique_ptr<Backend> backend;  // null when it cannot be created (the reason is printed)
+};
+
+std::vector<BackendSlot> open_backends(const SweepOptions& o, int rank, Tally& t) {
+  std::vector<BackendSlot> out;
+  for (const std::string& name : val::backend_names()) {
+    if (name.rfind("cpu-", 0) != 0 || (o.backend != "all" && o.backend != name)) continue;
+    try {
+      out.push_back({name, val::backend_create(name)});
+    } catch (const std::exception& e) {
+      KCP_CHECK(o.backend == "all", "--backend ", name, ": ", e.what());
+      if (rank == 0) std::printf("SKIP  backend %s: %s (its rows are not run)\n", name.c_str(), e.what());
+      ++t.skipped;
+    }
+  }
+  KCP_CHECK(!out.empty() || o.backend == "all", "--backend ", o.backend, ": not a CPU backend (",
+            "cp-sweep runs cpu-recurrent and cpu-chunkwise)");
+  return out;
+}
+
+void print_row(int rank, const RowVerdict& v, const std::string& what) {
+  if (rank != 0) return;
+  std::printf("%s  %s | %s | worst %.2f of bar\n", v.pass ? "PASS" : "FAIL", what.c_str(), v.errors.c_str(),
+              v.worst_ratio);
+  if (!v.pass) std::printf("      %s\n", v.failure.c_str());
+  std::fflush(stdout);
+}
+
+// Agrees on a row's verdict: failed on any rank means failed.
+void reduce_verdict(Comm& comm, RowVerdict& v) {
+  int32_t fail = v.pass ? 0 : 1;
+  all_reduce_max(comm, &fail, 1);
+  if (fail && v.pass) v.pass = false, v.failure = "failed on another rank";
+}
+
+void run_attention(Comm& comm, const SweepOptions& o, std::vector<BackendSlot>& backends, Tally& tally) {
+  const int P = comm.size();
+  auto oracle = val::backend_create("cpu-recurrent");
+  const std::vector<SweepLayout> layouts = sweep_layouts(P, o.quick ? 21 : 37);
+  int index = 0, group = -1;  // group: (variant, flag set)
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
+    for (const SweepFlags& fs : sweep_flag_sets(var))
+      for (size_t l = (++group, 0); l < layouts.size(); ++l)
+        for (int states = 0; states < 2; ++states, ++index) {
+          const SweepLayout& L = layouts[l];
+          // quick: one of the two state settings and one merge per case, alternating so that every
+          // layout meets all four combinations across the flag sets
+          const bool log_depth_only = (int(l) + group / 2) % 2;
+          if (o.quick && (int(l) + group + states) % 2) continue;
+          val::CaseSpec s;
+          s.variant = var, s.H = 1, s.HV = 2, s.K = s.V = o.quick ? 8 : 16, s.chunk_size = 16;
+          s.seqlens = L.seqlens, s.flags = fs.flags, s.A_log = fs.A_log, s.dt_bias = fs.dt_bias;
+          s.initial_state = s.final_state = states == 0;
+          s.seed = o.seed + uint64_t(index);
+          const std::string id = s.name() + " " + fs.name + " " + L.describe();
+          if (!o.filter.empty() && id.find(o.filter) == std::string::npos) continue;
+          const val::CaseData c = val::make_case(s);
+          const SweepReference ref = sweep_reference(c, *oracle);
+          for (BackendSlot& b : backends)
+            for (DType dt : {DType::f64, DType::f32})
+              for (MergeAlgorithm m : {MergeAlgorithm::linear, MergeAlgorithm::log_depth}) {
+                if (o.precision != "both" && o.precision != (dt == DType::f64 ? "f64" : "f32")) continue;
+                if (o.merge != "both" && o.merge != merge_name(m)) continue;
+                if (o.merge == "both" && o.quick && log_depth_only != (m == MergeAlgorithm::log_depth)) continue;
+                const std::string what = b.name + " " + std::string(dtype_name(dt)) + " " +
+                                         std::string(merge_name(m)) + " " + id;
+                if (!b.backend->supports(c.problem(dt))) {
+                  if (comm.rank() == 0) std::printf("SKIP  %s: %s\n", what.c_str(), b.backend->supports(c.problem(dt)).reason.c_str());
+                  ++tally.skipped;
+                  continue;
+                }
+                RowVerdict v = sweep_cp_row(comm, *b.backend, c, ref, L, m, dt);
+                reduce_verdict(comm, v);
+                tally.add(v, dt);
+                print_row(comm.rank(), v, what);
+              }
+        }
+}
+
+void run_conv(Comm& comm, const SweepOptions& o, Tally& tally) {
+  int index = 0;
+  for (const SweepLayout& L : sweep_layouts(comm.size(), o.quick ? 21 : 37))
+    for (int64_t W : {2, 3, 4})
+      for (bool silu_bias : {true, false}) {
+        if (o.quick && (index++ % 2)) continue;
+        const std::string id = "conv1d(W=" + std::to_string(W) + (silu_bias ? ",silu,bias" : ",identity") + ") " +
+                               L.describe();
+        if (!o.filter.empty() && id.find(o.filter) == std::string::npos) continue;
+        for (DType dt : {DType::f64, DType::f32}) {
+          if (o.precision != "both" && o.precision != (dt == DType::f64 ? "f64" : "f32")) continue;
+          RowVerdict v = sweep_conv_row(comm, L, W, silu_bias, dt, o.seed + uint64_t(index));
+          reduce_verdict(comm, v);
+          tally.add(v, dt);
+          print_row(comm.rank(), v, std::string(dtype_name(dt)) + " " + id);
+        }
+      }
+}
+
+int sweep(Comm& comm, const SweepOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Tally tally;
+  if (comm.rank() == 0)
+    std::printf("cp-sweep: %d ranks, seed %llu, %s, bars: float64 rel_l2 <= 1e-10, float32 rel_l2 <= 2 x baseline "
+                "+ 1e-6 (validation/tolerance.h)\n",
+                comm.size(), static_cast<unsigned long long>(o.seed), o.quick ? "quick" : "full");
+  std::vector<BackendSlot> backends = open_backends(o, comm.rank(), tally);
+  run_attention(comm, o, backends, tally);
+  run_conv(comm, o, tally);
+  int32_t failed = tally.failed;
+  all_reduce_max(comm, &failed, 1);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (comm.rank() == 0)
+    std::printf("cp-sweep: %s  P=%d  %d rows: %d passed, %d failed, %d skipped; worst err/bar float64 %.2g, "
+                "float32 %.2g; %.1f s\n",
+                failed ? "FAILED" : "PASSED", comm.size(), tally.rows, tally.rows - tally.failed, tally.failed,
+                tally.skipped, tally.worst_f64, tally.worst_f32, secs);
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace kcp::cp
+
+namespace kcp::val {
+
+int cmd_cp_sweep(int argc, char** argv) {
+  return cp::run_mpi_command("kcp cp-sweep", [&](cp::Comm& comm) {
+    Args a(argc, argv, {"backend", "seed", "filter", "merge", "precision"}, {"quick"});
+    cp::SweepOptions o;
+    o.quick = a.has("quick");
+    o.backend = a.get("backend", "all");
+    o.seed = uint64_t(a.get_int("seed", 0));
+    o.filter = a.get("filter", "");
+    o.merge = a.get("merge", "both");
+    o.precision = a.get("precision", "both");
+    KCP_CHECK(o.merge == "both" || o.merge == "linear" || o.merge == "log-depth",
+              "--merge: expected linear, log-depth or both, got '", o.merge, "'");
+    KCP_CHECK(o.precision == "both" || o.precision == "f64" || o.precision == "f32",
+              "--precision: expected f64, f32 or both, got '", o.precision, "'");
+    return cp::sweep(comm, o);
+  });
+}
+
+}  // namespace kcp::val

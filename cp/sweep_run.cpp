@@ -1,0 +1,186 @@
+// The cp-sweep rows (see sweep_run.h).
+#include "cp/sweep_run.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/rng.h"
+#include "cp/conv1d_cp.h"
+#include "reference/conv1d.h"
+#include "validation/compare.h"
+#include "validation/tolerance.h"
+
+namespace kcp::cp {
+namespace {
+
+template <class S>
+NamedViews named_of(const val::OutputSet<S>& o, const val::GradSet<S>& g) {
+  NamedViews all = {{"o", o.o.view()},         {"ht", o.final_state.view()}, {"dq", g.dq.view()},
+                    {"dk", g.dk.view()},       {"dv", g.dv.view()},          {"dg", g.dg.view()},
+                    {"dbeta", g.dbeta.view()}, {"dh0", g.dh0.view()},        {"dA_log", g.dA_log.view()},
+                    {"ddt_bias", g.ddt_bias.view()}};
+  NamedViews out;
+  for (auto& [n, v] : all)
+    if (!v.empty()) out.emplace_back(n, v);
+  return out;
+}
+
+// Rows [lo, lo+len) of a [1,T,...] view (a view into the same memory).
+TensorView token_slice(const TensorView& t, int64_t lo, int64_t len) {
+  if (t.empty()) return {};
+  TensorView s = t;
+  s.data = static_cast<char*>(t.data) + lo * t.stride[1] * dtype_size(t.dtype);
+  s.shape[1] = len;
+  return s;
+}
+
+// Sums a whole tensor over ranks in place (each element is nonzero on at most one rank).
+template <class S> void assemble(Comm& comm, const Tensor<S>& t) {
+  if (t.numel()) all_reduce_sum(comm, const_cast<S*>(t.data()), t.numel());
+}
+
+// Whether every rank holds bitwise the same values.
+template <class S> bool same_on_all_ranks(Comm& comm, const Tensor<S>& t) {
+  std::vector<S> hi(t.vec()), neg(t.vec());
+  for (S& x : neg) x = -x;
+  all_reduce_max(comm, hi.data(), int64_t(hi.size()));
+  all_reduce_max(comm, neg.data(), int64_t(neg.size()));
+  for (size_t i = 0; i < hi.size(); ++i)
+    if (hi[i] != t.vec()[i] || -neg[i] != t.vec()[i]) return false;
+  return true;
+}
+
+void judge(RowVerdict& v, const std::string& name, const TensorView& cand, const TensorView& ref, DType dt, double base) {
+  const val::Metrics m = val::compare(cand, ref);
+  const double bar = dt == DType::f64 ? val::tol::kExactF64 : val::tol::kFloatRuleFactor * base + val::tol::kFloatRuleFloor;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s%s %.1e", v.errors.empty() ? "" : " ", name.c_str(), m.rel_l2);
+  v.errors += buf;
+  const bool ok = m.finite_ok() && m.rel_l2 <= bar;
+  v.worst_ratio = std::max(v.worst_ratio, std::isnan(m.rel_l2) ? INFINITY : m.rel_l2 / bar);
+  if (ok || !v.pass) return;
+  v.pass = false;
+  std::snprintf(buf, sizeof buf, " > bar %.1e", bar);
+  v.failure = name + ": rel_l2 " + std::to_string(m.rel_l2) + buf + ", worst at " + val::index_str(m.max_abs_at) +
+              " cp " + std::to_string(m.a_at) + " oracle " + std::to_string(m.b_at) +
+              (m.finite_ok() ? "" : " (NaN/Inf)");
+}
+
+Tensor<double> randn(const Shape& s, uint64_t seed, uint64_t stream) {
+  Tensor<double> t(s);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = CounterRng{seed, stream}.normal(uint64_t(i));
+  return t;
+}
+
+std::vector<int64_t> cu_of(const std::vector<int64_t>& lens) {
+  std::vector<int64_t> cu = {0};
+  for (int64_t l : lens) cu.push_back(cu.back() + l);
+  return cu;
+}
+
+template <class S>
+RowVerdict cp_row(Comm& comm, Backend& be, const val::CaseData& c, const SweepReference& ref, const SweepLayout& L,
+                  MergeAlgorithm merge, DType dt) {
+  const CpCaseResult<S> r = run_cp_case<S>(comm, be, c, L.bounds, merge);
+  RowVerdict v;
+  const NamedViews cand = r.named(), want = ref.named();
+  for (size_t i = 0; i < cand.size(); ++i) judge(v, cand[i].first, cand[i].second, want[i].second, dt, ref.base_err[i]);
+  if (!r.params_agree && v.pass) v.pass = false, v.failure = "parameter gradients differ between ranks";
+  return v;
+}
+
+}  // namespace
+
+NamedViews SweepReference::named() const { return named_of(out, grads); }
+
+template <class S>
+NamedViews CpCaseResult<S>::named() const { return named_of(out, grads); }
+
+template <class S>
+CpCaseResult<S> run_cp_case(Comm& comm, Backend& be, const val::CaseData& c, const std::vector<int64_t>& bounds,
+                            MergeAlgorithm merge) {
+  const DType dt = dtype_of<S>();
+  const Problem pg = c.problem(dt);
+  CpCaseResult<S> r{val::make_outputs<S>(pg, c.spec.final_state), val::make_grads<S>(pg, c.inputs()), true};
+  ProblemOptions po;
+  po.scale = c.spec.scale, po.chunk_size = c.spec.chunk_size, po.compute = dt, po.cu_seqlens = c.cu_seqlens;
+  ContextParallel cp(comm, be, c.spec.variant, c.spec.flags, {po, bounds, merge});
+  const int64_t lo = cp.context().lo, n = cp.context().tokens();
+  Inputs in = c.inputs();
+  for (TensorView* t : {&in.q, &in.k, &in.v, &in.g, &in.beta}) *t = token_slice(*t, lo, n);
+  cp.forward(in, {token_slice(r.out.o.view(), lo, n), r.out.final_state.view()});
+  Grads g = r.grads.views();
+  for (TensorView* t : {&g.dq, &g.dk, &g.dv, &g.dg, &g.dbeta}) *t = token_slice(*t, lo, n);
+  cp.backward(in, {token_slice(c.d_o.view(), lo, n), c.dht.view()}, g);
+  for (const Tensor<S>* t : {&r.out.o, &r.out.final_state, &r.grads.dq, &r.grads.dk, &r.grads.dv, &r.grads.dg,
+                             &r.grads.dbeta, &r.grads.dh0})
+    assemble(comm, *t);
+  for (const Tensor<S>* t : {&r.grads.dA_log, &r.grads.ddt_bias}) r.params_agree &= same_on_all_ranks(comm, *t);
+  return r;
+}
+
+template struct CpCaseResult<double>;
+template struct CpCaseResult<float>;
+template CpCaseResult<double> run_cp_case<double>(Comm&, Backend&, const val::CaseData&, const std::vector<int64_t>&,
+                                                  MergeAlgorithm);
+template CpCaseResult<float> run_cp_case<float>(Comm&, Backend&, const val::CaseData&, const std::vector<int64_t>&,
+                                                MergeAlgorithm);
+
+SweepReference sweep_reference(const val::CaseData& c, Backend& oracle) {
+  SweepReference r;
+  const Problem p64 = c.problem(DType::f64), p32 = c.problem(DType::f32);
+  r.out = val::make_outputs<double>(p64, c.spec.final_state);
+  r.grads = val::make_grads<double>(p64, c.inputs());
+  oracle.forward(p64, c.inputs(), r.out.views());
+  oracle.backward(p64, c.inputs(), c.cotangents(), r.grads.views());
+  auto out32 = val::make_outputs<float>(p32, c.spec.final_state);
+  auto gr32 = val::make_grads<float>(p32, c.inputs());
+  oracle.forward(p32, c.inputs(), out32.views());
+  oracle.backward(p32, c.inputs(), c.cotangents(), gr32.views());
+  const NamedViews a = named_of(out32, gr32), b = r.named();
+  for (size_t i = 0; i < a.size(); ++i) r.base_err.push_back(val::compare(a[i].second, b[i].second).rel_l2);
+  return r;
+}
+
+RowVerdict sweep_cp_row(Comm& comm, Backend& backend, const val::CaseData& c, const SweepReference& ref,
+                        const SweepLayout& layout, MergeAlgorithm merge, DType compute) {
+  if (compute == DType::f64) return cp_row<double>(comm, backend, c, ref, layout, merge, compute);
+  return cp_row<float>(comm, backend, c, ref, layout, merge, compute);
+}
+
+RowVerdict sweep_conv_row(Comm& comm, const SweepLayout& L, int64_t W, bool silu_bias, DType dt, uint64_t seed) {
+  const std::vector<int64_t> cu = cu_of(L.seqlens);
+  const int64_t T = cu.back(), D = 5;
+  const Tensor<double> x = randn({1, T, D}, seed, 1), w = randn({D, W}, seed, 2), dy = randn({1, T, D}, seed, 4);
+  const Tensor<double> b = silu_bias ? randn({D}, seed, 3) : Tensor<double>();
+  // single process: float64 oracle and float32 baseline; outputs [y, dx, dw, db]
+  auto run_single = [&](DType prec) {
+    std::vector<Tensor<double>> r = {Tensor<double>(x.shape()), Tensor<double>(x.shape()), Tensor<double>(w.shape()),
+                                     silu_bias ? Tensor<double>({D}) : Tensor<double>()};
+    const auto p = ref::make_conv1d_problem(x.view(), w.view(), b.view(), cu, silu_bias, {}, prec);
+    ref::conv1d_forward(p, x.view(), w.view(), b.view(), {}, r[0].view());
+    ref::conv1d_backward(p, x.view(), w.view(), b.view(), {}, dy.view(), r[1].view(), r[2].view(), r[3].view(), {});
+    return r;
+  };
+  const auto oracle = run_single(DType::f64), base = run_single(DType::f32);
+  const CpContext ctx = build_cp_context(cu, L.bounds.empty() ? equal_bounds(T, comm.size()) : L.bounds, comm.rank());
+  std::vector<Tensor<double>> got = {Tensor<double>(x.shape()), Tensor<double>(x.shape()), Tensor<double>(w.shape()),
+                                     silu_bias ? Tensor<double>({D}) : Tensor<double>()};
+  const ConvCp cc{cu, ctx, silu_bias, dt};
+  const int64_t lo = ctx.lo, n = ctx.tokens();
+  conv1d_cp_forward(comm, cc, token_slice(x.view(), lo, n), w.view(), b.view(), token_slice(got[0].view(), lo, n));
+  conv1d_cp_backward(comm, cc, token_slice(x.view(), lo, n), w.view(), b.view(), token_slice(dy.view(), lo, n),
+                     token_slice(got[1].view(), lo, n), got[2].view(), got[3].view());
+  assemble(comm, got[0]), assemble(comm, got[1]);
+  RowVerdict v;
+  const char* names[] = {"y", "dx", "dw", "db"};
+  for (size_t i = 0; i < 4; ++i) {
+    if (got[i].numel() == 0) continue;
+    judge(v, names[i], got[i].view(), oracle[i].view(), dt, val::compare(base[i].view(), oracle[i].view()).rel_l2);
+  }
+  if ((!same_on_all_ranks(comm, got[2]) || !same_on_all_ranks(comm, got[3])) && v.pass)
+    v.pass = false, v.failure = "dw/db differ between ranks";
+  return v;
+}
+
+}  // namespace kcp::cp

@@ -1,0 +1,60 @@
+// One row of the cp-sweep: run a case through the CP layer (or the CP conv1d) on every rank,
+// assemble the global tensors (token parts and owned state entries are zero elsewhere, so a sum over
+// ranks is exact), and judge each tensor against the single-process float64 oracle:
+//   float64: rel_l2(CP, oracle) <= tol::kExactF64
+//   float32: rel_l2(CP, oracle) <= tol::kFloatRuleFactor * rel_l2(float32 baseline, oracle) + tol::kFloatRuleFloor
+// where the baseline is the single-process cpu-recurrent (or reference conv1d) in float32.
+// Parameter gradients must also be bitwise identical on every rank.
+// Covered by running the sweep (tests/cp/CMakeLists.txt).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/backend.h"
+#include "cp/comm.h"
+#include "cp/context_parallel.h"
+#include "cp/sweep_cases.h"
+#include "validation/cases.h"
+
+namespace kcp::cp {
+
+using NamedViews = std::vector<std::pair<std::string, TensorView>>;
+
+// Single-process results of one case: the float64 oracle and the float32 baseline's errors.
+struct SweepReference {
+  val::OutputSet<double> out;
+  val::GradSet<double> grads;
+  std::vector<double> base_err;  // per tensor of named(), rel_l2(float32 baseline, oracle)
+  NamedViews named() const;
+};
+SweepReference sweep_reference(const val::CaseData& c, Backend& oracle);
+
+struct RowVerdict {
+  bool pass = true;
+  double worst_ratio = 0;  // max over tensors of err / bar
+  std::string errors;      // "o 1.2e-16 ht 3.0e-16 ..."
+  std::string failure;     // the first failing tensor and where, when !pass
+};
+
+// The CP result of a case, assembled on every rank into single-process shapes; params_agree says
+// whether dA_log and ddt_bias came out bitwise identical on every rank.
+template <class S>
+struct CpCaseResult {
+  val::OutputSet<S> out;
+  val::GradSet<S> grads;
+  bool params_agree = true;
+  NamedViews named() const;
+};
+template <class S>
+CpCaseResult<S> run_cp_case(Comm& comm, Backend& backend, const val::CaseData& c, const std::vector<int64_t>& bounds,
+                            MergeAlgorithm merge);
+
+RowVerdict sweep_cp_row(Comm& comm, Backend& backend, const val::CaseData& c, const SweepReference& ref,
+                        const SweepLayout& layout, MergeAlgorithm merge, DType compute);
+
+RowVerdict sweep_conv_row(Comm& comm, const SweepLayout& layout, int64_t W, bool silu_bias, DType compute,
+                          uint64_t seed);
+
+}  // namespace kcp::cp

@@ -1,0 +1,218 @@
+// Multi-rank tests (run by ctest under mpirun, 4 ranks): the MPI communicator's collectives, the
+// log-depth scan against the linear fold (resets, identities, both directions), the two merges
+// through the whole CP layer, and the refusals: ranks that disagree on the configuration, a rank with
+// a bad local input, partitions that do not match cu_seqlens, backward before forward. Every refusal
+// must reach every rank as an exception before the backend computes anything.
+#include <doctest/doctest.h>
+
+#include "core/rng.h"
+#include "cp/context_parallel.h"
+#include "cp/sweep_run.h"
+#include "tests/cp/mpi_world.h"
+#include "validation/compare.h"
+#include "validation/registry.h"
+#include "validation/tolerance.h"
+
+using namespace kcp;
+using cp::Summary;
+using doctest::Contains;
+
+namespace {
+
+// Counts the backend calls that compute, so a refused call can be shown to have computed nothing.
+class CountingBackend final : public Backend {
+ public:
+  explicit CountingBackend(std::unique_ptr<Backend> b) : inner_(std::move(b)) {}
+  int calls = 0;
+  std::string_view name() const override { return inner_->name(); }
+  Device device() const override { return inner_->device(); }
+  Support supports(const Problem& p) const override { return inner_->supports(p); }
+  void forward(const Problem& p, const Inputs& in, const Outputs& o) override { ++calls, inner_->forward(p, in, o); }
+  void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& g) override {
+    ++calls, inner_->backward(p, in, d, g);
+  }
+  void transition_forward(const Problem& p, const Inputs& in, int64_t s, const Transition& t) override {
+    ++calls, inner_->transition_forward(p, in, s, t);
+  }
+  void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t s,
+                           const Transition& t) override {
+    ++calls, inner_->transition_backward(p, in, d_o, s, t);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+template <class S>
+Summary<S> element(int j, int64_t HV, int64_t K, int64_t V, uint64_t seed) {
+  if (j % 5 == 3) return Summary<S>::identity(HV, K, V);  // an empty rank
+  Summary<S> a(HV, K, V);
+  for (size_t i = 0; i < a.packed.size(); ++i) a.packed[i] = S(CounterRng{seed + uint64_t(j), 3}.normal(i) * 0.4);
+  if (j % 3 == 1)  // a sequence starting on rank j: reset
+    for (int64_t h = 0; h < HV; ++h) a.head(h).rightCols(K).setZero();
+  return a;
+}
+
+double rel(const TensorView& a, const TensorView& b) { return val::compare(a, b).rel_l2; }
+
+val::CaseSpec spec_for(Variant var, int P) {
+  val::CaseSpec s;
+  s.variant = var, s.H = 1, s.HV = 2, s.K = s.V = 8, s.chunk_size = 16;
+  s.seqlens = {3, 9 * P + 4, 5, 1};  // the long one spans every rank
+  s.seed = val::seed_from_env(0) + 17;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("mpi comm: all_gather, all_reduce, send_recv ring and split") {
+  cp::Comm& w = test::world();
+  const int r = w.rank(), P = w.size();
+  const int64_t mine[2] = {r, 10 * r};
+  std::vector<int64_t> all(size_t(2 * P));
+  cp::all_gather(w, mine, all.data(), 2);
+  for (int j = 0; j < P; ++j) CHECK((all[size_t(2 * j)] == j && all[size_t(2 * j + 1)] == 10 * j));
+  double x[2] = {double(r), -double(r)};
+  cp::all_reduce_sum(w, x, 2);
+  CHECK(x[0] == double(P * (P - 1) / 2));
+  float m = float(r);
+  cp::all_reduce_max(w, &m, 1);
+  CHECK(m == float(P - 1));
+  double got = -1, send = 100.0 + r;
+  w.send_recv(&send, (r + 1) % P, &got, (r + P - 1) % P, 1, DType::f64, 7);
+  CHECK(got == 100.0 + (r + P - 1) % P);
+  auto half = w.split(r % 2);
+  CHECK(half->size() == (P + 1 - r % 2) / 2);
+  CHECK(half->rank() == r / 2);
+  w.barrier();
+}
+
+TEST_CASE("log-depth scan equals the linear fold, forward and backward, with resets and identities") {
+  cp::Comm& w = test::world();
+  const int r = w.rank(), P = w.size();
+  const int64_t HV = 2, K = 4, V = 3;
+  const uint64_t seed = val::seed_from_env(0) + 5;
+  std::vector<double> all;
+  for (int j = 0; j < P; ++j) {
+    const auto e = element<double>(j, HV, K, V, seed);
+    all.insert(all.end(), e.packed.begin(), e.packed.end());
+  }
+  std::vector<int> before, after;  // oldest first; farthest first
+  for (int j = 0; j < r; ++j) before.push_back(j);
+  for (int j = P - 1; j > r; --j) after.push_back(j);
+  const Tensor<double> fold_f = cp::fold_linear(all.data(), HV, K, V, before);
+  const Tensor<double> fold_b = cp::fold_linear(all.data(), HV, K, V, after);
+  const Tensor<double> scan_f = cp::scan_exclusive(w, element<double>(r, HV, K, V, seed), false);
+  const Tensor<double> scan_b = cp::scan_exclusive(w, element<double>(r, HV, K, V, seed), true);
+  CHECK(rel(scan_f.view(), fold_f.view()) <= val::tol::kExactF64);
+  CHECK(rel(scan_b.view(), fold_b.view()) <= val::tol::kExactF64);
+  const Tensor<float> f32 = cp::scan_exclusive(w, element<float>(r, HV, K, V, seed), false);
+  CHECK(rel(f32.view(), fold_f.view()) <= val::tol::kFloatVsDouble);
+}
+
+TEST_CASE("linear and log-depth merges agree through the CP layer (h0, ht, uneven parts)") {
+  cp::Comm& w = test::world();
+  auto be = val::backend_create("cpu-recurrent");
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla}) {
+    const val::CaseSpec s = spec_for(var, w.size());
+    SUBCASE(s.name().c_str()) {
+      const val::CaseData c = val::make_case(s);
+      std::vector<int64_t> bounds = cp::equal_bounds(c.cu_seqlens.back(), w.size());
+      if (w.size() > 2) bounds[2] = bounds[1];  // rank 1 holds nothing
+      const auto a = cp::run_cp_case<double>(w, *be, c, bounds, cp::MergeAlgorithm::linear);
+      const auto b = cp::run_cp_case<double>(w, *be, c, bounds, cp::MergeAlgorithm::log_depth);
+      const cp::NamedViews na = a.named(), nb = b.named();
+      REQUIRE(na.size() == nb.size());
+      for (size_t i = 0; i < na.size(); ++i) {
+        INFO(na[i].first);
+        CHECK(rel(nb[i].second, na[i].second) <= val::tol::kExactF64);
+      }
+    }
+  }
+}
+
+TEST_CASE("ranks that disagree on the configuration are stopped before any computation") {
+  cp::Comm& w = test::world();
+  CountingBackend be(val::backend_create("cpu-recurrent"));
+  const val::CaseData c = val::make_case(spec_for(Variant::gdn, w.size()));
+  const int odd = w.size() - 1;
+  auto run = [&](const Flags& f, std::vector<int64_t> cu, int64_t chunk) {
+    ProblemOptions po;
+    po.cu_seqlens = std::move(cu), po.chunk_size = chunk;
+    cp::ContextParallel cp(w, be, Variant::gdn, f, {po, cp::equal_bounds(c.cu_seqlens.back(), w.size()), {}});
+    Inputs in = c.inputs();
+    const int64_t lo = cp.context().lo, n = cp.context().tokens();
+    for (TensorView* t : {&in.q, &in.k, &in.v, &in.g, &in.beta}) t->data = static_cast<double*>(t->data) + lo * t->stride[1], t->shape[1] = n;
+    Tensor<double> o({1, n, 2, 8});
+    cp.forward(in, {o.view(), {}});
+  };
+  Flags odd_flags;
+  odd_flags.state_v_first = w.rank() == odd;
+  CHECK_THROWS_WITH_AS(run(odd_flags, c.cu_seqlens, 16), Contains("ranks disagree on the configuration"), Error);
+  std::vector<int64_t> cu = c.cu_seqlens;
+  if (w.rank() == odd) cu[1] += 1;  // a different sequence boundary on one rank
+  CHECK_THROWS_WITH_AS(run({}, cu, 16), Contains("ranks disagree"), Error);
+  CHECK_THROWS_WITH_AS(run({}, c.cu_seqlens, w.rank() == odd ? 32 : 16), Contains("ranks disagree"), Error);
+  CHECK(be.calls == 0);
+}
+
+TEST_CASE("a rank with a bad local input stops every rank with its name") {
+  cp::Comm& w = test::world();
+  CountingBackend be(val::backend_create("cpu-recurrent"));
+  const val::CaseData c = val::make_case(spec_for(Variant::kda, w.size()));
+  ProblemOptions po;
+  po.cu_seqlens = c.cu_seqlens, po.chunk_size = 16;
+  cp::ContextParallel cp(w, be, Variant::kda, {}, {po, {}, cp::MergeAlgorithm::linear});
+  const int bad = w.size() - 1;
+  const int64_t lo = cp.context().lo, n = cp.context().tokens() + (w.rank() == bad ? 1 : 0);  // one token too many
+  Inputs in = c.inputs();
+  for (TensorView* t : {&in.q, &in.k, &in.v, &in.g, &in.beta}) t->data = static_cast<double*>(t->data) + lo * t->stride[1], t->shape[1] = n;
+  Tensor<double> o({1, n, 2, 8});
+  if (w.rank() == bad) CHECK_THROWS_WITH_AS(cp.forward(in, {o.view(), {}}), Contains("but q has T_local"), Error);
+  const std::string others = "rank " + std::to_string(bad) + " rejected its input";
+  if (w.rank() != bad) CHECK_THROWS_WITH_AS(cp.forward(in, {o.view(), {}}), Contains(others.c_str()), Error);
+  CHECK(be.calls == 0);
+  CHECK_THROWS_WITH_AS(cp.backward(in, {o.view(), {}}, {}), Contains("run forward on the same inputs first"), Error);
+  CHECK(be.calls == 0);
+}
+
+TEST_CASE("partitions that do not match cu_seqlens or the rank count are rejected") {
+  cp::Comm& w = test::world();
+  auto be = val::backend_create("cpu-recurrent");
+  ProblemOptions po;
+  po.cu_seqlens = {0, 5, 12};
+  std::vector<int64_t> bounds = cp::equal_bounds(13, w.size());
+  CHECK_THROWS_WITH_AS(cp::ContextParallel(w, *be, Variant::gdn, {}, {po, bounds, {}}),
+                       Contains("the parts cover 13 tokens but cu_seqlens ends at T = 12"), Error);
+  bounds = cp::equal_bounds(12, w.size() + 1);
+  CHECK_THROWS_WITH_AS(cp::ContextParallel(w, *be, Variant::gdn, {}, {po, bounds, {}}), Contains("entries for"), Error);
+  po.cu_seqlens = {};
+  CHECK_THROWS_WITH_AS(cp::ContextParallel(w, *be, Variant::gdn, {}, {po, {}, {}}), Contains("cu_seqlens (global) is required"),
+                       Error);
+}
+
+TEST_CASE("more ranks than tokens: empty ranks pass zero-size views and the result is exact") {
+  cp::Comm& w = test::world();
+  auto be = val::backend_create("cpu-recurrent");
+  val::CaseSpec s = spec_for(Variant::gdn, 1);
+  s.seqlens = {2, 0, 1};  // 3 tokens: at 4 ranks one rank is empty
+  const val::CaseData c = val::make_case(s);
+  const Problem p = c.problem();
+  auto want = val::make_outputs<double>(p, true);
+  be->forward(p, c.inputs(), want.views());
+  ProblemOptions po;
+  po.cu_seqlens = c.cu_seqlens;
+  cp::ContextParallel cp(w, *be, Variant::gdn, {}, {po, {}, {}});
+  const int64_t lo = cp.context().lo, n = cp.context().tokens();
+  Tensor<double> q({1, n, 1, 8}), k({1, n, 1, 8}), v({1, n, 2, 8}), g({1, n, 2}), beta({1, n, 2}), o({1, n, 2, 8});
+  for (auto [local, global] : {std::pair{&q, &c.q}, std::pair{&k, &c.k}, std::pair{&v, &c.v}, std::pair{&g, &c.g},
+                                std::pair{&beta, &c.beta}})
+    for (int64_t i = 0; i < local->numel(); ++i) local->data()[i] = global->data()[lo * (global->numel() / 3) + i];
+  Tensor<double> ht(shape_state(p)), o_all({1, 3, 2, 8});
+  cp.forward({q.view(), k.view(), v.view(), g.view(), beta.view(), {}, {}, c.h0.view()}, {o.view(), ht.view()});
+  for (int64_t i = 0; i < o.numel(); ++i) o_all.data()[lo * 16 + i] = o.data()[i];
+  cp::all_reduce_sum(w, o_all.data(), o_all.numel());
+  cp::all_reduce_sum(w, ht.data(), ht.numel());
+  CHECK(rel(o_all.view(), want.o.view()) <= val::tol::kExactF64);
+  CHECK(rel(ht.view(), want.final_state.view()) <= val::tol::kExactF64);
+}
