@@ -1,13 +1,17 @@
 // kcp cp-bench: where the time of a context-parallel call goes, per rank count. For each P in
 // --ranks, the first P ranks of the job run the CP forward and backward of one problem (default:
 // gdn, one sequence of T = 65536 tokens, H = HV = 4, K = V = 128, float32, backend cpu-chunkwise,
-// falling back to cpu-recurrent while cpu-chunkwise is not built) while the others wait; each phase
-// (config check, transition, exchange, merge, local pass, parameter all-reduce) is reported as the
-// maximum over the P ranks. P = 1 is the single-process call (the local pass is the whole problem).
+// falling back to cpu-recurrent while cpu-chunkwise is not built) while the others wait. Each phase
+// (config check, transition, wait for the slowest rank, exchange, merge, local pass, parameter
+// all-reduce) is reported as its maximum over the P ranks. P = 1 is the single-process call.
 //   mpirun -np 4 --oversubscribe build/kcp cp-bench [--T 65536] [--H 4] [--K 128] [--V 128]
 //          [--variant gdn] [--backend NAME] [--precision f32|f64] [--ranks 1,2,4] [--seqs 1] [--merge linear]
+//          [--chunk 64] [--keep-denormals]
 // A benchmark, never a test: figures go to docs/CP.md with date, machine and commit.
 #include <omp.h>
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
 
 #include <cstdio>
 #include <sstream>
@@ -21,6 +25,19 @@
 
 namespace kcp::cp {
 namespace {
+
+// float32 transitions multiply hundreds of decays: entries of M fall below 1e-38 and x86 computes
+// on such denormals about 15x slower (cpu-recurrent's float32 transition of 2048 tokens: 4.1 s
+// instead of 0.29 s). GPUs, and FLA's Triton kernels, flush them to zero; so does the bench unless
+// --keep-denormals. Threads created later inherit the mode (POSIX), the running pool is set here.
+void flush_denormals() {
+#if defined(__SSE2__)
+  auto set = [] { _mm_setcsr(_mm_getcsr() | 0x8040u); };  // FTZ (bit 15) and DAZ (bit 6)
+  set();
+#pragma omp parallel
+  set();
+#endif
+}
 
 struct BenchData {  // the global problem in float32 (inputs as passed, cotangent do)
   val::CaseSpec spec;
@@ -60,12 +77,12 @@ struct Row {  // all doubles, reduced as one array
   CpPhaseTimes fwd, bwd;
   double fwd_total = 0, bwd_total = 0;  // max over ranks of each rank's own total
 };
-static_assert(sizeof(Row) == 14 * sizeof(double));
+static_assert(sizeof(Row) == 16 * sizeof(double));
 
 Row run_cp(Comm& comm, Backend& be, const BenchData& d, DType dt, MergeAlgorithm merge) {
   ProblemOptions po;
   po.chunk_size = d.spec.chunk_size, po.compute = dt, po.cu_seqlens = d.cu, po.check_finite = false;
-  ContextParallel cp(comm, be, d.spec.variant, d.spec.flags, {po, {}, merge});
+  ContextParallel cp(comm, be, d.spec.variant, d.spec.flags, {po, {}, merge, true});
   const int64_t lo = cp.context().lo, n = cp.context().tokens();
   Inputs in{token_slice(d.q.view(), lo, n), token_slice(d.k.view(), lo, n), token_slice(d.v.view(), lo, n),
             token_slice(d.g.view(), lo, n), token_slice(d.beta.view(), lo, n), {}, {}, {}};
@@ -99,9 +116,10 @@ std::vector<int> parse_ranks(const std::string& s, int world) {
 }
 
 void print_row(int P, int threads, const Row& r) {
-  std::printf("%3d %4d | %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f\n", P, threads,
-              r.fwd.transition, r.fwd.exchange, r.fwd.merge, r.fwd.local, r.fwd_total, r.bwd.transition,
-              r.bwd.exchange, r.bwd.merge, r.bwd.local, r.bwd.reduce, r.bwd_total, r.fwd_total + r.bwd_total);
+  std::printf("%3d %4d | %7.3f %7.3f %7.4f %7.4f %7.3f %7.3f | %7.3f %7.3f %7.4f %7.4f %7.3f %7.4f %7.3f | %7.3f\n", P,
+              threads, r.fwd.transition, r.fwd.wait, r.fwd.exchange, r.fwd.merge, r.fwd.local, r.fwd_total,
+              r.bwd.transition, r.bwd.wait, r.bwd.exchange, r.bwd.merge, r.bwd.local, r.bwd.reduce, r.bwd_total,
+              r.fwd_total + r.bwd_total);
   std::fflush(stdout);
 }
 
@@ -112,7 +130,9 @@ namespace kcp::val {
 
 int cmd_cp_bench(int argc, char** argv) {
   return cp::run_mpi_command("kcp cp-bench", [&](cp::Comm& world) {
-    Args a(argc, argv, {"T", "H", "K", "V", "variant", "backend", "precision", "ranks", "seqs", "merge", "chunk"}, {});
+    Args a(argc, argv, {"T", "H", "K", "V", "variant", "backend", "precision", "ranks", "seqs", "merge", "chunk"},
+           {"keep-denormals"});
+    if (!a.has("keep-denormals")) cp::flush_denormals();
     CaseSpec s;
     s.variant = variant_parse(a.get("variant", "gdn"));
     s.T = a.get_int("T", 65536), s.H = s.HV = a.get_int("H", 4), s.K = a.get_int("K", 128), s.V = a.get_int("V", 128);
@@ -133,11 +153,14 @@ int cmd_cp_bench(int argc, char** argv) {
     }
     const std::vector<int> ranks = cp::parse_ranks(a.get("ranks", ""), world.size());
     if (world.rank() == 0)
-      std::printf("cp-bench: %s %s, backend %s%s, merge %s, %d ranks in the job on %d cores; seconds, max over ranks\n"
-                  "  P  thr | fwd:  trans    exch     merge    local    total | bwd:  trans    exch     merge    local"
-                  "    reduce   total | fwd+bwd\n",
+      std::printf("cp-bench: %s %s, backend %s%s, merge %s, %s, %d ranks in the job on %d cores; seconds, max over "
+                  "ranks (wait: load imbalance before the exchange)\n"
+                  "  P  thr | fwd: trans    wait    exch   merge   local   total | bwd: trans    wait    exch   merge"
+                  "   local  reduce   total | fwd+bwd\n",
                   s.name().c_str(), std::string(dtype_name(dt)).c_str(), name.c_str(), note.c_str(),
-                  std::string(cp::merge_name(merge)).c_str(), world.size(), omp_get_num_procs());
+                  std::string(cp::merge_name(merge)).c_str(),
+                  a.has("keep-denormals") ? "IEEE denormals" : "denormals flushed to zero", world.size(),
+                  omp_get_num_procs());
     const cp::BenchData d = cp::make_data(world, s);
     for (int P : ranks) {
       std::unique_ptr<cp::Comm> sub = world.split(world.rank() < P ? 0 : 1);

@@ -117,6 +117,11 @@ Tensor<S> ContextParallel::exchange_and_merge(const Summary<S>& mine, bool backw
   const CpContext& c = ctx_;
   const bool needed = backward ? !c.is_last_rank : !c.is_first_rank;
   auto t = Clock::now();
+  if (opt_.timing_barrier) {
+    comm_.barrier();
+    times.wait = since(t);
+    t = Clock::now();
+  }
   if (opt_.merge == MergeAlgorithm::log_depth) {
     Tensor<S> x = scan_exclusive(comm_, mine, backward);  // communication and merge interleave
     times.exchange = since(t);

@@ -35,12 +35,14 @@ struct CpOptions {
   ProblemOptions problem;       // scale, chunk_size, compute, check_finite; cu_seqlens: GLOBAL (required)
   std::vector<int64_t> bounds;  // part boundaries R[0..P]; empty: equal parts (context.h)
   MergeAlgorithm merge = MergeAlgorithm::linear;
+  bool timing_barrier = false;  // cp-bench: a barrier before the exchange, so `wait` holds the load
+                                // imbalance and `exchange` the communication alone
 };
 
 // Wall seconds of the last call's phases on this rank (cp-bench).
 struct CpPhaseTimes {
-  double check = 0, transition = 0, exchange = 0, merge = 0, local = 0, reduce = 0;
-  double total() const { return check + transition + exchange + merge + local + reduce; }
+  double check = 0, transition = 0, wait = 0, exchange = 0, merge = 0, local = 0, reduce = 0;
+  double total() const { return check + transition + wait + exchange + merge + local + reduce; }
 };
 
 class ContextParallel {
