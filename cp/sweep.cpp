@@ -14,6 +14,7 @@
 #include "validation/cli_args.h"
 #include "validation/commands.h"
 #include "validation/registry.h"
+#include "validation/tolerance.h"
 
 namespace kcp::cp {
 namespace {
@@ -139,9 +140,10 @@ int sweep(Comm& comm, const SweepOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   Tally tally;
   if (comm.rank() == 0)
-    std::printf("cp-sweep: %d ranks, seed %llu, %s, bars: float64 rel_l2 <= 1e-10, float32 rel_l2 <= 2 x baseline "
-                "+ 1e-6 (validation/tolerance.h)\n",
-                comm.size(), static_cast<unsigned long long>(o.seed), o.quick ? "quick" : "full");
+    std::printf("cp-sweep: %d ranks, seed %llu, %s; bars (validation/tolerance.h): float64 rel_l2 <= %g, float32 "
+                "rel_l2 <= %g x float32 baseline + %g\n",
+                comm.size(), static_cast<unsigned long long>(o.seed), o.quick ? "quick" : "full", val::tol::kExactF64,
+                val::tol::kFloatRuleFactor, val::tol::kFloatRuleFloor);
   std::vector<BackendSlot> backends = open_backends(o, comm.rank(), tally);
   run_attention(comm, o, backends, tally);
   run_conv(comm, o, tally);
