@@ -6,7 +6,7 @@
 // all-reduce) is reported as its maximum over the P ranks. P = 1 is the single-process call.
 //   mpirun -np 4 --oversubscribe build/kcp cp-bench [--T 65536] [--H 4] [--K 128] [--V 128]
 //          [--variant gdn] [--backend NAME] [--precision f32|f64] [--ranks 1,2,4] [--seqs 1] [--merge linear]
-//          [--chunk 64] [--keep-denormals]
+//          [--chunk 64] [--repeat 1] [--keep-denormals]
 // A benchmark, never a test: figures go to docs/CP.md with date, machine and commit.
 #include <omp.h>
 #if defined(__SSE2__)
@@ -79,7 +79,7 @@ struct Row {  // all doubles, reduced as one array
 };
 static_assert(sizeof(Row) == 16 * sizeof(double));
 
-Row run_cp(Comm& comm, Backend& be, const BenchData& d, DType dt, MergeAlgorithm merge) {
+Row run_cp_once(Comm& comm, Backend& be, const BenchData& d, DType dt, MergeAlgorithm merge) {
   ProblemOptions po;
   po.chunk_size = d.spec.chunk_size, po.compute = dt, po.cu_seqlens = d.cu, po.check_finite = false;
   ContextParallel cp(comm, be, d.spec.variant, d.spec.flags, {po, {}, merge, true});
@@ -97,6 +97,17 @@ Row run_cp(Comm& comm, Backend& be, const BenchData& d, DType dt, MergeAlgorithm
   Row r{cp.forward_times(), cp.backward_times(), cp.forward_times().total(), cp.backward_times().total()};
   all_reduce_max(comm, reinterpret_cast<double*>(&r), int64_t(sizeof(Row) / sizeof(double)));
   return r;
+}
+
+// The repeat with the smallest forward+backward time (the machine is shared: the minimum is the
+// figure least disturbed by other work).
+Row run_cp(Comm& comm, Backend& be, const BenchData& d, DType dt, MergeAlgorithm merge, int repeat) {
+  Row best;
+  for (int i = 0; i < repeat; ++i) {
+    const Row r = run_cp_once(comm, be, d, dt, merge);
+    if (i == 0 || r.fwd_total + r.bwd_total < best.fwd_total + best.bwd_total) best = r;
+  }
+  return best;
 }
 
 std::vector<int> parse_ranks(const std::string& s, int world) {
@@ -130,7 +141,7 @@ namespace kcp::val {
 
 int cmd_cp_bench(int argc, char** argv) {
   return cp::run_mpi_command("kcp cp-bench", [&](cp::Comm& world) {
-    Args a(argc, argv, {"T", "H", "K", "V", "variant", "backend", "precision", "ranks", "seqs", "merge", "chunk"},
+    Args a(argc, argv, {"T", "H", "K", "V", "variant", "backend", "precision", "ranks", "seqs", "merge", "chunk", "repeat"},
            {"keep-denormals"});
     if (!a.has("keep-denormals")) cp::flush_denormals();
     CaseSpec s;
@@ -141,6 +152,8 @@ int cmd_cp_bench(int argc, char** argv) {
     KCP_CHECK(nseq >= 1 && nseq <= s.T, "--seqs: expected 1 .. T, got ", nseq);
     for (int64_t i = 0; i < nseq; ++i) s.seqlens.push_back(s.T / nseq + (i < s.T % nseq ? 1 : 0));
     const DType dt = a.get("precision", "f32") == "f64" ? DType::f64 : DType::f32;
+    const int repeat = int(a.get_int("repeat", 1));
+    KCP_CHECK(repeat >= 1, "--repeat: expected at least 1, got ", repeat);
     const cp::MergeAlgorithm merge = cp::merge_parse(a.get("merge", "linear"));
     std::string name = a.get("backend", "cpu-chunkwise"), note;
     std::unique_ptr<Backend> be;
@@ -154,20 +167,20 @@ int cmd_cp_bench(int argc, char** argv) {
     const std::vector<int> ranks = cp::parse_ranks(a.get("ranks", ""), world.size());
     if (world.rank() == 0)
       std::printf("cp-bench: %s %s, backend %s%s, merge %s, %s, %d ranks in the job on %d cores; seconds, max over "
-                  "ranks (wait: load imbalance before the exchange)\n"
+                  "ranks, best of %d (wait: load imbalance before the exchange)\n"
                   "  P  thr | fwd: trans    wait    exch   merge   local   total | bwd: trans    wait    exch   merge"
                   "   local  reduce   total | fwd+bwd\n",
                   s.name().c_str(), std::string(dtype_name(dt)).c_str(), name.c_str(), note.c_str(),
                   std::string(cp::merge_name(merge)).c_str(),
                   a.has("keep-denormals") ? "IEEE denormals" : "denormals flushed to zero", world.size(),
-                  omp_get_num_procs());
+                  omp_get_num_procs(), repeat);
     const cp::BenchData d = cp::make_data(world, s);
     for (int P : ranks) {
       std::unique_ptr<cp::Comm> sub = world.split(world.rank() < P ? 0 : 1);
       if (world.rank() < P) {
         const int threads = std::max(1, omp_get_num_procs() / P);
         omp_set_num_threads(threads);
-        const cp::Row r = cp::run_cp(*sub, *be, d, dt, merge);
+        const cp::Row r = cp::run_cp(*sub, *be, d, dt, merge, repeat);
         if (world.rank() == 0) cp::print_row(P, threads, r);
       }
       world.barrier();
