@@ -13,6 +13,13 @@ int64_t config_hash(const std::string& s) {
   return int64_t(h);
 }
 
+std::string content_hash(const TensorView& t) {
+  if (t.empty()) return "-";
+  const Tensor<double> x = to_tensor<double>(t);
+  const std::string bytes(reinterpret_cast<const char*>(x.data()), size_t(x.numel()) * sizeof(double));
+  return std::to_string(config_hash(bytes));
+}
+
 void agree_on_config(Comm& comm, const char* what, const std::string& config, const std::string& local_error) {
   const int P = comm.size();
   const int64_t mine[2] = {config_hash(config), local_error.empty() ? 0 : 1};

@@ -3,6 +3,7 @@
 #include "cp/context_parallel.h"
 
 #include <chrono>
+#include <iomanip>
 #include <optional>
 #include <sstream>
 
@@ -79,7 +80,7 @@ ContextParallel::ContextParallel(Comm& comm, Backend& backend, Variant variant, 
 
 ContextParallel::Local ContextParallel::prepare(const Inputs& in, std::string& config) const {
   std::ostringstream os;
-  os << "P=" << comm_.size() << " backend=" << backend_.name() << " merge=" << merge_name(opt_.merge)
+  os << std::setprecision(17) << "P=" << comm_.size() << " backend=" << backend_.name() << " merge=" << merge_name(opt_.merge)
      << " variant=" << variant_name(variant_) << " l2=" << flags_.use_qk_l2norm_in_kernel
      << " bsig=" << flags_.use_beta_sigmoid_in_kernel << " neg=" << flags_.allow_neg_eigval
      << " gate=" << flags_.use_gate_in_kernel << " lb=" << (flags_.lower_bound ? *flags_.lower_bound : 0.0)
@@ -88,7 +89,8 @@ ContextParallel::Local ContextParallel::prepare(const Inputs& in, std::string& c
      << " compute=" << dtype_name(opt_.problem.compute) << " q=" << shape_for_hash(in.q, true)
      << " k=" << shape_for_hash(in.k, true) << " v=" << shape_for_hash(in.v, true) << " g=" << shape_for_hash(in.g, true)
      << " beta=" << shape_for_hash(in.beta, true) << " A_log=" << shape_for_hash(in.A_log, false)
-     << " dt_bias=" << shape_for_hash(in.dt_bias, false) << " h0=" << shape_for_hash(in.initial_state, false);
+     << " dt_bias=" << shape_for_hash(in.dt_bias, false) << " h0=" << shape_for_hash(in.initial_state, false)
+     << " A_log values " << content_hash(in.A_log) << " dt_bias values " << content_hash(in.dt_bias);
   os << " bounds=";
   for (int64_t b : opt_.bounds) os << b << ",";
   os << " cu=";

@@ -26,13 +26,14 @@ void check_local(const ConvCp& c, const TensorView& x, const TensorView& weight,
 void check_args(Comm& comm, const ConvCp& c, const char* what, const TensorView& x, const TensorView& weight,
                 const TensorView& bias, const TensorView* dx) {
   std::ostringstream os;
-  os << "D=" << (x.rank() == 3 ? x.dim(2) : -1) << " weight=" << shape_str(weight.shape) << " bias=" << !bias.empty()
-     << " silu=" << c.silu << " compute=" << dtype_name(c.compute) << " bounds=";
-  for (int64_t b : c.ctx.bounds) os << b << ",";
-  os << " cu=";
-  for (int64_t b : c.cu_seqlens) os << b << ",";
   std::string err;
   try {
+    os << "D=" << (x.rank() == 3 ? x.dim(2) : -1) << " weight=" << shape_str(weight.shape) << " values "
+       << content_hash(weight) << " bias " << content_hash(bias) << " silu=" << c.silu
+       << " compute=" << dtype_name(c.compute) << " bounds=";
+    for (int64_t b : c.ctx.bounds) os << b << ",";
+    os << " cu=";
+    for (int64_t b : c.cu_seqlens) os << b << ",";
     check_local(c, x, weight, dx);
   } catch (const std::exception& e) {
     err = e.what();

@@ -156,6 +156,25 @@ TEST_CASE("ranks that disagree on the configuration are stopped before any compu
   CHECK(be.calls == 0);
 }
 
+TEST_CASE("ranks holding different parameter values (A_log) are stopped before any computation") {
+  cp::Comm& w = test::world();
+  CountingBackend be(val::backend_create("cpu-recurrent"));
+  val::CaseSpec s = spec_for(Variant::gdn, w.size());
+  s.flags.use_gate_in_kernel = true;
+  val::CaseData c = val::make_case(s);
+  if (w.rank() == w.size() - 1) c.A_log.data()[1] += 1e-12;  // a stale copy on one rank
+  ProblemOptions po;
+  po.cu_seqlens = c.cu_seqlens;
+  cp::ContextParallel cp(w, be, Variant::gdn, s.flags, {po, {}, cp::MergeAlgorithm::linear});
+  Inputs in = c.inputs();
+  const int64_t lo = cp.context().lo, n = cp.context().tokens();
+  for (TensorView* t : {&in.q, &in.k, &in.v, &in.g, &in.beta})
+    t->data = static_cast<double*>(t->data) + lo * t->stride[1], t->shape[1] = n;
+  Tensor<double> o({1, n, 2, 8});
+  CHECK_THROWS_WITH_AS(cp.forward(in, {o.view(), {}}), Contains("ranks disagree"), Error);
+  CHECK(be.calls == 0);
+}
+
 TEST_CASE("a rank with a bad local input stops every rank with its name") {
   cp::Comm& w = test::world();
   CountingBackend be(val::backend_create("cpu-recurrent"));
