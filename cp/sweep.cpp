@@ -26,7 +26,7 @@ struct SweepOptions {
 };
 
 struct Tally {
-  int rows = 0, failed = 0, skipped = 0;
+  int rows = 0, failed = 0, skipped = 0, notes = 0;
   double worst_f64 = 0, worst_f32 = 0;  // worst err/bar
   void add(const RowVerdict& v, DType dt) {
     ++rows;
@@ -73,10 +73,48 @@ void reduce_verdict(Comm& comm, RowVerdict& v) {
   if (fail && v.pass) v.pass = false, v.failure = "failed on another rank";
 }
 
+// The f32 baseline errors of a row: the float32 recurrence's, or the backend's own in one process
+// when larger (sweep_run.h); a backend missing the rule alone is reported as a NOTE.
+std::vector<double> row_baseline(Comm& comm, BackendSlot& b, const val::CaseData& c, const SweepReference& ref,
+                                 const std::string& id, Tally& tally) {
+  std::vector<double> base = ref.base_err;
+  if (b.name == "cpu-recurrent" || !b.backend->supports(c.problem(DType::f32))) return base;
+  const std::vector<double> single = sweep_single_errors(*b.backend, c, ref);
+  for (size_t i = 0; i < base.size(); ++i) base[i] = std::max(base[i], single[i]);
+  const std::string notes = sweep_backend_notes(ref, single);
+  tally.notes += !notes.empty();
+  if (!notes.empty() && comm.rank() == 0)
+    std::printf("NOTE  %s float32 in one process misses the float32 rule (a backend issue, not CP): %s; %s\n",
+                b.name.c_str(), notes.c_str(), id.c_str());
+  return base;
+}
+
+// The rows of one case on one backend: float64/float32 x linear/log-depth, as the options select.
+void run_backend_rows(Comm& comm, const SweepOptions& o, BackendSlot& b, const val::CaseData& c,
+                      const SweepReference& ref, const std::string& id, const SweepLayout& L, bool log_depth_only,
+                      Tally& tally) {
+  const std::vector<double> base = row_baseline(comm, b, c, ref, id, tally);
+  for (DType dt : {DType::f64, DType::f32})
+    for (MergeAlgorithm m : {MergeAlgorithm::linear, MergeAlgorithm::log_depth}) {
+      if (o.precision != "both" && o.precision != (dt == DType::f64 ? "f64" : "f32")) continue;
+      if (o.merge != "both" && o.merge != merge_name(m)) continue;
+      if (o.merge == "both" && o.quick && log_depth_only != (m == MergeAlgorithm::log_depth)) continue;
+      const std::string what = b.name + " " + std::string(dtype_name(dt)) + " " + std::string(merge_name(m)) + " " + id;
+      if (const Support sup = b.backend->supports(c.problem(dt)); !sup) {
+        if (comm.rank() == 0) std::printf("SKIP  %s: %s\n", what.c_str(), sup.reason.c_str());
+        ++tally.skipped;
+        continue;
+      }
+      RowVerdict v = sweep_cp_row(comm, *b.backend, c, ref, base, L, m, dt);
+      reduce_verdict(comm, v);
+      tally.add(v, dt);
+      print_row(comm.rank(), v, what);
+    }
+}
+
 void run_attention(Comm& comm, const SweepOptions& o, std::vector<BackendSlot>& backends, Tally& tally) {
-  const int P = comm.size();
   auto oracle = val::backend_create("cpu-recurrent");
-  const std::vector<SweepLayout> layouts = sweep_layouts(P, o.quick ? 21 : 37);
+  const std::vector<SweepLayout> layouts = sweep_layouts(comm.size(), o.quick ? 21 : 37);
   int index = 0, group = -1;  // group: (variant, flag set)
   for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
     for (const SweepFlags& fs : sweep_flag_sets(var))
@@ -96,24 +134,7 @@ void run_attention(Comm& comm, const SweepOptions& o, std::vector<BackendSlot>& 
           if (!o.filter.empty() && id.find(o.filter) == std::string::npos) continue;
           const val::CaseData c = val::make_case(s);
           const SweepReference ref = sweep_reference(c, *oracle);
-          for (BackendSlot& b : backends)
-            for (DType dt : {DType::f64, DType::f32})
-              for (MergeAlgorithm m : {MergeAlgorithm::linear, MergeAlgorithm::log_depth}) {
-                if (o.precision != "both" && o.precision != (dt == DType::f64 ? "f64" : "f32")) continue;
-                if (o.merge != "both" && o.merge != merge_name(m)) continue;
-                if (o.merge == "both" && o.quick && log_depth_only != (m == MergeAlgorithm::log_depth)) continue;
-                const std::string what = b.name + " " + std::string(dtype_name(dt)) + " " +
-                                         std::string(merge_name(m)) + " " + id;
-                if (!b.backend->supports(c.problem(dt))) {
-                  if (comm.rank() == 0) std::printf("SKIP  %s: %s\n", what.c_str(), b.backend->supports(c.problem(dt)).reason.c_str());
-                  ++tally.skipped;
-                  continue;
-                }
-                RowVerdict v = sweep_cp_row(comm, *b.backend, c, ref, L, m, dt);
-                reduce_verdict(comm, v);
-                tally.add(v, dt);
-                print_row(comm.rank(), v, what);
-              }
+          for (BackendSlot& b : backends) run_backend_rows(comm, o, b, c, ref, id, L, log_depth_only, tally);
         }
 }
 
@@ -122,7 +143,7 @@ void run_conv(Comm& comm, const SweepOptions& o, Tally& tally) {
   for (const SweepLayout& L : sweep_layouts(comm.size(), o.quick ? 21 : 37))
     for (int64_t W : {2, 3, 4})
       for (bool silu_bias : {true, false}) {
-        if (o.quick && (index++ % 2)) continue;
+        if (++index, o.quick && index % 2 == 0) continue;  // quick: every other case
         const std::string id = "conv1d(W=" + std::to_string(W) + (silu_bias ? ",silu,bias" : ",identity") + ") " +
                                L.describe();
         if (!o.filter.empty() && id.find(o.filter) == std::string::npos) continue;
@@ -152,9 +173,9 @@ int sweep(Comm& comm, const SweepOptions& o) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (comm.rank() == 0)
     std::printf("cp-sweep: %s  P=%d  %d rows: %d passed, %d failed, %d skipped; worst err/bar float64 %.2g, "
-                "float32 %.2g; %.1f s\n",
+                "float32 %.2g; %d backend notes; %.1f s\n",
                 failed ? "FAILED" : "PASSED", comm.size(), tally.rows, tally.rows - tally.failed, tally.failed,
-                tally.skipped, tally.worst_f64, tally.worst_f32, secs);
+                tally.skipped, tally.worst_f64, tally.worst_f32, tally.notes, secs);
   return failed ? 1 : 0;
 }
 

@@ -79,12 +79,12 @@ std::vector<int64_t> cu_of(const std::vector<int64_t>& lens) {
 }
 
 template <class S>
-RowVerdict cp_row(Comm& comm, Backend& be, const val::CaseData& c, const SweepReference& ref, const SweepLayout& L,
-                  MergeAlgorithm merge, DType dt) {
+RowVerdict cp_row(Comm& comm, Backend& be, const val::CaseData& c, const SweepReference& ref,
+                  const std::vector<double>& base_err, const SweepLayout& L, MergeAlgorithm merge, DType dt) {
   const CpCaseResult<S> r = run_cp_case<S>(comm, be, c, L.bounds, merge);
   RowVerdict v;
   const NamedViews cand = r.named(), want = ref.named();
-  for (size_t i = 0; i < cand.size(); ++i) judge(v, cand[i].first, cand[i].second, want[i].second, dt, ref.base_err[i]);
+  for (size_t i = 0; i < cand.size(); ++i) judge(v, cand[i].first, cand[i].second, want[i].second, dt, base_err[i]);
   if (!r.params_agree && v.pass) v.pass = false, v.failure = "parameter gradients differ between ranks";
   return v;
 }
@@ -143,9 +143,36 @@ SweepReference sweep_reference(const val::CaseData& c, Backend& oracle) {
 }
 
 RowVerdict sweep_cp_row(Comm& comm, Backend& backend, const val::CaseData& c, const SweepReference& ref,
-                        const SweepLayout& layout, MergeAlgorithm merge, DType compute) {
-  if (compute == DType::f64) return cp_row<double>(comm, backend, c, ref, layout, merge, compute);
-  return cp_row<float>(comm, backend, c, ref, layout, merge, compute);
+                        const std::vector<double>& base_err, const SweepLayout& layout, MergeAlgorithm merge,
+                        DType compute) {
+  if (compute == DType::f64) return cp_row<double>(comm, backend, c, ref, base_err, layout, merge, compute);
+  return cp_row<float>(comm, backend, c, ref, base_err, layout, merge, compute);
+}
+
+std::vector<double> sweep_single_errors(Backend& backend, const val::CaseData& c, const SweepReference& ref) {
+  const Problem p = c.problem(DType::f32);
+  auto out = val::make_outputs<float>(p, c.spec.final_state);
+  auto gr = val::make_grads<float>(p, c.inputs());
+  backend.forward(p, c.inputs(), out.views());
+  backend.backward(p, c.inputs(), c.cotangents(), gr.views());
+  const NamedViews a = named_of(out, gr), b = ref.named();
+  std::vector<double> err;
+  for (size_t i = 0; i < a.size(); ++i) err.push_back(val::compare(a[i].second, b[i].second).rel_l2);
+  return err;
+}
+
+std::string sweep_backend_notes(const SweepReference& ref, const std::vector<double>& single) {
+  std::string notes;
+  const NamedViews names = ref.named();
+  for (size_t i = 0; i < single.size(); ++i) {
+    const double rule = val::tol::kFloatRuleFactor * ref.base_err[i] + val::tol::kFloatRuleFloor;
+    if (single[i] <= rule) continue;
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s %.1e > rule %.1e", notes.empty() ? "" : ", ", names[i].first.c_str(),
+                  single[i], rule);
+    notes += buf;
+  }
+  return notes;
 }
 
 RowVerdict sweep_conv_row(Comm& comm, const SweepLayout& L, int64_t W, bool silu_bias, DType dt, uint64_t seed) {
