@@ -276,6 +276,7 @@ void ContextParallel::forward(const Inputs& in, const Outputs& out) {
   std::optional<Local> l;
   try {
     l = prepare(in, config);
+    check_outputs(l->p, {nonnull(out.o), {}});
     expect_global_state("final_state", out.final_state, global_state_shape(l->p, l->N));
     config += " ht=" + shape_for_hash(out.final_state, false);
   } catch (const std::exception& e) {
@@ -301,6 +302,10 @@ void ContextParallel::backward(const Inputs& in, const Cotangents& d, const Grad
     expect_global_state("d_initial_state", gr.d_initial_state, st);
     KCP_CHECK(gr.d_initial_state.empty() || !in.initial_state.empty(),
               "d_initial_state: requested, but initial_state was not given");
+    check_cotangents(l->p, {nonnull(d.d_o), {}});
+    Grads local = gr;
+    local.d_initial_state = {};
+    check_grads(l->p, in, local);
     config += " dht=" + shape_for_hash(d.d_final_state, false) + " do=" + shape_for_hash(d.d_o, true);
     for (const TensorView* g : {&gr.dq, &gr.dk, &gr.dv, &gr.dg, &gr.dbeta, &gr.d_initial_state, &gr.dA_log, &gr.ddt_bias})
       config += given(*g) ? "1" : "0";

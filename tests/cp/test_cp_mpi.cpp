@@ -195,6 +195,27 @@ TEST_CASE("a rank with a bad local input stops every rank with its name") {
   CHECK(be.calls == 0);
 }
 
+TEST_CASE("a bad cotangent on one rank stops every rank's backward before any computation") {
+  cp::Comm& w = test::world();
+  CountingBackend be(val::backend_create("cpu-recurrent"));
+  const val::CaseData c = val::make_case(spec_for(Variant::gla, w.size()));
+  ProblemOptions po;
+  po.cu_seqlens = c.cu_seqlens;
+  cp::ContextParallel cp(w, be, Variant::gla, {}, {po, {}, cp::MergeAlgorithm::log_depth});
+  const int64_t lo = cp.context().lo, n = cp.context().tokens();
+  Inputs in = c.inputs();
+  for (TensorView* t : {&in.q, &in.k, &in.v, &in.g})
+    t->data = static_cast<double*>(t->data) + lo * t->stride[1], t->shape[1] = n;
+  Tensor<double> o({1, n, 2, 8}), d_o({1, n, 2, w.rank() == 0 ? 7 : 8}), dq({1, n, 1, 8});
+  cp.forward(in, {o.view(), {}});
+  const int calls = be.calls;
+  Grads g;
+  g.dq = dq.view();
+  if (w.rank() == 0) CHECK_THROWS_WITH_AS(cp.backward(in, {d_o.view(), {}}, g), Contains("do: expected shape"), Error);
+  else CHECK_THROWS_WITH_AS(cp.backward(in, {d_o.view(), {}}, g), Contains("rank 0 rejected"), Error);
+  CHECK(be.calls == calls);
+}
+
 TEST_CASE("partitions that do not match cu_seqlens or the rank count are rejected") {
   cp::Comm& w = test::world();
   auto be = val::backend_create("cpu-recurrent");
