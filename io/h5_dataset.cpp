@@ -68,15 +68,17 @@ TypeChoice choose_type(hid_t ft, const std::string& label, const std::string& wh
     return {t, t, t == DType::bf16 ? Encoding::bf16_bits : Encoding::ieee,
             cls == H5T_OPAQUE ? copy_of(ft) : copy_of(H5T_NATIVE_UINT16)};
   }
+  if (cls == H5T_INTEGER && size == 2 && H5Tget_sign(ft) == H5T_SGN_NONE && label.empty())
+    throw Error(where + ": a 2-byte integer dataset needs attribute dtype = 'bfloat16' or 'float16' to be read "
+                "as floats (kcp dumps hold no uint16 data)");
   if (cls == H5T_INTEGER) {
     const bool is_signed = H5Tget_sign(ft) == H5T_SGN_2;
     if (size == 4 && is_signed) return {DType::i32, DType::i32, Encoding::ieee, copy_of(H5T_NATIVE_INT32)};
     KCP_CHECK(size < 8 || is_signed, where, ": unsigned 64-bit integers are not supported (use int64)");
     return {DType::i64, DType::i64, Encoding::ieee, copy_of(H5T_NATIVE_INT64)};
   }
-  if (cls == H5T_OPAQUE || cls == H5T_INTEGER)
-    throw Error(where + ": a 2-byte " + std::string(cls == H5T_OPAQUE ? "opaque" : "integer") +
-                " dataset needs attribute dtype = 'bfloat16' or 'float16' to be read as floats");
+  if (cls == H5T_OPAQUE)
+    throw Error(where + ": an opaque dataset needs size 2 and attribute dtype = 'bfloat16' or 'float16'");
   throw Error(where + ": unsupported HDF5 type class for a tensor (expected float, integer or 16-bit bits)");
 }
 
