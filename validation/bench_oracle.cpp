@@ -2,6 +2,7 @@
 // Prints tokens/s and the FLOP rate of the algorithm's own operation count (flops_per_token_head).
 // A benchmark, never a test: figures go to docs/BENCHMARKS.md with date, machine and commit.
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +22,13 @@ namespace {
 // 5, reverse step 19). cpu-chunkwise reports the same algorithmic count so rates are comparable.
 double flops_per_token_head(bool backward, int64_t K, int64_t V) { return (backward ? 36.0 : 7.0) * double(K * V); }
 
+// Peak resident memory of this process so far, in MiB (Linux reports ru_maxrss in KiB).
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) / 1024.0;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -35,6 +43,12 @@ double median_time(int repeat, F&& f) {
   }
   std::sort(ts.begin(), ts.end());
   return ts[ts.size() / 2];
+}
+
+size_t tensor_bytes(const CaseData& c) {
+  size_t n = 0;
+  for (const Tensor<double>* t : {&c.q, &c.k, &c.v, &c.g, &c.beta, &c.h0, &c.d_o, &c.dht}) n += size_t(t->numel());
+  return n * sizeof(double);
 }
 
 template <class S>
@@ -57,6 +71,9 @@ void bench_one(Backend& be, const CaseData& c, DType dt, int repeat) {
               std::string(be.name()).c_str(), std::string(dtype_name(dt)).c_str(), tf, double(p.T * p.B) / tf,
               th * flops_per_token_head(false, p.K, p.V) / tf * 1e-9, tb, double(p.T * p.B) / tb,
               th * (flops_per_token_head(false, p.K, p.V) + flops_per_token_head(true, p.K, p.V)) / tb * 1e-9);
+  std::printf("%-14s %-8s peak RSS so far %.0f MiB (inputs+outputs+grads of this case: %.0f MiB)\n",
+              std::string(be.name()).c_str(), std::string(dtype_name(dt)).c_str(), peak_rss_mib(),
+              double(tensor_bytes(c) + sizeof(S) * size_t(out.o.numel() + gr.dq.numel() + gr.dk.numel() + gr.dv.numel() + gr.dg.numel())) / 1048576.0);
   std::fflush(stdout);
 }
 
