@@ -55,11 +55,17 @@ Tally compare_inputs(const io::Dump& a, const io::Dump& b) {
   return t;
 }
 
+std::string number_str(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", x);  // scale = 0.1767766953, not 0.176777
+  return buf;
+}
+
 void print_attrs(const io::Attributes& attrs, const char* indent) {
   for (const auto& [k, v] : attrs) {
     std::string s;
     if (const std::string* str = std::get_if<std::string>(&v)) s = "'" + *str + "'";
-    else if (const double* d = std::get_if<double>(&v)) s = std::isnan(*d) ? "nan" : std::to_string(*d);
+    else if (const double* d = std::get_if<double>(&v)) s = number_str(*d);
     else if (const int64_t* i = std::get_if<int64_t>(&v)) s = std::to_string(*i);
     else if (const bool* b = std::get_if<bool>(&v)) s = *b ? "TRUE" : "FALSE";
     else s = io::attr_describe(v);
