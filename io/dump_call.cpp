@@ -196,7 +196,8 @@ Conv1dCall dump_conv1d_call(const Dump& d) {
   c.bias = take(c.tensors, in, d.path, "bias", false, "");
   c.dy = take(c.tensors, in, d.path, "dy", false, "");
   KCP_CHECK(c.x.rank() == 3, d.path, ": /inputs/x: expected shape [B,T,D], got ", shape_str(c.x.shape));
-  if (const DumpDataset* cu = in.find("cu_seqlens")) c.cu_seqlens = read_index_vector(*cu, d.path + ": /inputs/cu_seqlens");
+  if (const DumpDataset* cu = in.find("cu_seqlens"))
+    c.cu_seqlens = read_index_vector(*cu, d.path + ": /inputs/cu_seqlens");
   const std::string act = attr_string(d.attrs, "activation", d.path + ":", "swish");
   KCP_CHECK(act == "swish" || act == "silu" || act == "identity" || act == "none", d.path,
             ": attribute activation: expected swish, silu, identity or none, got '", act, "'");
@@ -212,7 +213,8 @@ Conv1dCall dump_conv1d_call(const Dump& d) {
 
 bool result_name_known(std::string_view op, std::string_view name) {
   if (op == "conv1d") return name == "y" || name == "dx" || name == "dweight" || name == "dbias";
-  for (std::string_view n : {"o", "final_state", "dq", "dk", "dv", "dg", "dbeta", "dinitial_state", "dA_log", "ddt_bias"})
+  for (std::string_view n :
+       {"o", "final_state", "dq", "dk", "dv", "dg", "dbeta", "dinitial_state", "dA_log", "ddt_bias"})
     if (n == name) return true;
   return false;
 }

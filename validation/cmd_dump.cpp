@@ -124,7 +124,8 @@ int cmd_compare(int argc, char** argv) {
       const io::DumpDataset* y = gb->find(x.name);
       if (!y) report_skip(ga->name, x.name, "only in " + a.path, t);
       else if (x.data.shape != y->data.shape) report_fail(ga->name, x.name, "shapes differ", t);
-      else if (!dtype_is_float(x.data.dtype) || !dtype_is_float(y->data.dtype)) report_skip(ga->name, x.name, "not floats", t);
+      else if (!dtype_is_float(x.data.dtype) || !dtype_is_float(y->data.dtype))
+        report_skip(ga->name, x.name, "not floats", t);
       else report_tensor(ga->name, x.name, x.data.view(), y->data.view(), x.source,
                          bar_for(prod, a.op, x.name, x.source, input), t);
     }

@@ -35,6 +35,10 @@ io::DumpDataset& input(io::Dump& d, const char* name) {
   throw 0;
 }
 
+void drop(io::Dump& d, const char* name) {
+  std::erase_if(d.groups.at(0).datasets, [&](const io::DumpDataset& x) { return x.name == name; });
+}
+
 void set_value(io::DumpDataset& ds, int64_t i, double v) { ds.data.view().set(i, v); }
 
 struct BadCase {
@@ -57,7 +61,7 @@ TEST_CASE("every kind of bad dump is one error naming the file and the object") 
   test::TempDir dir("bad_input");
   const std::string path = dir.file("bad.h5");
   const BadCase cases[] = {
-      {"missing dataset", [](io::Dump& d) { std::erase_if(d.groups[0].datasets, [](auto& x) { return x.name == "v"; }); },
+      {"missing dataset", [](io::Dump& d) { drop(d, "v"); },
        "/inputs/v: missing"},
       {"missing /inputs", [](io::Dump& d) { d.groups[0].name = "inputz"; }, "/inputs: missing"},
       {"shape contradicts the others", [](io::Dump& d) { input(d, "k").data.shape[1] -= 1; },
@@ -81,9 +85,13 @@ TEST_CASE("every kind of bad dump is one error naming the file and the object") 
       {"cu_seqlens not ending at T", [](io::Dump& d) { set_value(input(d, "cu_seqlens"), 2, 12); },
        "/inputs/cu_seqlens: must end at T"},
       {"lower_bound on gdn", [](io::Dump& d) { d.attrs["lower_bound"] = -5.0; }, "attribute lower_bound"},
-      {"integer q", [](io::Dump& d) { auto& q = input(d, "q"); q.data = io::array_convert(q.data, DType::i32), q.source = DType::i32; },
+      {"integer q",
+       [](io::Dump& d) {
+         io::DumpDataset& q = input(d, "q");
+         q.data = io::array_convert(q.data, DType::i32), q.source = DType::i32;
+       },
        "/inputs/q: expected a floating-point"},
-      {"dht without do", [](io::Dump& d) { std::erase_if(d.groups[0].datasets, [](auto& x) { return x.name == "do"; }); },
+      {"dht without do", [](io::Dump& d) { drop(d, "do"); },
        "/inputs/dht: given without do"},
   };
   for (const BadCase& c : cases) {
@@ -111,8 +119,8 @@ TEST_CASE("an unknown dtype label and an unlabelled 2-byte integer are refused")
     io::H5Id ds(H5Dopen2(f.get(), "inputs/g", H5P_DEFAULT), H5Dclose);
     io::attrs_write(ds.get(), {{"dtype", std::string("bfloat17")}}, path);
   }
-  CHECK_THROWS_WITH_AS(decode(path), doctest::Contains((path + ": /inputs/g: attribute dtype: unknown dtype 'bfloat17'").c_str()),
-                       Error);
+  const std::string label = path + ": /inputs/g: attribute dtype: unknown dtype 'bfloat17'";
+  CHECK_THROWS_WITH_AS(decode(path), doctest::Contains(label.c_str()), Error);
   io::Dump e = good_dump();
   io::DumpDataset& q = input(e, "q");
   q.data = io::array_convert(q.data, DType::bf16), q.source = DType::bf16, q.encoding = io::Encoding::bf16_bits;
@@ -122,7 +130,8 @@ TEST_CASE("an unknown dtype label and an unlabelled 2-byte integer are refused")
     io::H5Id ds(H5Dopen2(f.get(), "inputs/q", H5P_DEFAULT), H5Dclose);
     REQUIRE(H5Adelete(ds.get(), "dtype") >= 0);
   }
-  CHECK_THROWS_WITH_AS(decode(path), doctest::Contains((path + ": /inputs/q: a 2-byte integer dataset needs").c_str()), Error);
+  const std::string bits = path + ": /inputs/q: a 2-byte integer dataset needs";
+  CHECK_THROWS_WITH_AS(decode(path), doctest::Contains(bits.c_str()), Error);
 }
 
 TEST_CASE("files that are not HDF5, empty, or truncated anywhere are refused without a crash") {
@@ -169,7 +178,8 @@ TEST_CASE("conv1d dumps: weight that contradicts x or kernel_size, unknown activ
   io::Dump d = conv_dump();
   d.attrs["kernel_size"] = int64_t(3);
   io::dump_write(path, d);
-  CHECK_THROWS_WITH_AS(decode(path), doctest::Contains((path + ": /inputs/weight: expected shape [D,W]").c_str()), Error);
+  const std::string weight = path + ": /inputs/weight: expected shape [D,W]";
+  CHECK_THROWS_WITH_AS(decode(path), doctest::Contains(weight.c_str()), Error);
   d = conv_dump();
   d.attrs["activation"] = std::string("gelu");
   io::dump_write(path, d);

@@ -166,7 +166,8 @@ TEST_CASE("attributes: strings of both kinds, h5py booleans, uint8 flags, number
   {
     H5Id f = io::file_create(path);
     io::attrs_write(f.get(), {{"vstr", std::string("kda")}, {"flag", true}, {"off", false}, {"n", int64_t(-3)},
-                              {"x", 0.25}, {"ints", std::vector<int64_t>{1, 2, 3}}, {"reals", std::vector<double>{0.5}}},
+                              {"x", 0.25}, {"ints", std::vector<int64_t>{1, 2, 3}},
+                              {"reals", std::vector<double>{0.5}}},
                     path);
     H5Id sp(H5Screate(H5S_SCALAR), H5Sclose);
     for (auto [name, pad] : {std::pair{"fixed_null", H5T_STR_NULLTERM}, std::pair{"fixed_space", H5T_STR_SPACEPAD}}) {
@@ -214,7 +215,8 @@ TEST_CASE("missing objects and non-HDF5 files are errors that name the file and 
   const std::string path = dir.file("x.h5");
   write_one(path, pattern_array(DType::f32, 0), DType::f32, io::Encoding::ieee);
   H5Id f = io::file_open_read(path);
-  CHECK_THROWS_WITH_AS(io::dataset_read(f.get(), "nope", path + ": /nope"), doctest::Contains((path + ": /nope").c_str()), Error);
+  const std::string where = path + ": /nope";
+  CHECK_THROWS_WITH_AS(io::dataset_read(f.get(), "nope", where), doctest::Contains(where.c_str()), Error);
   CHECK_THROWS_WITH_AS(io::group_open(f.get(), "g", path + ": /g"), doctest::Contains("cannot open the group"), Error);
   CHECK_THROWS_WITH_AS(io::file_open_read(dir.file("absent.h5")), doctest::Contains("no such file"), Error);
 }

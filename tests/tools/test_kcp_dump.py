@@ -110,8 +110,10 @@ class KcpDumpTest(unittest.TestCase):
             return kcp_dump.float32_from_bf16_bits(kcp_dump.bf16_bits_from_float32(
                 self.rng.standard_normal(shape).astype(np.float32)))
         q, k = bf16(1, T, H, K), bf16(1, T, H, K)
-        q = kcp_dump.float32_from_bf16_bits(kcp_dump.bf16_bits_from_float32(q / np.linalg.norm(q, axis=-1, keepdims=True)))
-        k = kcp_dump.float32_from_bf16_bits(kcp_dump.bf16_bits_from_float32(k / np.linalg.norm(k, axis=-1, keepdims=True)))
+        def unit_bf16(x):
+            x = x / np.linalg.norm(x, axis=-1, keepdims=True)
+            return kcp_dump.float32_from_bf16_bits(kcp_dump.bf16_bits_from_float32(x))
+        q, k = unit_bf16(q), unit_bf16(k)
         inputs = dict(q=q, k=k, v=bf16(1, T, H, V), g=self.rng.uniform(-0.3, -0.01, (1, T, H, K)).astype(np.float32),
                       beta=kcp_dump.float32_from_bf16_bits(kcp_dump.bf16_bits_from_float32(
                           self.rng.uniform(0, 1, (1, T, H)).astype(np.float32))),
@@ -136,7 +138,8 @@ class KcpDumpTest(unittest.TestCase):
     def test_kcp_run_results_rounded_to_bf16_pass_the_kernel_bars(self):
         inputs, dtypes = self.bf16_inputs()
         kcp_dump.write_dump(self.path("in.h5"), "kda", inputs, None, {}, dtypes)
-        rc, out, err = kcp("run", "--backend", "cpu-recurrent", "--in", self.path("in.h5"), "--out", self.path("run.h5"))
+        rc, out, err = kcp("run", "--backend", "cpu-recurrent", "--in", self.path("in.h5"),
+                           "--out", self.path("run.h5"))
         self.assertEqual(rc, 0, out + err)
         with h5py.File(self.path("run.h5"), "r") as f:
             res = {n: f["cpu-recurrent"][n][...] for n in f["cpu-recurrent"]}
