@@ -4,11 +4,13 @@
 //   compare A.h5 B.h5: /inputs must be identical; every tensor of a result group present in both is
 //       compared, A as the candidate and B as the reference, under A's group policy. Exit as check.
 //   info FILE: attributes, decoded problem, placement, and every dataset with its storage.
+//   assemble --out G.h5 SHARD...: the global dump of a TP/CP run from its per-rank files.
 // Covered by tests/validation/test_cli.cpp.
 #include <cmath>
 #include <cstdio>
 
 #include "io/dump.h"
+#include "io/dump_assemble.h"
 #include "validation/cli_args.h"
 #include "validation/commands.h"
 #include "validation/compare.h"
@@ -147,6 +149,20 @@ int cmd_info(int argc, char** argv) {
     print_attrs(g.attrs, "    @");
     for (const io::DumpDataset& ds : g.datasets) print_dataset(ds);
   }
+  return 0;
+}
+
+int cmd_assemble(int argc, char** argv) {
+  Args args(argc, argv, {"out"}, {});
+  const std::vector<std::string> files = expand_dump_paths(args.positional());
+  KCP_CHECK(args.has("out") && !files.empty(), "usage: kcp assemble --out G.h5 SHARD... (files or folders)");
+  std::vector<io::Dump> shards;
+  for (const std::string& f : files) shards.push_back(io::dump_read(f));
+  io::Dump g = io::dump_assemble(shards);
+  add_size_attrs(g, DType::f64);  // also decodes the global problem: a bad assembly fails here
+  io::dump_write(args.get("out", ""), g);
+  std::printf("kcp assemble: %zu shards -> %s (%s)\n", shards.size(), args.get("out", "").c_str(),
+              g.op == "conv1d" ? "conv1d" : io::dump_op_call(g, DType::f64).problem.describe().c_str());
   return 0;
 }
 

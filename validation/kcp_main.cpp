@@ -21,6 +21,7 @@ const Command kCommands[] = {
     {"compare", kcp::val::cmd_compare, "A.h5 B.h5: compare the matching datasets of two dumps"},
     {"run", kcp::val::cmd_run, "--backend NAME --in X.h5 --out Y.h5: add a backend's results to a dump"},
     {"info", kcp::val::cmd_info, "FILE: what a dump holds"},
+    {"assemble", kcp::val::cmd_assemble, "--out G.h5 SHARD...: rebuild the global dump of a TP/CP run"},
 };
 
 void usage() {

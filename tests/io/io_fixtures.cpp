@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 namespace kcp::test {
 
@@ -60,6 +62,83 @@ io::Dump dump_from_case(const val::CaseData& c, DType stored, io::Encoding encod
     std::copy(c.cu_seqlens.begin(), c.cu_seqlens.end(), static_cast<int64_t*>(cu.data()));
     in.add("cu_seqlens", std::move(cu), DType::i64);
   }
+  return d;
+}
+
+namespace {
+
+io::Array slice_axis(const io::Array& a, size_t axis, int64_t begin, int64_t end) {
+  Shape s = a.shape;
+  int64_t outer = 1, inner = dtype_size(a.dtype);
+  for (size_t d = 0; d < axis; ++d) outer *= s[d];
+  for (size_t d = axis + 1; d < s.size(); ++d) inner *= s[d];
+  const int64_t full = s[axis];
+  s[axis] = end - begin;
+  io::Array out(a.dtype, s);
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(static_cast<char*>(out.data()) + o * (end - begin) * inner,
+                static_cast<const char*>(a.data()) + (o * full + begin) * inner, size_t((end - begin) * inner));
+  return out;
+}
+
+bool in(const std::string& x, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (x == n) return true;
+  return false;
+}
+
+// The dataset's part on `rank`, or the whole (nullptr-free) when every rank holds all of it.
+io::Array shard_of(const io::DumpDataset& ds, int64_t rank, int64_t P, bool tokens) {
+  const io::Array& a = ds.data;
+  const bool per_token = in(ds.name, {"q", "k", "v", "g", "beta", "do", "o", "dq", "dk", "dv", "dg", "dbeta"});
+  const bool state = in(ds.name, {"initial_state", "dht", "final_state", "dinitial_state"});
+  const bool param = in(ds.name, {"A_log", "dt_bias", "dA_log", "ddt_bias"});
+  const size_t axis = tokens ? 1 : per_token ? 2 : state ? 1 : 0;
+  if (tokens && in(ds.name, {"dA_log", "ddt_bias"})) {  // each rank holds a partial sum
+    Tensor<double> x = to_tensor<double>(a.view());
+    for (double& v : x.vec()) v /= double(P);
+    return array_of(x, a.dtype);
+  }
+  if ((tokens && !per_token) || (!tokens && !per_token && !state && !param)) return a;
+  const int64_t part = a.shape[axis] / P;
+  return slice_axis(a, axis, rank * part, (rank + 1) * part);
+}
+
+}  // namespace
+
+io::Dump dump_shard(const io::Dump& global, int64_t rank, int64_t P, bool tokens) {
+  io::Dump d = global;
+  const io::Array& v = global.group("inputs")->find("v")->data;
+  const int64_t T = v.shape[1], HV = v.shape[2];
+  for (io::DumpGroup& g : d.groups) {
+    if (tokens)  // FLA's chunkwise CP forbids initial and final states
+      std::erase_if(g.datasets, [](const io::DumpDataset& x) {
+        return in(x.name, {"initial_state", "dht", "final_state", "dinitial_state"});
+      });
+    for (io::DumpDataset& ds : g.datasets) {
+      ds.data = shard_of(ds, rank, P, tokens);
+      if (tokens && ds.name == "cu_seqlens") ds.attrs["scope"] = std::string("global");
+    }
+  }
+  d.attrs["cp_size"] = P, d.attrs["cp_rank"] = rank;
+  d.attrs["cp_mode"] = std::string(tokens ? "chunkwise" : "headwise");
+  d.attrs["token_offset"] = tokens ? rank * (T / P) : int64_t(0);
+  d.attrs["head_offset"] = tokens ? int64_t(0) : rank * (HV / P);
+  if (tokens) {  // FLA's context fields (ALGORITHMS.md 5.1)
+    std::vector<int64_t> cu = {0, T};
+    if (const io::DumpDataset* c = global.group("inputs")->find("cu_seqlens"))
+      cu = to_tensor<int64_t>(c->data.view()).vec();
+    const int64_t part = T / P, lo = rank * part, hi = lo + part;
+    int64_t first_start = 0, last_end = T;
+    for (size_t s = 0; s + 1 < cu.size(); ++s) {
+      if (cu[s] <= lo && cu[s + 1] > lo) first_start = cu[s];
+      if (cu[s] < hi && cu[s + 1] >= hi) last_end = cu[s + 1];
+    }
+    d.attrs["cp_pre_num_ranks"] = rank - first_start / part;
+    d.attrs["cp_post_num_ranks"] = (last_end - 1) / part - rank;
+    d.attrs["cp_pre_num_conv_tokens"] = std::max<int64_t>(0, lo - first_start);
+  }
+  for (const char* k : {"B", "T", "H", "HV", "K", "V", "N"}) d.attrs.erase(k);
   return d;
 }
 

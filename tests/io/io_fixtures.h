@@ -24,6 +24,12 @@ struct TempDir {
 io::Dump dump_from_case(const val::CaseData& c, DType stored = DType::f32,
                         io::Encoding encoding = io::Encoding::ieee);
 
+// Rank `rank` of `P` of a single-rank gdn/kda dump, split as a CP/TP run would hold it: along the
+// packed tokens (chunkwise CP: contiguous parts, global cu_seqlens kept with scope = "global",
+// partial sums dA_log/ddt_bias as value/P, states dropped as FLA forbids them there) or along the
+// heads (headwise CP / TP). Sets the placement attributes.
+io::Dump dump_shard(const io::Dump& global, int64_t rank, int64_t P, bool tokens);
+
 // An Array of `t` holding a Tensor<double>'s values (rounded RNE for bf16/f16).
 io::Array array_of(const Tensor<double>& x, DType t);
 
