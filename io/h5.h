@@ -81,7 +81,9 @@ struct Array {
   TensorView view() const;  // host view of this array
 };
 Array array_from_view(const TensorView& host_view);  // exact copy in the view's dtype
-Array array_convert(const Array& a, DType to);       // through double; RNE for bf16/f16
+// Through double; narrowing rounds to nearest even (from float64 to bf16/f16 it rounds twice, via
+// float32: a value within 2^-30 relative of a bf16 tie can land on the other side).
+Array array_convert(const Array& a, DType to);
 
 // How a dataset is (to be) stored in the file.
 enum class Encoding {
