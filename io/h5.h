@@ -82,7 +82,7 @@ struct Array {
 };
 Array array_from_view(const TensorView& host_view);  // exact copy in the view's dtype
 // Through double; narrowing rounds to nearest even (from float64 to bf16/f16 it rounds twice, via
-// float32: a value within 2^-30 relative of a bf16 tie can land on the other side).
+// float32: a value within half a float32 ulp (2^-24 relative) of a bf16 tie may round the other way).
 Array array_convert(const Array& a, DType to);
 
 // How a dataset is (to be) stored in the file.
