@@ -14,8 +14,8 @@
 //     t.h[c] (state entering c), t.vnew[c], t.o[c] (rows of chunk c), t.ht.
 //   ChunkwiseBackwardTrace<S> b = chunkwise_backward_trace(p, d, d_o_rows, dht);
 //     b.dh[c] (gradient of the state LEAVING c), b.chunk[c].dAqk, .dv_loc, .dvnew, .dh_in, .dq_inter,
-//     .dk_inter, .dw, .dB_inter, .dP, .dL, .dv, .dk_wy, .dbeta_wy, .dB_wy, .dq_intra, .dk_intra,
-//     .dbeta_intra, .dB_intra; b.grads (HeadGrads, same as the recurrence's).
+//     .dk_inter, .dw, .dB_q, .dB_kg, .dB_all, .dP, .dL, .dv, .dk_wy, .dbeta_wy, .dB_wy, .dq_intra, .dk_intra,
+//     .dbeta_intra, .dB_intra, .da_intra; b.grads (HeadGrads, same as the recurrence's).
 //   One stage alone: ChunkInputs<S> x = chunk_inputs(d, chunk_span(d.seq.len, p.chunk_size, c)), then
 //   chunk_gate_cumsum(x.a), chunk_kkt(...), ..., with the previous stage's outputs taken from the trace.
 // States are K-major [K,V] here whatever state_v_first says; FLA's h/dh are [NT,HV,K,V] (or V,K).
@@ -56,18 +56,22 @@ template <class S> ChunkInputs<S> chunk_inputs(const HeadData<S>& d, ChunkSpan s
 // ---- forward stages --------------------------------------------------------------------------------
 
 // Stage gate cumsum (FLA chunk_local_cumsum). Natural-log units; FLA stores b = B / ln 2 (log2).
-// `sub_*` are the sub-chunk anchor factors the per-channel intra-chunk products use (every exponent
-// <= 0, so nothing overflows for any decay): sub_row[r] = exp(B_r - B_{first row of r's sub-chunk}),
-// sub_col[s] = exp(B_{first row of the next sub-chunk} - B_s) (zero in the last sub-chunk),
-// step[r] = exp(a_r) = exp(B_r - B_{r-1}) for the running products inside a sub-chunk.
+// The cumsum is accumulated in float64 for every S and each decay factor below is exp of a float64
+// difference: a float32 cumsum carries an absolute error ~ eps |B|, which becomes the relative error
+// of every exp(B_r - B_s) (1e-5 for |B| ~ 100, strong gates), far worse than the recurrence.
+// `sub_*`, `cross` are the sub-chunk anchor factors the per-channel intra-chunk products use (every
+// exponent <= 0, so nothing overflows for any decay): sub_row[r] = exp(B_r - B_{n_b}) for r in
+// sub-chunk b (n_b its first row), sub_col[s] = exp(B_{n_{b+1}} - B_s) (zero in the last sub-chunk),
+// cross[i*nsub + j] = exp(B_{n_i} - B_{n_{j+1}}) for j < i, step[r] = exp(a_r).
 // gdn (Kg = 1) instead keeps decay [len,len] = exp(B_r - B_s) for s <= r.
 template <class S>
 struct ChunkGate {
-  Mat<S> B;             // [len,Kg] B_r = sum_{s<=r} a_s
+  Mat<S> B;             // [len,Kg] B_r = sum_{s<=r} a_s (rounded to S from the float64 cumsum)
   Mat<S> gamma;         // [len,Kg] exp(B_r): decay from the chunk start through row r
   Mat<S> e;             // [len,Kg] exp(B_end - B_r): decay after row r to the chunk end
   RowVec<S> gamma_end;  // [Kg] exp(B_end)
   Mat<S> sub_row, sub_col, step;  // [len,K] (per-channel gates only)
+  std::vector<RowVec<S>> cross;   // [nsub*nsub] of [K] (per-channel gates only)
   Mat<S> decay;                   // [len,len] (scalar gate only), upper part zero
 };
 template <class S> ChunkGate<S> chunk_gate_cumsum(const Mat<S>& a);
@@ -119,7 +123,8 @@ template <class S> ChunkwiseTrace<S> chunkwise_forward_trace(const Problem& p, c
 
 // ---- backward stages -------------------------------------------------------------------------------
 // All per chunk; `dh` is the gradient of the state LEAVING the chunk (FLA's dh[c]). dB pieces are
-// gradients w.r.t. the natural-log cumsum B [len,Kg]; da = chunk_gate_cumsum_backward(sum of them).
+// gradients w.r.t. the natural-log cumsum B [len,Kg] (channel-summed for gdn); da from them by
+// chunk_gate_cumsum_backward.
 
 // FLA chunk_kda_bwd_dAv / chunk_bwd_dv_local: dAqk[r,s] = scale (do_r . vnew_s), s <= r (FLA's
 // convention: scale included, so dq_intra = sum_s dAqk[r,s] k_s D_rs); dv_loc = Aqk^T do.
@@ -135,12 +140,19 @@ void chunk_state_backward(const ChunkLocal<S>& loc, const Mat<S>& dv_loc, const 
 
 // FLA chunk_bwd_dqkwg (inter-chunk part; the first half of chunk_kda_bwd_wy_dqkg_fused), h = h[c]:
 //   dq_inter = scale Gamma * (do h^T) ; dk_inter = E * (vnew dh^T) ; dw = -dvnew h^T
-//   dB_inter = q dq_inter - k dk_inter + [r == end] (gamma_end rowsum(h*dh) + sum_r k_r dk_inter_r)
-template <class S> struct ChunkInterGrads { Mat<S> dq_inter, dk_inter, dw, dB_inter; };
+//   gate pieces: dB_q = q dq_inter (through qg), dB_kg = k dk_inter (through kg = k exp(B_end - B_r)),
+//   dB_all = gamma_end rowsum(h * dh) (through the chunk decay of h); see chunk_gate_cumsum_backward.
+//   FLA's single dB_inter = dB_q - dB_kg + [r == end] (dB_all + sum_r dB_kg_r): fla_dB_inter().
+template <class S> struct ChunkInterGrads {
+  Mat<S> dq_inter, dk_inter, dw;  // [len,K]
+  Mat<S> dB_q, dB_kg;             // [len,Kg]
+  RowVec<S> dB_all;               // [Kg]
+};
 template <class S>
 ChunkInterGrads<S> chunk_inter_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& h,
                                         const Mat<S>& vnew, const Mat<S>& d_o, const Mat<S>& dh,
                                         const Mat<S>& dvnew, S scale);
+template <class S> Mat<S> fla_dB_inter(const ChunkInterGrads<S>& in);
 
 // FLA prepare_wy_repr_bwd (second half of chunk_kda_bwd_wy_dqkg_fused): with dXw = P^T dw,
 // dXu = P^T dvnew:  dv = beta dXu ; dbeta_wy = v.dXu + (k Gamma).dXw ; dk_wy = beta Gamma dXw ;
@@ -156,24 +168,34 @@ ChunkWYGrads<S> chunk_wy_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& 
 //   dq_intra_r = sum_{s<=r} dAqk[r,s] k_s D_rs
 //   dk_intra_s = sum_{r>=s} dAqk[r,s] q_r D_rs + beta_s sum_{r<s} dL[s,r] k_r D_sr
 //                + sum_{r>s} dL[r,s] beta_r k_r D_rs
-//   dbeta_intra_r = k_r . sum_{s<r} dL[r,s] k_s D_rs ;  dB_intra = channel-resolved q dq - k dk terms
-template <class S> struct ChunkIntraGrads { Mat<S> dq_intra, dk_intra, dB_intra; Vec<S> dbeta_intra; };
+//   dbeta_intra_r = k_r . sum_{s<r} dL[r,s] k_s D_rs
+//   dB_intra = q dq_intra - k dk_(Aqk part) + beta k dkrow - k dkcol: FLA's per-row form (gdn: summed
+//              over channels), whose reverse cumsum is the intra gate gradient in exact arithmetic;
+//   da_intra = the same gradient w.r.t. a [len,Kg], as rectangle sums without cancellation
+//              (chunkwise_intra.h); the head backward uses da_intra.
+template <class S> struct ChunkIntraGrads { Mat<S> dq_intra, dk_intra, dB_intra, da_intra; Vec<S> dbeta_intra; };
 template <class S>
 ChunkIntraGrads<S> chunk_intra_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& dAqk,
                                         const Mat<S>& dL);
 
-// da_r = sum_{s >= r in the chunk} dB_s (reverse chunk-local cumsum; no log2 factor, 4.2).
-template <class S> Mat<S> chunk_gate_cumsum_backward(const Mat<S>& dB);
+// The gate gradient of one chunk from the inter and WY pieces (w.r.t. a, [len,Kg]; no log2 factor):
+//   da_t = sum_{r >= t} dB_rev_r + sum_{r < t} dB_kg_r + dB_all,  dB_rev = dB_q + dB_wy;
+// the head backward adds da_intra. FLA takes one reverse cumsum of fla_dB_inter + dB_wy + dB_intra,
+// equal in exact arithmetic, but there the kg piece enters as "chunk total minus suffix", which under
+// strong decay (E_r tiny except near the chunk end) cancels every digit of da_t in float32.
+template <class S>
+Mat<S> chunk_gate_cumsum_backward(const Mat<S>& dB_rev, const Mat<S>& dB_kg, const RowVec<S>& dB_all);
 
 // Every backward piece of one chunk.
 template <class S>
 struct ChunkBackward {
   Mat<S> dAqk, dv_loc;                         // chunk_bwd_dAv
   Mat<S> dvnew, dh_in;                         // chunk_state_backward
-  Mat<S> dq_inter, dk_inter, dw, dB_inter;     // chunk_inter_backward
+  Mat<S> dq_inter, dk_inter, dw, dB_q, dB_kg;  // chunk_inter_backward
+  RowVec<S> dB_all;
   Mat<S> dv, dk_wy, dB_wy, dP, dL;             // chunk_wy_backward
   Vec<S> dbeta_wy;
-  Mat<S> dq_intra, dk_intra, dB_intra;         // chunk_intra_backward
+  Mat<S> dq_intra, dk_intra, dB_intra, da_intra;  // chunk_intra_backward
   Vec<S> dbeta_intra;
 };
 template <class S>
