@@ -90,9 +90,13 @@ void chunk_wy(const ChunkInputs<S>& x, ChunkLocal<S>& loc) {
     loc.w.resize(0, 0);
     return;
   }
-  const auto P = loc.P.template triangularView<Eigen::UnitLower>();
-  loc.w.noalias() = P * (x.beta.asDiagonal() * gate_mul(x.k, g.gamma));
-  loc.u.noalias() = P * (x.beta.asDiagonal() * x.v);
+  const int64_t K = x.k.cols(), V = x.v.cols();
+  Mat<S> rhs(x.k.rows(), K + V);  // [beta k Gamma | beta v], one triangular product for both
+  rhs.leftCols(K) = x.beta.asDiagonal() * gate_mul(x.k, g.gamma);
+  rhs.rightCols(V) = x.beta.asDiagonal() * x.v;
+  const Mat<S> wu = loc.P.template triangularView<Eigen::UnitLower>() * rhs;
+  loc.w = wu.leftCols(K);
+  loc.u = wu.rightCols(V);
 }
 
 template <class S>

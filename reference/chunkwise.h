@@ -14,7 +14,7 @@
 //     t.h[c] (state entering c), t.vnew[c], t.o[c] (rows of chunk c), t.ht.
 //   ChunkwiseBackwardTrace<S> b = chunkwise_backward_trace(p, d, d_o_rows, dht);
 //     b.dh[c] (gradient of the state LEAVING c), b.chunk[c].dAqk, .dv_loc, .dvnew, .dh_in, .dq_inter,
-//     .dk_inter, .dw, .dB_q, .dB_kg, .dB_all, .dP, .dL, .dv, .dk_wy, .dbeta_wy, .dB_wy, .dq_intra, .dk_intra,
+//     .dk_inter, .dB_q, .dB_kg, .dB_all, .dw, .dXu, .dXw, .dP, .dL, .dv, .dk_wy, .dbeta_wy, .dB_wy, .dq_intra, .dk_intra,
 //     .dbeta_intra, .dB_intra, .da_intra; b.grads (HeadGrads, same as the recurrence's).
 //   One stage alone: ChunkInputs<S> x = chunk_inputs(d, chunk_span(d.seq.len, p.chunk_size, c)), then
 //   chunk_gate_cumsum(x.a), chunk_kkt(...), ..., with the previous stage's outputs taken from the trace.
@@ -139,29 +139,33 @@ void chunk_state_backward(const ChunkLocal<S>& loc, const Mat<S>& dv_loc, const 
                           S scale, Mat<S>& dvnew, Mat<S>& dh_in);
 
 // FLA chunk_bwd_dqkwg (inter-chunk part; the first half of chunk_kda_bwd_wy_dqkg_fused), h = h[c]:
-//   dq_inter = scale Gamma * (do h^T) ; dk_inter = E * (vnew dh^T) ; dw = -dvnew h^T
+//   dq_inter = scale Gamma * (do h^T) ; dk_inter = E * (vnew dh^T)
 //   gate pieces: dB_q = q dq_inter (through qg), dB_kg = k dk_inter (through kg = k exp(B_end - B_r)),
 //   dB_all = gamma_end rowsum(h * dh) (through the chunk decay of h); see chunk_gate_cumsum_backward.
 //   FLA's single dB_inter = dB_q - dB_kg + [r == end] (dB_all + sum_r dB_kg_r): fla_dB_inter().
 template <class S> struct ChunkInterGrads {
-  Mat<S> dq_inter, dk_inter, dw;  // [len,K]
-  Mat<S> dB_q, dB_kg;             // [len,Kg]
-  RowVec<S> dB_all;               // [Kg]
+  Mat<S> dq_inter, dk_inter;  // [len,K]
+  Mat<S> dB_q, dB_kg;         // [len,Kg]
+  RowVec<S> dB_all;           // [Kg]
 };
 template <class S>
 ChunkInterGrads<S> chunk_inter_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& h,
-                                        const Mat<S>& vnew, const Mat<S>& d_o, const Mat<S>& dh,
-                                        const Mat<S>& dvnew, S scale);
+                                        const Mat<S>& vnew, const Mat<S>& d_o, const Mat<S>& dh, S scale);
 template <class S> Mat<S> fla_dB_inter(const ChunkInterGrads<S>& in);
+// FLA's dw = -dvnew h^T [len,K] (the gradient w.r.t. w). The head backward never forms it: it needs
+// only P^T dw = -(P^T dvnew) h^T and dw (beta k Gamma)^T, both cheaper from dvnew (below).
+template <class S> Mat<S> chunk_dw(const Mat<S>& dvnew, const Mat<S>& h);
 
-// FLA prepare_wy_repr_bwd (second half of chunk_kda_bwd_wy_dqkg_fused): with dXw = P^T dw,
-// dXu = P^T dvnew:  dv = beta dXu ; dbeta_wy = v.dXu + (k Gamma).dXw ; dk_wy = beta Gamma dXw ;
-// dB_wy = beta k Gamma dXw ; dP = strict_lower(dw (beta k Gamma)^T + dvnew (beta v)^T) ;
-// dL = -strict_lower(P^T dP P^T) (gradient w.r.t. Lmat). gla: dv = dvnew, the rest empty.
-template <class S> struct ChunkWYGrads { Mat<S> dv, dk_wy, dB_wy, dP, dL; Vec<S> dbeta_wy; };
+// FLA prepare_wy_repr_bwd (second half of chunk_kda_bwd_wy_dqkg_fused), delta rule only:
+//   dXu = P^T dvnew ; dXw = P^T dw = -dXu h^T ; dv = beta dXu ; dbeta_wy = v.dXu + (k Gamma).dXw ;
+//   dk_wy = beta Gamma dXw ; dB_wy = beta k Gamma dXw ;
+//   dP = strict_lower(dw (beta k Gamma)^T + dvnew (beta v)^T) = strict_lower(dvnew ((I + Lmat) vnew)^T)
+//        (as (I + Lmat) vnew = beta v - beta k Gamma h) ; dL = -strict_lower(P^T dP P^T) (w.r.t. Lmat).
+// gla: dv = dvnew, the rest empty.
+template <class S> struct ChunkWYGrads { Mat<S> dXu, dXw, dv, dk_wy, dB_wy, dP, dL; Vec<S> dbeta_wy; };
 template <class S>
-ChunkWYGrads<S> chunk_wy_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& dw,
-                                  const Mat<S>& dvnew);
+ChunkWYGrads<S> chunk_wy_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& h,
+                                  const Mat<S>& vnew, const Mat<S>& dvnew);
 
 // FLA chunk_kda_bwd_intra (GDN: the intra parts of chunk_bwd_dqkwg and prepare_wy_repr_bwd):
 // the gradients through Aqk (from dAqk) and Lmat (from dL), D_rs = exp(B_r - B_s):
@@ -176,7 +180,7 @@ ChunkWYGrads<S> chunk_wy_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& 
 template <class S> struct ChunkIntraGrads { Mat<S> dq_intra, dk_intra, dB_intra, da_intra; Vec<S> dbeta_intra; };
 template <class S>
 ChunkIntraGrads<S> chunk_intra_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& dAqk,
-                                        const Mat<S>& dL);
+                                        const Mat<S>& dL, S scale);
 
 // The gate gradient of one chunk from the inter and WY pieces (w.r.t. a, [len,Kg]; no log2 factor):
 //   da_t = sum_{r >= t} dB_rev_r + sum_{r < t} dB_kg_r + dB_all,  dB_rev = dB_q + dB_wy;
@@ -191,9 +195,10 @@ template <class S>
 struct ChunkBackward {
   Mat<S> dAqk, dv_loc;                         // chunk_bwd_dAv
   Mat<S> dvnew, dh_in;                         // chunk_state_backward
-  Mat<S> dq_inter, dk_inter, dw, dB_q, dB_kg;  // chunk_inter_backward
+  Mat<S> dq_inter, dk_inter, dB_q, dB_kg;      // chunk_inter_backward
   RowVec<S> dB_all;
-  Mat<S> dv, dk_wy, dB_wy, dP, dL;             // chunk_wy_backward
+  Mat<S> dw;                                   // chunk_dw (traces only)
+  Mat<S> dXu, dXw, dv, dk_wy, dB_wy, dP, dL;   // chunk_wy_backward
   Vec<S> dbeta_wy;
   Mat<S> dq_intra, dk_intra, dB_intra, da_intra;  // chunk_intra_backward
   Vec<S> dbeta_intra;

@@ -11,8 +11,10 @@ namespace kcp::ref {
 
 template <class S>
 ChunkDAv<S> chunk_bwd_dAv(const ChunkLocal<S>& loc, const Mat<S>& vnew, const Mat<S>& d_o, S scale) {
+  const int64_t L = d_o.rows();
   ChunkDAv<S> r;
-  r.dAqk = (scale * (d_o * vnew.transpose())).template triangularView<Eigen::Lower>();
+  r.dAqk = Mat<S>::Zero(L, L);
+  r.dAqk.template triangularView<Eigen::Lower>() = (scale * d_o) * vnew.transpose();
   r.dv_loc.noalias() = loc.Aqk.template triangularView<Eigen::Lower>().transpose() * d_o;
   return r;
 }
@@ -31,16 +33,14 @@ void chunk_state_backward(const ChunkLocal<S>& loc, const Mat<S>& dv_loc, const 
 
 template <class S>
 ChunkInterGrads<S> chunk_inter_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& h,
-                                        const Mat<S>& vnew, const Mat<S>& d_o, const Mat<S>& dh,
-                                        const Mat<S>& dvnew, S scale) {
+                                        const Mat<S>& vnew, const Mat<S>& d_o, const Mat<S>& dh, S scale) {
   const ChunkGate<S>& g = loc.gate;
   const int64_t Kg = g.B.cols();
   ChunkInterGrads<S> r;
-  r.dq_inter.noalias() = d_o * h.transpose();
-  r.dq_inter = gate_mul(Mat<S>(scale * r.dq_inter), g.gamma);
+  r.dq_inter.noalias() = (scale * d_o) * h.transpose();
+  r.dq_inter = gate_mul(r.dq_inter, g.gamma);
   r.dk_inter.noalias() = vnew * dh.transpose();
   r.dk_inter = gate_mul(r.dk_inter, g.e);
-  if (loc.w.size()) r.dw.noalias() = -(dvnew * h.transpose());
   r.dB_q = gate_reduce(Mat<S>(x.q.cwiseProduct(r.dq_inter)), Kg);
   r.dB_kg = gate_reduce(Mat<S>(x.k.cwiseProduct(r.dk_inter)), Kg);
   const RowVec<S> hdh = h.cwiseProduct(dh).rowwise().sum().transpose();
@@ -56,44 +56,55 @@ Mat<S> fla_dB_inter(const ChunkInterGrads<S>& in) {
 }
 
 template <class S>
-ChunkWYGrads<S> chunk_wy_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& dw,
-                                  const Mat<S>& dvnew) {
+Mat<S> chunk_dw(const Mat<S>& dvnew, const Mat<S>& h) {
+  return -(dvnew * h.transpose());
+}
+
+template <class S>
+ChunkWYGrads<S> chunk_wy_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& h,
+                                  const Mat<S>& vnew, const Mat<S>& dvnew) {
   ChunkWYGrads<S> r;
   if (loc.w.size() == 0) {  // gla: vnew = v
     r.dv = dvnew;
     return r;
   }
   const ChunkGate<S>& g = loc.gate;
+  const int64_t L = dvnew.rows();
   const auto Pt = loc.P.template triangularView<Eigen::UnitLower>().transpose();
-  const Mat<S> dXw = Pt * dw, dXu = Pt * dvnew;
+  r.dXu.noalias() = Pt * dvnew;
+  r.dXw.noalias() = -r.dXu * h.transpose();  // the sign folds into the product (no temporary)
   const Mat<S> kG = gate_mul(x.k, g.gamma);
-  r.dv = x.beta.asDiagonal() * dXu;
-  r.dbeta_wy = x.v.cwiseProduct(dXu).rowwise().sum() + kG.cwiseProduct(dXw).rowwise().sum();
-  r.dk_wy = x.beta.asDiagonal() * gate_mul(dXw, g.gamma);
-  r.dB_wy = gate_reduce(Mat<S>(x.beta.asDiagonal() * kG.cwiseProduct(dXw)), g.B.cols());
-  Mat<S> dP = dw * (x.beta.asDiagonal() * kG).transpose();
-  dP.noalias() += dvnew * (x.beta.asDiagonal() * x.v).transpose();
-  r.dP = dP.template triangularView<Eigen::StrictlyLower>();
-  const Mat<S> T = Pt * r.dP;
-  r.dL = (-(T * Pt)).template triangularView<Eigen::StrictlyLower>();
+  r.dv = x.beta.asDiagonal() * r.dXu;
+  r.dbeta_wy = x.v.cwiseProduct(r.dXu).rowwise().sum() + kG.cwiseProduct(r.dXw).rowwise().sum();
+  r.dk_wy = x.beta.asDiagonal() * gate_mul(r.dXw, g.gamma);
+  r.dB_wy = gate_reduce(Mat<S>(x.beta.asDiagonal() * kG.cwiseProduct(r.dXw)), g.B.cols());
+  Mat<S> rhs = vnew;  // (I + Lmat) vnew = beta v - beta k Gamma h
+  rhs.noalias() += loc.Lmat.template triangularView<Eigen::StrictlyLower>() * vnew;
+  r.dP = Mat<S>::Zero(L, L);
+  r.dP.template triangularView<Eigen::StrictlyLower>() = dvnew * rhs.transpose();
+  const Mat<S> T = Pt * r.dP;  // upper times strictly lower
+  r.dL = Mat<S>::Zero(L, L);
+  r.dL.template triangularView<Eigen::StrictlyLower>() = -(T * Pt);
   return r;
 }
 
 template <class S>
 ChunkIntraGrads<S> chunk_intra_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& dAqk,
-                                        const Mat<S>& dL) {
+                                        const Mat<S>& dL, S scale) {
   const ChunkGate<S>& g = loc.gate;
   const int64_t Kg = g.B.cols();
+  const bool scalar = Kg == 1;  // the scalar-gate backward reuses the forward's grams
   ChunkIntraGrads<S> r;
   // Aqk = scale gram(q, k) and dAqk carries the scale: dAqk is the gradient w.r.t. gram(q, k)
-  GramGrads<S> ga = gated_gram_backward(dAqk, x.q, x.k, g, true);
+  const Mat<S> gram_qk = scalar ? Mat<S>(loc.Aqk / scale) : Mat<S>();
+  GramGrads<S> ga = gated_gram_backward(dAqk, x.q, x.k, g, true, scalar ? &gram_qk : nullptr);
   Mat<S> dB = x.q.cwiseProduct(ga.dX) - x.k.cwiseProduct(ga.dY);
   r.dq_intra = std::move(ga.dX);
   r.dk_intra = std::move(ga.dY);
   r.da_intra = std::move(ga.da);
   if (dL.size()) {  // Lmat = gram(beta k, k)
     const Mat<S> bk = x.beta.asDiagonal() * x.k;
-    const GramGrads<S> gl = gated_gram_backward(dL, bk, x.k, g, false);  // gl.dX = dkrow, gl.dY = dkcol
+    const GramGrads<S> gl = gated_gram_backward(dL, bk, x.k, g, false, scalar ? &loc.Lmat : nullptr);  // dkrow, dkcol
     r.dbeta_intra = x.k.cwiseProduct(gl.dX).rowwise().sum();
     r.dk_intra += x.beta.asDiagonal() * gl.dX + gl.dY;
     r.da_intra += gl.da;
@@ -131,9 +142,9 @@ void backward_chunk(const Problem& p, const HeadData<S>& d, ChunkSpan s, const C
   ChunkDAv<S> dav = chunk_bwd_dAv(loc, vnew, do_c, scale);
   b.dAqk = std::move(dav.dAqk), b.dv_loc = std::move(dav.dv_loc);
   chunk_state_backward(loc, b.dv_loc, do_c, dh, scale, b.dvnew, b.dh_in);
-  ChunkInterGrads<S> in = chunk_inter_backward(x, loc, h, vnew, do_c, dh, b.dvnew, scale);
-  ChunkWYGrads<S> wy = chunk_wy_backward(x, loc, in.dw, b.dvnew);
-  ChunkIntraGrads<S> ia = chunk_intra_backward(x, loc, b.dAqk, wy.dL);
+  ChunkInterGrads<S> in = chunk_inter_backward(x, loc, h, vnew, do_c, dh, scale);
+  ChunkWYGrads<S> wy = chunk_wy_backward(x, loc, h, vnew, b.dvnew);
+  ChunkIntraGrads<S> ia = chunk_intra_backward(x, loc, b.dAqk, wy.dL, scale);
   g.dq.middleRows(s.t0, s.len) = in.dq_inter + ia.dq_intra;
   Mat<S> dk = in.dk_inter + ia.dk_intra;
   Mat<S> dB = in.dB_q;
@@ -145,8 +156,9 @@ void backward_chunk(const Problem& p, const HeadData<S>& d, ChunkSpan s, const C
   g.dk.middleRows(s.t0, s.len) = dk;
   g.dv.middleRows(s.t0, s.len) = wy.dv;
   g.da.middleRows(s.t0, s.len) = chunk_gate_cumsum_backward(dB, in.dB_kg, in.dB_all) + ia.da_intra;
-  b.dq_inter = std::move(in.dq_inter), b.dk_inter = std::move(in.dk_inter), b.dw = std::move(in.dw);
+  b.dq_inter = std::move(in.dq_inter), b.dk_inter = std::move(in.dk_inter);
   b.dB_q = std::move(in.dB_q), b.dB_kg = std::move(in.dB_kg), b.dB_all = std::move(in.dB_all);
+  b.dXu = std::move(wy.dXu), b.dXw = std::move(wy.dXw);
   b.dv = std::move(wy.dv), b.dk_wy = std::move(wy.dk_wy), b.dB_wy = std::move(wy.dB_wy);
   b.dP = std::move(wy.dP), b.dL = std::move(wy.dL), b.dbeta_wy = std::move(wy.dbeta_wy);
   b.dq_intra = std::move(ia.dq_intra), b.dk_intra = std::move(ia.dk_intra), b.dB_intra = std::move(ia.dB_intra);
@@ -173,7 +185,6 @@ void backward_head(const Problem& p, const HeadData<S>& d, const Mat<S>& d_o, co
   for (int64_t c = 0; c < NT; ++c) {
     const size_t ci = size_t(c);
     loc[ci] = chunk_local_forward(p, chunk_inputs(d, chunk_span(L, C, c)));
-    if (!trace) loc[ci].Lmat.resize(0, 0);  // only P is needed from here on
     h[ci] = X;
     chunk_state(loc[ci], X, vnew[ci], X_next);
     X.swap(X_next);
@@ -186,6 +197,7 @@ void backward_head(const Problem& p, const HeadData<S>& d, const Mat<S>& d_o, co
     ChunkBackward<S>& bc = trace ? trace->chunk[ci] : b;
     if (trace) trace->dh[ci] = dS;
     backward_chunk(p, d, chunk_span(L, C, c), loc[ci], h[ci], vnew[ci], d_o, dS, bc, g);
+    if (trace && p.delta_rule()) bc.dw = chunk_dw(bc.dvnew, h[ci]);
     dS = bc.dh_in;
     loc[ci] = ChunkLocal<S>();  // release as we go
   }
@@ -214,11 +226,12 @@ void chunkwise_backward_head(const Problem& p, const HeadData<S>& d, const Mat<S
                                         Mat<S>&, Mat<S>&);                                                     \
   template ChunkInterGrads<S> chunk_inter_backward<S>(const ChunkInputs<S>&, const ChunkLocal<S>&,             \
                                                       const Mat<S>&, const Mat<S>&, const Mat<S>&,             \
-                                                      const Mat<S>&, const Mat<S>&, S);                        \
+                                                      const Mat<S>&, S);                                       \
+  template Mat<S> chunk_dw<S>(const Mat<S>&, const Mat<S>&);                                                   \
   template ChunkWYGrads<S> chunk_wy_backward<S>(const ChunkInputs<S>&, const ChunkLocal<S>&, const Mat<S>&,    \
-                                                const Mat<S>&);                                                \
+                                                const Mat<S>&, const Mat<S>&);                                 \
   template ChunkIntraGrads<S> chunk_intra_backward<S>(const ChunkInputs<S>&, const ChunkLocal<S>&,             \
-                                                      const Mat<S>&, const Mat<S>&);                           \
+                                                      const Mat<S>&, const Mat<S>&, S);                        \
   template Mat<S> fla_dB_inter<S>(const ChunkInterGrads<S>&);                                                 \
   template Mat<S> chunk_gate_cumsum_backward<S>(const Mat<S>&, const Mat<S>&, const RowVec<S>&);              \
   template ChunkwiseBackwardTrace<S> chunkwise_backward_trace<S>(const Problem&, const HeadData<S>&,            \

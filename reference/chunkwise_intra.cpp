@@ -143,21 +143,20 @@ GramGrads<S> gram_backward_channels(const Mat<S>& M, const Mat<S>& X, const Mat<
   return r;
 }
 
-// Scalar gate: W = lower triangle of M weighted by D; T_rs = W_rs (X_r . Y_s) for s < r.
+// Scalar gate: W = lower triangle of M weighted by D; T_rs = M_rs A_rs for s < r.
 template <class S>
 GramGrads<S> gram_backward_scalar(const Mat<S>& M, const Mat<S>& X, const Mat<S>& Y, const ChunkGate<S>& g,
-                                  bool diagonal) {
+                                  bool diagonal, const Mat<S>& A) {
   const int64_t L = X.rows();
   Mat<S> W = M.template triangularView<Eigen::StrictlyLower>().toDenseMatrix().cwiseProduct(g.decay);
-  const Mat<S> T = W.cwiseProduct(X * Y.transpose());
   if (diagonal) W.diagonal() = M.diagonal();
   GramGrads<S> r;
-  r.dX.noalias() = W * Y;
-  r.dY.noalias() = W.transpose() * X;
+  r.dX.noalias() = W.template triangularView<Eigen::Lower>() * Y;
+  r.dY.noalias() = W.template triangularView<Eigen::Lower>().transpose() * X;
   r.da = Mat<S>::Zero(L, 1);
   for (int64_t rr = L - 1; rr >= 1; --rr) {  // da_t = sum_{r >= t} sum_{s < t} T_rs
     S acc = 0;
-    for (int64_t t = 1; t <= rr; ++t) r.da(t, 0) += (acc += T(rr, t - 1));
+    for (int64_t t = 1; t <= rr; ++t) r.da(t, 0) += (acc += M(rr, t - 1) * A(rr, t - 1));
   }
   return r;
 }
@@ -167,22 +166,23 @@ GramGrads<S> gram_backward_scalar(const Mat<S>& M, const Mat<S>& X, const Mat<S>
 template <class S>
 Mat<S> gated_gram(const Mat<S>& X, const Mat<S>& Y, const ChunkGate<S>& g, bool diagonal) {
   if (g.B.cols() > 1) return gram_channels(X, Y, g, diagonal);
-  Mat<S> A = (X * Y.transpose()).cwiseProduct(g.decay);  // decay is zero above the diagonal
-  if (!diagonal) A.diagonal().setZero();
-  return A;
+  Mat<S> A = Mat<S>::Zero(X.rows(), Y.rows());  // only the lower triangle is formed
+  if (diagonal) A.template triangularView<Eigen::Lower>() = X * Y.transpose();
+  else A.template triangularView<Eigen::StrictlyLower>() = X * Y.transpose();
+  return A.cwiseProduct(g.decay);
 }
 
 template <class S>
 GramGrads<S> gated_gram_backward(const Mat<S>& M, const Mat<S>& X, const Mat<S>& Y, const ChunkGate<S>& g,
-                                 bool diagonal) {
+                                 bool diagonal, const Mat<S>* A) {
   if (g.B.cols() > 1) return gram_backward_channels(M, X, Y, g, diagonal);
-  return gram_backward_scalar(M, X, Y, g, diagonal);
+  return gram_backward_scalar(M, X, Y, g, diagonal, A ? *A : gated_gram(X, Y, g, diagonal));
 }
 
 #define KCP_INSTANTIATE(S)                                                                      \
   template Mat<S> gated_gram<S>(const Mat<S>&, const Mat<S>&, const ChunkGate<S>&, bool);       \
   template GramGrads<S> gated_gram_backward<S>(const Mat<S>&, const Mat<S>&, const Mat<S>&,       \
-                                               const ChunkGate<S>&, bool);
+                                               const ChunkGate<S>&, bool, const Mat<S>*);
 KCP_INSTANTIATE(double)
 KCP_INSTANTIATE(float)
 #undef KCP_INSTANTIATE

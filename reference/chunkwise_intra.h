@@ -22,9 +22,10 @@ namespace kcp::ref {
 
 template <class S> Mat<S> gated_gram(const Mat<S>& X, const Mat<S>& Y, const ChunkGate<S>& g, bool diagonal);
 template <class S> struct GramGrads { Mat<S> dX, dY, da; };  // [len,K], [len,K], [len,Kg]
+// A: the forward's gated_gram(X, Y, g, diagonal) when at hand (the scalar gate needs it for da).
 template <class S>
 GramGrads<S> gated_gram_backward(const Mat<S>& M, const Mat<S>& X, const Mat<S>& Y, const ChunkGate<S>& g,
-                                 bool diagonal);
+                                 bool diagonal, const Mat<S>* A = nullptr);
 
 // X * G for a gate-shaped G [len,Kg]: per-channel product, or each row scaled when Kg = 1.
 template <class S>

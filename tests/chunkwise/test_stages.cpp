@@ -101,7 +101,7 @@ TEST_CASE("chunkwise stages: P inverts I + Lmat, h[c] and dh[c] match the recurr
         // FLA's single dB per chunk, reverse-cumsummed, is the gate gradient (mild gates: no cancellation)
         const ChunkBackward<double>& bc = b.chunk[size_t(c)];
         Mat<double> dB = bc.dB_intra;
-        dB += fla_dB_inter(ChunkInterGrads<double>{bc.dq_inter, bc.dk_inter, bc.dw, bc.dB_q, bc.dB_kg, bc.dB_all});
+        dB += fla_dB_inter(ChunkInterGrads<double>{bc.dq_inter, bc.dk_inter, bc.dB_q, bc.dB_kg, bc.dB_all});
         if (p.delta_rule()) dB += bc.dB_wy;
         const Mat<double> zero = Mat<double>::Zero(dB.rows(), dB.cols());
         const Mat<double> da = chunk_gate_cumsum_backward(dB, zero, RowVec<double>(RowVec<double>::Zero(dB.cols())));
