@@ -1,5 +1,5 @@
 // Stage-level checks of the chunkwise algorithm (reference/chunkwise.h), float64, one head at a time:
-//   solve_tril: P (I + Lmat) = I for every chunk;
+//   solve_tril: P (I + Lmat) = I for every chunk; WY backward: FLA's dw and dP forms agree;
 //   state:      h[c] equals the recurrence's state after c*C tokens, and dh[c] equals the
 //               recurrence's gradient w.r.t. the state after chunk c (its backward over the rest);
 //   gate:       the reverse cumsum of FLA's single dB equals the assembled da (mild gates);
@@ -98,6 +98,16 @@ TEST_CASE("chunkwise stages: P inverts I + Lmat, h[c] and dh[c] match the recurr
         recurrent_backward_head(p, head_rows(d, sp.t0 + sp.len, rest, h_next), Mat<double>(hc.d_o.bottomRows(rest)),
                                 hc.dht, g);
         CHECK(rel(b.dh[size_t(c)], g.dh0) < val::tol::kExactF64);
+        if (p.delta_rule()) {  // FLA's dw and its dP form give what the WY backward forms more cheaply
+          const ChunkInputs<double> x = chunk_inputs(d, sp);
+          const Mat<double> kb = x.beta.asDiagonal() * gate_mul(x.k, loc.gate.gamma), vb = x.beta.asDiagonal() * x.v;
+          const ChunkBackward<double>& bw = b.chunk[size_t(c)];
+          const Mat<double> Pt_dw = loc.P.transpose() * bw.dw;
+          const Mat<double> dP_fla = bw.dw * kb.transpose() + bw.dvnew * vb.transpose();
+          CHECK(rel(bw.dXw, Pt_dw) < val::tol::kIdentityF64);
+          if (sp.len > 1)
+            CHECK(rel(bw.dP, Mat<double>(dP_fla.triangularView<Eigen::StrictlyLower>())) < val::tol::kIdentityF64);
+        }
         // FLA's single dB per chunk, reverse-cumsummed, is the gate gradient (mild gates: no cancellation)
         const ChunkBackward<double>& bc = b.chunk[size_t(c)];
         Mat<double> dB = bc.dB_intra;
