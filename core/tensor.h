@@ -91,9 +91,11 @@ class Tensor {
   template <class... I> const S& operator()(I... idx) const { return data_[size_t(index({int64_t(idx)...}))]; }
 
   // A view of this tensor; an empty Tensor gives an empty view (an absent optional input).
+  // A zero-element tensor (e.g. T = 0) is present, so its view points at a dummy, never at null.
   TensorView view() const {
     if (shape_.empty() && data_.empty()) return {};
-    return TensorView(const_cast<S*>(data_.data()), dtype_of<S>(), shape_);
+    static S dummy{};
+    return TensorView(data_.empty() ? &dummy : const_cast<S*>(data_.data()), dtype_of<S>(), shape_);
   }
 
  private:

@@ -4,6 +4,7 @@
 // FLOP counts are each algorithm's own operation count (below), so rates compare efficiency and
 // times compare algorithms. A benchmark, never a test: figures go to docs/ with date, machine, commit.
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -52,6 +53,19 @@ double total_flops(const std::string& backend, const Problem& p, bool backward) 
                                  double(p.K), double(p.V));
   }
   return f * double(p.HV);
+}
+
+// Peak resident memory of this process so far, in MiB (Linux reports ru_maxrss in KiB).
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) / 1024.0;
+}
+
+size_t tensor_bytes(const CaseData& c) {
+  size_t n = 0;
+  for (const Tensor<double>* t : {&c.q, &c.k, &c.v, &c.g, &c.beta, &c.h0, &c.d_o, &c.dht}) n += size_t(t->numel());
+  return n * sizeof(double);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -124,6 +138,10 @@ bool bench_one(Backend& be, const CaseData& c, DType dt, int repeat, double peak
               "%8.0f tok/s %6.2f GFLOP/s %3.0f%%\n",
               name.c_str(), std::string(dtype_name(dt)).c_str(), wf, tm.fwd.cpu, tok / wf, ff / wf * 1e-9,
               100 * ff / wf * 1e-9 / peak, wb, tm.fwd_bwd.cpu, tok / wb, fb / wb * 1e-9, 100 * fb / wb * 1e-9 / peak);
+  std::printf("%-14s %-8s peak RSS so far %.0f MiB (inputs+outputs+grads of this case: %.0f MiB)\n", name.c_str(),
+              std::string(dtype_name(dt)).c_str(), peak_rss_mib(),
+              double(tensor_bytes(c) + sizeof(S) * size_t(out.o.numel() + gr.dq.numel() + gr.dk.numel() +
+                                                            gr.dv.numel() + gr.dg.numel())) / 1048576.0);
   std::fflush(stdout);
   return true;
 }
