@@ -59,7 +59,8 @@ ChunkGate<S> chunk_gate_cumsum(const Mat<S>& a) {
   g.step = exp_s(a.template cast<double>());
   g.cross.resize(size_t(nsub * nsub));
   for (int64_t i = 1; i < nsub; ++i)
-    for (int64_t j = 0; j < i; ++j) g.cross[size_t(i * nsub + j)] = exp_s(B.row(i * kSubChunk) - B.row((j + 1) * kSubChunk));
+    for (int64_t j = 0; j < i; ++j)
+      g.cross[size_t(i * nsub + j)] = exp_s(B.row(i * kSubChunk) - B.row((j + 1) * kSubChunk));
   return g;
 }
 

@@ -14,11 +14,15 @@
 //     t.h[c] (state entering c), t.vnew[c], t.o[c] (rows of chunk c), t.ht.
 //   ChunkwiseBackwardTrace<S> b = chunkwise_backward_trace(p, d, d_o_rows, dht);
 //     b.dh[c] (gradient of the state LEAVING c), b.chunk[c].dAqk, .dv_loc, .dvnew, .dh_in, .dq_inter,
-//     .dk_inter, .dB_q, .dB_kg, .dB_all, .dw, .dXu, .dXw, .dP, .dL, .dv, .dk_wy, .dbeta_wy, .dB_wy, .dq_intra, .dk_intra,
-//     .dbeta_intra, .dB_intra, .da_intra; b.grads (HeadGrads, same as the recurrence's).
+//     .dk_inter, .dB_q, .dB_kg, .dB_all, .dw, .dXu, .dXw, .dP, .dL, .dv, .dk_wy, .dbeta_wy, .dB_wy,
+//     .dq_intra, .dk_intra, .dbeta_intra, .dB_intra, .da_intra; b.grads (HeadGrads, as the recurrence's).
 //   One stage alone: ChunkInputs<S> x = chunk_inputs(d, chunk_span(d.seq.len, p.chunk_size, c)), then
 //   chunk_gate_cumsum(x.a), chunk_kkt(...), ..., with the previous stage's outputs taken from the trace.
 // States are K-major [K,V] here whatever state_v_first says; FLA's h/dh are [NT,HV,K,V] (or V,K).
+// Two numerical choices differ from FLA's kernels (same function, float32 as accurate as the token
+// recurrence): the gate cumsum is accumulated in float64, and the gate gradient is formed without
+// FLA's cancelling reverse cumsum (chunk_gate_cumsum_backward, gated_gram_backward); FLA's per-row
+// dB pieces are still given (fla_dB_inter, dB_wy, dB_intra) for comparing its kernels.
 #pragma once
 
 #include <algorithm>

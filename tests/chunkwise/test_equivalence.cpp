@@ -72,7 +72,9 @@ std::vector<val::CaseSpec> sweep_cases(uint64_t seed) {
         case 0: s.seqlens = lens, s.H = 1, s.HV = 2; break;
         case 1: s.seqlens = lens, s.H = 2, s.HV = 6; break;
         case 2: s.seqlens = lens, s.H = 2, s.HV = 2; break;
-        default: s.B = 2, s.T = std::vector<int64_t>{C - 1, C + 1, odd_long}[size_t(pick(2, 3))], s.H = 1, s.HV = 3; break;
+        default:  // dense batch; T >= C - 1 so that every gradient is nonzero
+          s.B = 2, s.T = std::vector<int64_t>{C - 1, C + 1, odd_long}[size_t(pick(2, 3))], s.H = 1, s.HV = 3;
+          break;
       }
       s.K = 8 + pick(3, 9), s.V = 8 + pick(4, 9);  // 8..16
       if (id % 12 == 5) s.K = 32, s.V = 64;
@@ -95,7 +97,8 @@ struct Report {
       std::printf("chunkwise f64 vs recurrence f64: worst rel_l2 %.3g (bar %.0e) at %s\n", f64_worst,
                   val::tol::kExactF64, f64_where.c_str());
     if (!f32_where.empty())
-      std::printf("chunkwise f32 vs recurrence f64: worst ratio to the f32 recurrence's error %.3g (rel_l2 %.3g) at %s\n",
+      std::printf("chunkwise f32 vs recurrence f64: worst ratio to the f32 recurrence's error %.3g (rel_l2 %.3g) "
+                  "at %s\n",
                   f32_worst_ratio, f32_worst_rel, f32_where.c_str());
     if (!f32_where.empty())
       std::printf("chunkwise f32: largest error as a fraction of its bar %.3g at %s\n", f32_worst_use,

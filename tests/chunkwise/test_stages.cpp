@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/rng.h"
@@ -223,7 +224,8 @@ TEST_CASE("cpu-chunkwise supports exactly the chunk sizes it dispatches on") {
     const Problem p = c.problem();
     auto be = val::backend_create("cpu-chunkwise");
     const Support sup = be->supports(p);
-    const bool listed = std::find(kChunkwiseChunkSizes.begin(), kChunkwiseChunkSizes.end(), C) != kChunkwiseChunkSizes.end();
+    const auto& sizes = kChunkwiseChunkSizes;
+    const bool listed = std::find(sizes.begin(), sizes.end(), C) != sizes.end();
     INFO("chunk_size ", C, ": ", sup.reason);
     CHECK(bool(sup) == listed);
     CHECK(listed == (C == 16 || C == 32 || C == 64));
