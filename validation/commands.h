@@ -4,5 +4,6 @@
 namespace kcp::val {
 
 int cmd_bench_oracle(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
 
 }  // namespace kcp::val

@@ -16,6 +16,8 @@ struct Command {
 const Command kCommands[] = {
     {"bench-oracle", kcp::val::cmd_bench_oracle,
      "tokens/s of the CPU backends, forward and forward+backward (T=8192 H=4 K=V=128 by default)"},
+    {"bench", kcp::val::cmd_bench,
+     "forward ms, GB/s, FLOP/s and roofline fraction of a device backend (default cuda-chunkwise)"},
 };
 
 void usage() {

@@ -46,4 +46,16 @@ inline constexpr double kFlaChunkOutput = 0.005;    // o, final_state
 inline constexpr double kFlaChunkGrad = 0.008;      // dq, dk, dv, dinitial_state
 inline constexpr double kFlaChunkGateBeta = 0.02;   // dg, dbeta, dA_log, ddt_bias (fused gate)
 
+// --- cuda-chunkwise against the float64 oracle ----------------------------------------------------
+// 16-bit inputs (bf16, fp16): every product runs on TF32 tensor cores, which round each operand that
+// is not an input (P, w, the state, vnew, gated k/q) to 11 significant bits (unit roundoff
+// 2^-11 = 4.9e-4); inputs are exact in TF32 and all sums are float32. A few such roundings in
+// sequence (kkt -> P -> w -> vnew -> S -> o) give a norm-wise error of ~1e-3 at most; 2e-3 keeps a
+// factor 2 and still fails on any wrong term (O(1)) or a dropped decay (>= 1e-2 on these cases).
+// Applies to o written in float32 and to the final state (float32).
+inline constexpr double kCudaTf32 = 2e-3;
+// float32 inputs run every product as 3xTF32 (split operands, ~2^-21 relative): float32 arithmetic,
+// judged by kFloatVsDouble above. o written in bf16/fp16 adds its own rounding (bf16: ~1.6e-3 rms
+// relative) on top of kCudaTf32: judged by FLA's own bar for its chunk kernels, kFlaChunkOutput.
+
 }  // namespace kcp::val::tol
