@@ -1,10 +1,11 @@
-// Stage "WY", one block of 4 warps per (chunk, value head); warp i owns rows 16i..16i+15:
+// Stage "WY": one block of 4 warps per (64-column slab, chunk, value head); warp i owns rows
+// 16i..16i+15 of the slab's 64 x W output (W = 64, or 32 for the last slab of a 32-wide remainder):
 //   w = P @ (beta * k * Gamma)    [L,K]   Gamma_s = 2^(b_s) (gdn: scalar per row, kda: per channel)
 //   u = P @ (beta * v)            [L,V]
-//   kda only:  kg_r = k_r * 2^(b_end - b_r),  qg_r = q_r * 2^(b_r)   [L,K]   (b_end = b of row L-1)
-// k and q are L2-normalized here when the flag fuses it. Unlike FLA, w, u, kg, qg stay float32
-// (FLA stores them in the input dtype). Products: P (A operand, 64x64) times 32-column tiles of the
-// right-hand sides on tensor cores (3xTF32 for float32 inputs).
+//   kda only, on the w slabs:  kg_r = k_r * 2^(b_end - b_r),  qg_r = q_r * 2^(b_r)   [L,K]
+// k and q carry the fused L2 norm (rstd per row). Unlike FLA, w, u, kg, qg stay float32 (FLA stores
+// them in the input dtype); w, kg, qg, which only enter products later, are stored TF32-rounded when
+// products are not split. Slabs are the fastest grid index so the blocks of one chunk share P in L2.
 // Covered by tests/cuda/test_cuda_stages.cpp ("wy").
 #include "cuda/chunk_wy.cuh"
 
@@ -15,112 +16,149 @@
 namespace kcp::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kLdP = 68, kTile = 32, kLdX = kTile + 8;
+constexpr int kThreads = 128, kLdP = 68, kSlab = 64, kLdF = kSlab + 8;
 
-template <int KD, bool kKDA>
+constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
+
+template <class Tin, bool kKDA>
 struct WySmem {
-  static constexpr int ldg = kKDA ? KD : 1;
-  static constexpr int floats = kChunk * kLdP + kChunk * kLdX + kChunk * ldg + 3 * kChunk;
-  float *Ps, *Xs, *gs, *bet, *rk, *rq;
-  __device__ explicit WySmem(float* base) {
-    Ps = base, Xs = Ps + kChunk * kLdP, gs = Xs + kChunk * kLdX, bet = gs + kChunk * ldg;
-    rk = bet + kChunk, rq = rk + kChunk;
+  static constexpr int ldx = ld_col<Tin>(kSlab);
+  static constexpr size_t bytes_x = align16(sizeof(Tin) * kChunk * ldx);
+  static constexpr size_t bytes = 4 * kChunk * kLdP + bytes_x * (kKDA ? 2 : 1) + (kKDA ? 4 * kChunk * kLdF : 0) + 4 * 6 * kChunk;
+  float *Ps, *F, *gs, *bet, *rk, *rq, *fr, *be;
+  Tin *Xr, *Qr;
+  __device__ explicit WySmem(char* b) {
+    Ps = reinterpret_cast<float*>(b), b += 4 * kChunk * kLdP;
+    Xr = reinterpret_cast<Tin*>(b), b += bytes_x;
+    Qr = kKDA ? reinterpret_cast<Tin*>(b) : nullptr, b += kKDA ? bytes_x : 0;
+    F = kKDA ? reinterpret_cast<float*>(b) : nullptr, b += kKDA ? 4 * kChunk * kLdF : 0;
+    gs = reinterpret_cast<float*>(b), bet = gs + kChunk, rk = bet + kChunk, rq = rk + kChunk, fr = rq + kChunk, be = fr + kChunk;
   }
 };
 
-template <int KD, bool kKDA>
-__device__ void load_common(const ChunkParams& p, const ChunkInfo& ck, int ci, int hv, const WySmem<KD, kKDA>& s) {
-  const int h = hv / p.G, L = ck.len;
-  const float4* P4 = reinterpret_cast<const float4*>(p.P + (int64_t(ci) * p.HV + hv) * kChunk * kChunk);
+// Which columns a slab covers: w columns [c0, c0+W) for z < ceil(K/64), then u columns.
+struct Slab {
+  bool is_w;
+  int c0, W, D;
+};
+__device__ Slab slab_of(const ChunkParams& p, int z) {
+  const int nw = (p.K + kSlab - 1) / kSlab;
+  Slab sl;
+  sl.is_w = z < nw, sl.D = sl.is_w ? p.K : p.V;
+  sl.c0 = kSlab * (sl.is_w ? z : z - nw), sl.W = min(kSlab, sl.D - sl.c0);
+  return sl;
+}
+
+template <class Tin, bool kKDA>
+__device__ void load_slab(const ChunkParams& p, const ChunkInfo& ck, int ci, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
+  using Sm = WySmem<Tin, kKDA>;
+  const int h = hv / p.G, L = ck.len, per = 16 / int(sizeof(Tin)), segs = sl.W / per;
+  const float* P = p.P + (int64_t(ci) * p.HV + hv) * kChunk * kChunk;
   for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads)
-    *reinterpret_cast<float4*>(s.Ps + (idx / 16) * kLdP + 4 * (idx % 16)) = P4[idx];
-  for (int idx = threadIdx.x; idx < kChunk * s.ldg; idx += kThreads) {
-    const int r = idx / s.ldg, d = idx % s.ldg;
-    s.gs[idx] = p.gcum[(int64_t(ck.t0 + min(r, L - 1)) * p.HV + hv) * s.ldg + d];
+    cp_async16(s.Ps + (idx / 16) * kLdP + 4 * (idx % 16), P + 4 * idx, true);
+  const RowsView& xv = sl.is_w ? p.k : p.v;
+  const int x = sl.is_w ? h : hv;
+  for (int idx = threadIdx.x; idx < kChunk * segs; idx += kThreads) {
+    const int r = idx / segs, sg = idx % segs, rr = r < L ? r : 0;
+    const int64_t off = row_off(xv, ck.t0 + rr, x) + sl.c0 + sg * per;
+    cp_async16(s.Xr + r * Sm::ldx + sg * per, static_cast<const Tin*>(xv.p) + off, r < L);
+    if (kKDA && sl.is_w)
+      cp_async16(s.Qr + r * Sm::ldx + sg * per, static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0 + rr, h) + sl.c0 + sg * per, r < L);
   }
-  for (int r = threadIdx.x; r < kChunk; r += kThreads) {
-    const int64_t tt = ck.t0 + r;
-    s.bet[r] = r < L ? p.beta_e[tt * p.HV + hv] : 0.0f;
-    s.rk[r] = (p.l2norm && r < L) ? p.rstd_k[tt * p.H + h] : 1.0f;
-    s.rq[r] = (p.l2norm && r < L) ? p.rstd_q[tt * p.H + h] : 1.0f;
-  }
-}
-
-// Right-hand side columns [c0, c0+32) of w (is_w) or u into Xs, zero past the chunk end.
-template <class Tin, int KD, bool kKDA>
-__device__ void fill_rhs(const ChunkParams& p, const ChunkInfo& ck, int hv, bool is_w, int c0, const WySmem<KD, kKDA>& s) {
-  const Tin* src = static_cast<const Tin*>(is_w ? p.k.p : p.v.p);
-  const RowsView& view = is_w ? p.k : p.v;
-  const int x = is_w ? hv / p.G : hv;
-  for (int idx = threadIdx.x; idx < kChunk * kTile; idx += kThreads) {
-    const int r = idx / kTile, j = idx % kTile;
-    float val = 0.0f;
-    if (r < ck.len) {
-      val = s.bet[r] * to_float(src[row_off(view, ck.t0 + r, x) + c0 + j]);
-      if (is_w) val *= s.rk[r] * exp2f(kKDA ? s.gs[r * s.ldg + c0 + j] : s.gs[r]);
+  if (kKDA && sl.is_w)  // raw gates of the slab's channels into F (overwritten by the factors later)
+    for (int idx = threadIdx.x; idx < kChunk * sl.W / 4; idx += kThreads) {
+      const int r = idx / (sl.W / 4), sg = idx % (sl.W / 4);
+      cp_async16(s.F + r * kLdF + 4 * sg, p.gcum + (int64_t(ck.t0 + min(r, L - 1)) * p.HV + hv) * p.K + sl.c0 + 4 * sg, true);
     }
-    s.Xs[r * kLdX + j] = val;
+  for (int r = threadIdx.x; r < kChunk; r += kThreads) {
+    const int64_t tt = ck.t0 + min(r, L - 1);
+    if (!kKDA) cp_async4(s.gs + r, p.gcum + tt * p.HV + hv, true);
+    cp_async4(s.bet + r, p.beta_e + tt * p.HV + hv, r < L);
+    if (p.l2norm) {
+      cp_async4(s.rk + r, p.rstd_k + tt * p.H + h, r < L);
+      cp_async4(s.rq + r, p.rstd_q + tt * p.H + h, r < L);
+    } else {
+      s.rk[r] = s.rq[r] = 1.0f;
+    }
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+}
+
+// Right-hand-side scale factors: per row (gdn, u) into fr; per element (kda w) into F, which also
+// yields kg and qg of the slab's channels.
+template <bool S, class Tin, bool kKDA>
+__device__ void rhs_factors(const ChunkParams& p, const ChunkInfo& ck, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
+  const int L = ck.len;
+  for (int r = threadIdx.x; r < kChunk; r += kThreads)
+    s.fr[r] = sl.is_w ? (kKDA ? 0.0f : s.bet[r] * s.rk[r] * exp2f(s.gs[r])) : s.bet[r];
+  if constexpr (!kKDA) return;
+  if (!sl.is_w) return;
+  for (int d = threadIdx.x; d < sl.W; d += kThreads) s.be[d] = s.F[(L - 1) * kLdF + d];
+  __syncthreads();  // row L-1 of the gates is kept before the factors overwrite it
+  for (int idx = threadIdx.x; idx < kChunk * sl.W; idx += kThreads) {
+    const int r = idx / sl.W, d = idx % sl.W;
+    const float b = s.F[r * kLdF + d], b_end = s.be[d];
+    if (r < L) {
+      const int64_t out = (int64_t(ck.t0 + r) * p.HV + hv) * p.K + sl.c0 + d;
+      p.kg[out] = operand_store<S>(to_float(s.Xr[r * WySmem<Tin, kKDA>::ldx + d]) * s.rk[r] * exp2f(b_end - b));
+      p.qg[out] = operand_store<S>(to_float(s.Qr[r * WySmem<Tin, kKDA>::ldx + d]) * s.rq[r] * exp2f(b));
+    }
+    s.F[r * kLdF + d] = r < L ? s.bet[r] * s.rk[r] * exp2f(b) : 0.0f;
   }
 }
 
-template <class Tin, int KD, bool kKDA>
-__device__ void gated_kq(const ChunkParams& p, const ChunkInfo& ck, int hv, const WySmem<KD, kKDA>& s) {
-  const Tin* kb = static_cast<const Tin*>(p.k.p);
-  const Tin* qb = static_cast<const Tin*>(p.q.p);
-  const int h = hv / p.G, L = ck.len;
-  for (int idx = threadIdx.x; idx < L * KD; idx += kThreads) {
-    const int r = idx / KD, d = idx % KD;
-    const int64_t tt = ck.t0 + r, out = (tt * p.HV + hv) * KD + d;
-    const float b = s.gs[r * KD + d], b_end = s.gs[(L - 1) * KD + d];
-    p.kg[out] = to_float(kb[row_off(p.k, tt, h) + d]) * s.rk[r] * exp2f(b_end - b);
-    p.qg[out] = to_float(qb[row_off(p.q, tt, h) + d]) * s.rq[r] * exp2f(b);
-  }
-}
-
-template <class Tin, int KD, bool kKDA>
+template <class Tin, bool kKDA>
 __global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p) {
   constexpr bool S = kSplitProducts<Tin>;
+  using Sm = WySmem<Tin, kKDA>;
   extern __shared__ float4 smem_f4[];
-  const WySmem<KD, kKDA> s(reinterpret_cast<float*>(smem_f4));
-  const int ci = blockIdx.x, hv = blockIdx.y, m0 = 16 * (threadIdx.x >> 5);
+  const Sm s(reinterpret_cast<char*>(smem_f4));
+  const int ci = blockIdx.y, hv = blockIdx.z, m0 = 16 * (threadIdx.x >> 5);
   const ChunkInfo ck = p.chunks[ci];
-  load_common<KD, kKDA>(p, ck, ci, hv, s);
+  const Slab sl = slab_of(p, blockIdx.x);
+  load_slab<Tin, kKDA>(p, ck, ci, hv, sl, s);
   __syncthreads();
-  FragA<S> fa[kChunk / 8];
+  rhs_factors<S>(p, ck, hv, sl, s);
+  __syncthreads();
+  const bool per_elem = kKDA && sl.is_w;
+  float acc[kSlab / 8][4] = {};
+#pragma unroll 2
+  for (int k0 = 0; k0 < ck.len; k0 += 8) {
+    const FragA<S> fa = ldm_a_row<S>(s.Ps, kLdP, m0, k0, true);
 #pragma unroll
-  for (int ks = 0; ks < kChunk / 8; ++ks) fa[ks] = load_a_row<S>(s.Ps, kLdP, m0, 8 * ks);
-  for (int col = 0; col < KD + p.V; col += kTile) {
-    const bool is_w = col < KD;
-    const int c0 = is_w ? col : col - KD, D = is_w ? KD : p.V;
-    fill_rhs<Tin, KD, kKDA>(p, ck, hv, is_w, c0, s);
-    __syncthreads();
-    float acc[kTile / 8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < kChunk / 8; ++ks)
-#pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt) mma(acc[nt], fa[ks], load_b_kn<S>(s.Xs, kLdX, 8 * ks, 8 * nt));
-    float* out = is_w ? p.w : p.u;
-#pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; e += 2) {
-        const int r = acc_row(m0, e), c = acc_col(8 * nt, e);
-        if (r < ck.len)
-          *reinterpret_cast<float2*>(out + (int64_t(ck.t0 + r) * p.HV + hv) * D + c0 + c) =
-              make_float2(acc[nt][e], acc[nt][e + 1]);
-      }
-    __syncthreads();
+    for (int nt = 0; nt < kSlab / 8; ++nt) {
+      if (8 * nt >= sl.W) continue;
+      const FragB<S> fb = load_b<S>(
+          [&](int r, int d) {
+            const float x = to_float(s.Xr[r * Sm::ldx + d]);
+            return x * (per_elem ? s.F[r * kLdF + d] : s.fr[r]);
+          },
+          k0, 8 * nt);
+      mma(acc[nt], fa, fb);
+    }
   }
-  if constexpr (kKDA) gated_kq<Tin, KD, kKDA>(p, ck, hv, s);
+  float* out = sl.is_w ? p.w : p.u;
+#pragma unroll
+  for (int nt = 0; nt < kSlab / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int r = acc_row(m0, e), c = acc_col(8 * nt, e);
+      if (r < ck.len && c < sl.W) {
+        const float a = sl.is_w ? operand_store<S>(acc[nt][e]) : acc[nt][e];
+        const float b = sl.is_w ? operand_store<S>(acc[nt][e + 1]) : acc[nt][e + 1];
+        *reinterpret_cast<float2*>(out + (int64_t(ck.t0 + r) * p.HV + hv) * sl.D + sl.c0 + c) = make_float2(a, b);
+      }
+    }
 }
 
-template <class Tin, int KD, bool kKDA>
+template <class Tin, bool kKDA>
 void launch(const ChunkParams& p, cudaStream_t stream) {
-  const size_t smem = sizeof(float) * WySmem<KD, kKDA>::floats;
-  auto kernel = chunk_wy_kernel<Tin, KD, kKDA>;
+  const size_t smem = WySmem<Tin, kKDA>::bytes;
+  auto kernel = chunk_wy_kernel<Tin, kKDA>;
   KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<dim3(p.NT, p.HV), kThreads, smem, stream>>>(p);
+  const int slabs = (p.K + kSlab - 1) / kSlab + (p.V + kSlab - 1) / kSlab;
+  kernel<<<dim3(slabs, p.NT, p.HV), kThreads, smem, stream>>>(p);
   KCP_CUDA_LAUNCH_CHECK();
 }
 
@@ -130,11 +168,8 @@ void launch_chunk_wy(const ChunkParams& p, int input_dtype, cudaStream_t stream)
   if (p.NT == 0) return;
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
-    dispatch_key_dim(p.K, [&](auto kd) {
-      constexpr int KD = decltype(kd)::value;
-      if (p.kda) launch<Tin, KD, true>(p, stream);
-      else launch<Tin, KD, false>(p, stream);
-    });
+    if (p.kda) launch<Tin, true>(p, stream);
+    else launch<Tin, false>(p, stream);
   });
 }
 

@@ -8,6 +8,8 @@
 #include "cuda/chunkwise.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "cuda/chunk_cumsum.cuh"
@@ -176,6 +178,8 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
             dtype_name(in.q.dtype), ", ", dtype_name(in.k.dtype), ", ", dtype_name(in.v.dtype));
   KCP_CHECK(c.q.dt != kF64, "cuda-chunkwise: q, k, v must be float32, float16 or bfloat16, got float64");
   expect_aligned_rows(in.q, "q"), expect_aligned_rows(in.k, "k");
+  KCP_CHECK(in.q.stride[1] < (int64_t(1) << 24) && in.k.stride[1] < (int64_t(1) << 24),
+            "cuda-chunkwise: q, k token strides must be below 2^24 elements (32-bit row offsets in a chunk)");
   c.A_log = scalar_view(in.A_log, "A_log");
   c.dt_bias = scalar_view(in.dt_bias, "dt_bias");
   st.dtype = c.q.dt;
@@ -213,13 +217,48 @@ StateParams Pipeline::Impl::state_params(const Setup& st, const Problem& p, cons
 Pipeline::Pipeline() : impl_(std::make_unique<Impl>()) {}
 Pipeline::~Pipeline() = default;
 
+// KCP_CUDA_STAGE_TIMES=1: each forward prints the milliseconds of its stages to stderr (diagnostics;
+// the events synchronize the device, so never set it while timing whole calls).
+struct StageTimer {
+  bool on = std::getenv("KCP_CUDA_STAGE_TIMES") != nullptr;
+  std::vector<cudaEvent_t> ev;
+  void mark() {
+    if (!on) return;
+    ev.emplace_back();
+    KCP_CUDA_CHECK(cudaEventCreate(&ev.back()));
+    KCP_CUDA_CHECK(cudaEventRecord(ev.back(), 0));
+  }
+  void report(const char* const* names) {
+    if (!on) return;
+    KCP_CUDA_CHECK(cudaEventSynchronize(ev.back()));
+    std::fprintf(stderr, "cuda-chunkwise stages (ms):");
+    for (size_t i = 1; i < ev.size(); ++i) {
+      float ms = 0;
+      KCP_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[i - 1], ev[i]));
+      std::fprintf(stderr, " %s %.3f", names[i - 1], ms);
+    }
+    std::fprintf(stderr, "\n");
+    for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  }
+};
+
 void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   check_outputs(p, out);
   const Impl::Setup st = impl_->setup(p, in, -1, false);
-  impl_->run_front(st);
+  StageTimer timer;
+  timer.mark();
+  launch_chunk_cumsum(st.c, st.dtype, 0);
+  timer.mark();
+  launch_chunk_kkt(st.c, st.dtype, 0);
+  timer.mark();
+  launch_chunk_wy(st.c, st.dtype, 0);
+  timer.mark();
   StateParams sp = impl_->state_params(st, p, in, out);
   sp.o = rows_view<OutRowsView>(out.o, "o");
   launch_chunk_state(sp, st.dtype, 0, false);
+  timer.mark();
+  static const char* const kNames[] = {"cumsum", "kkt", "wy", "state+output"};
+  timer.report(kNames);
 }
 
 const StageBuffers& Pipeline::prepare_stages(const Problem& p, const Inputs& in) {

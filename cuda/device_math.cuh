@@ -23,6 +23,7 @@ constexpr float kRcpLn2 = 1.4426950216f;  // float32(log2 e), FLA's RCP_LN2
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(double x) { return float(x); }
 
 __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
   switch (dt) {
