@@ -4,6 +4,11 @@
 namespace kcp::val {
 
 int cmd_bench_oracle(int argc, char** argv);
+int cmd_check(int argc, char** argv);
+int cmd_compare(int argc, char** argv);
+int cmd_run(int argc, char** argv);
+int cmd_info(int argc, char** argv);
+int cmd_assemble(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 
 }  // namespace kcp::val

@@ -67,4 +67,19 @@ Metrics compare(const TensorView& av, const TensorView& bv) {
   return m;
 }
 
+std::vector<Mismatch> first_mismatches(const TensorView& av, const TensorView& bv, double abs_threshold,
+                                       int max_count) {
+  KCP_CHECK(av.shape == bv.shape, "first_mismatches: shapes differ, ", shape_str(av.shape), " vs ",
+            shape_str(bv.shape));
+  const Tensor<double> a = to_tensor<double>(av), b = to_tensor<double>(bv);
+  std::vector<Mismatch> out;
+  for (int64_t i = 0; i < a.numel() && int(out.size()) < max_count; ++i) {
+    const double x = a.data()[i], y = b.data()[i];
+    const bool bad = std::isnan(x) || std::isnan(y) || ((std::isinf(x) || std::isinf(y)) ? x != y
+                                                                                          : std::abs(x - y) > abs_threshold);
+    if (bad) out.push_back({unravel(i, a.shape()), x, y});
+  }
+  return out;
+}
+
 }  // namespace kcp::val

@@ -2,10 +2,12 @@
 // and every test. Both are host views of any dtype and the same shape; values are widened to double.
 //   max_abs (and where), rel_l2 = ||a-b||/||b||, fla_ratio = rms(a-b)/(rms(b)+1e-8) (FLA's
 //   err_ratio), cosine similarity, max distance in bfloat16 ULPs, NaN/Inf counts on each side.
+// first_mismatches() lists the first disagreeing elements for a failure report.
 // Covered by tests/validation/test_compare.cpp.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -27,6 +29,14 @@ struct Metrics {
 };
 
 Metrics compare(const TensorView& a, const TensorView& b);
+
+// The first `max_count` elements, in memory order, where a and b disagree: a NaN on either side, an
+// Inf not matched by the same Inf, or |a-b| > abs_threshold. Printed under a failing tensor.
+struct Mismatch {
+  Shape at;
+  double a = 0, b = 0;
+};
+std::vector<Mismatch> first_mismatches(const TensorView& a, const TensorView& b, double abs_threshold, int max_count);
 
 // A multi-index as "(b,t,h,i)".
 std::string index_str(const Shape& idx);

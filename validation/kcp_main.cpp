@@ -16,6 +16,12 @@ struct Command {
 const Command kCommands[] = {
     {"bench-oracle", kcp::val::cmd_bench_oracle,
      "tokens/s of the CPU backends, forward and forward+backward (T=8192 H=4 K=V=128 by default)"},
+    {"check", kcp::val::cmd_check,
+     "[--backend NAME] [--precision f64|f32] [--write FILE] PATH...: run the oracle on dumps, judge every result"},
+    {"compare", kcp::val::cmd_compare, "A.h5 B.h5: compare the matching datasets of two dumps"},
+    {"run", kcp::val::cmd_run, "--backend NAME --in X.h5 --out Y.h5: add a backend's results to a dump"},
+    {"info", kcp::val::cmd_info, "FILE: what a dump holds"},
+    {"assemble", kcp::val::cmd_assemble, "--out G.h5 SHARD...: rebuild the global dump of a TP/CP run"},
     {"bench", kcp::val::cmd_bench,
      "forward ms, GB/s, FLOP/s and roofline fraction of a device backend (default cuda-chunkwise)"},
 };

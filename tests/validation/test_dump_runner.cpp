@@ -1,0 +1,124 @@
+// run_op_call stages every tensor through the backend's memory hooks (never by name) and returns
+// exactly what a direct call gives; run_conv1d_call equals the reference called directly.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "io/dump_call.h"
+#include "reference/conv1d.h"
+#include "tests/io/io_fixtures.h"
+#include "validation/dump_runner.h"
+#include "validation/registry.h"
+
+using namespace kcp;
+
+namespace {
+
+// cpu-recurrent behind a "device" whose memory is tracked: every view the backend sees must be one
+// of its own allocations, and every allocation must come back.
+class TrackedBackend final : public Backend {
+ public:
+  TrackedBackend() : inner_(val::backend_create("cpu-recurrent")) {}
+  ~TrackedBackend() override { CHECK(live_.empty()); }
+  std::string_view name() const override { return "tracked-recurrent"; }
+  Device device() const override { return Device::host; }
+  Support supports(const Problem& p) const override { return inner_->supports(p); }
+  void forward(const Problem& p, const Inputs& in, const Outputs& out) override {
+    for (const TensorView* v : {&in.q, &in.k, &in.v, &in.g, &in.beta, &out.o, &out.final_state}) owned(*v);
+    inner_->forward(p, in, out);
+  }
+  void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& g) override {
+    for (const TensorView* v : {&d.d_o, &g.dq, &g.dk, &g.dv, &g.dg, &g.dbeta, &g.d_initial_state}) owned(*v);
+    inner_->backward(p, in, d, g);
+  }
+  void transition_forward(const Problem& p, const Inputs& in, int64_t s, const Transition& t) override {
+    inner_->transition_forward(p, in, s, t);
+  }
+  void transition_backward(const Problem& p, const Inputs& in, const TensorView& d, int64_t s,
+                           const Transition& t) override {
+    inner_->transition_backward(p, in, d, s, t);
+  }
+  void* alloc(size_t bytes) override {
+    void* p = Backend::alloc(bytes);
+    live_.insert(p);
+    return p;
+  }
+  void release(void* p) override { live_.erase(p), Backend::release(p); }
+  void upload(void* dst, const void* src, size_t n) override { ++uploads, Backend::upload(dst, src, n); }
+  void download(void* dst, const void* src, size_t n) override { ++downloads, Backend::download(dst, src, n); }
+  int uploads = 0, downloads = 0;
+
+ private:
+  void owned(const TensorView& v) const {
+    if (!v.empty()) CHECK(live_.count(v.data) == 1);
+  }
+  std::unique_ptr<Backend> inner_;
+  std::set<void*> live_;
+};
+
+}  // namespace
+
+TEST_CASE("run_op_call stages through alloc/upload/download and equals a direct call") {
+  test::TempDir dir("runner");
+  val::CaseSpec s;
+  s.variant = Variant::kda, s.seqlens = {6, 11}, s.H = 1, s.HV = 2, s.K = 8, s.V = 4;
+  s.flags.use_gate_in_kernel = true, s.seed = val::seed_from_env(9);
+  const val::CaseData c = val::make_case(s);
+  io::dump_write(dir.file("c.h5"), test::dump_from_case(c, DType::f64));
+  const io::OpCall call = io::dump_op_call(io::dump_read(dir.file("c.h5")), DType::f64);
+  TrackedBackend tracked;
+  const val::Results r = val::run_op_call(tracked, call);
+  CHECK(tracked.uploads == 10);   // q k v g beta A_log dt_bias h0, do dht
+  CHECK(tracked.downloads == 10); // o final_state dq dk dv dg dbeta dh0 dA_log ddt_bias
+  const Problem p = c.problem();
+  auto out = val::make_outputs<double>(p, true);
+  auto gr = val::make_grads<double>(p, c.inputs());
+  auto direct = val::backend_create("cpu-recurrent");
+  direct->forward(p, c.inputs(), out.views());
+  direct->backward(p, c.inputs(), c.cotangents(), gr.views());
+  const std::pair<const char*, const Tensor<double>*> want[] = {
+      {"o", &out.o}, {"final_state", &out.final_state}, {"dq", &gr.dq}, {"dk", &gr.dk}, {"dv", &gr.dv},
+      {"dg", &gr.dg}, {"dbeta", &gr.dbeta}, {"dinitial_state", &gr.dh0}, {"dA_log", &gr.dA_log},
+      {"ddt_bias", &gr.ddt_bias}};
+  for (auto [name, t] : want) {
+    INFO(name);
+    REQUIRE(r.count(name));
+    CHECK(r.at(name).shape == t->shape());
+    CHECK(std::memcmp(r.at(name).data(), t->data(), size_t(t->numel()) * sizeof(double)) == 0);
+  }
+}
+
+TEST_CASE("a dump without do runs the forward pass only") {
+  test::TempDir dir("runner_fwd");
+  val::CaseSpec s;
+  s.seed = val::seed_from_env(10);
+  io::Dump d = test::dump_from_case(val::make_case(s));
+  std::erase_if(d.groups[0].datasets, [](const io::DumpDataset& x) { return x.name == "do" || x.name == "dht"; });
+  io::dump_write(dir.file("f.h5"), d);
+  auto be = val::backend_create("cpu-recurrent");
+  const val::Results r = val::run_op_call(*be, io::dump_op_call(io::dump_read(dir.file("f.h5")), DType::f32));
+  CHECK(r.size() == 2);
+  CHECK(r.at("o").dtype == DType::f32);
+}
+
+TEST_CASE("run_conv1d_call equals the conv1d reference called directly") {
+  io::Conv1dCall c;
+  c.path = "mem";
+  io::Array& x = c.tensors["x"] = io::Array(DType::f32, {1, 9, 3});
+  io::Array& w = c.tensors["weight"] = io::Array(DType::f32, {3, 4});
+  io::Array& dy = c.tensors["dy"] = io::Array(DType::f32, {1, 9, 3});
+  for (int64_t i = 0; i < x.numel(); ++i) x.view().set(i, std::sin(double(i))), dy.view().set(i, std::cos(double(i)));
+  for (int64_t i = 0; i < w.numel(); ++i) w.view().set(i, 0.1 * double(i) - 0.5);
+  c.x = x.view(), c.weight = w.view(), c.dy = dy.view(), c.cu_seqlens = {0, 2, 9};
+  const val::Results r = val::run_conv1d_call(c, DType::f64);
+  const auto p = ref::make_conv1d_problem(c.x, c.weight, {}, c.cu_seqlens, true, {});
+  Tensor<double> y({1, 9, 3}), dx({1, 9, 3}), dw({3, 4});
+  ref::conv1d_forward(p, c.x, c.weight, {}, {}, y.view());
+  ref::conv1d_backward(p, c.x, c.weight, {}, {}, c.dy, dx.view(), dw.view(), {}, {});
+  CHECK(std::memcmp(r.at("y").data(), y.data(), y.numel() * sizeof(double)) == 0);
+  CHECK(std::memcmp(r.at("dx").data(), dx.data(), dx.numel() * sizeof(double)) == 0);
+  CHECK(std::memcmp(r.at("dweight").data(), dw.data(), dw.numel() * sizeof(double)) == 0);
+  CHECK(r.count("dbias") == 0);
+}

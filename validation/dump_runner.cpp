@@ -1,0 +1,144 @@
+// run_op_call / run_conv1d_call: stage, run, read back (see dump_runner.h).
+#include "validation/dump_runner.h"
+
+#include <sstream>
+#include <vector>
+
+#include "reference/conv1d.h"
+
+namespace kcp::val {
+namespace {
+
+// Copies of host tensors in a backend's memory, and output buffers read back by collect().
+class Staging {
+ public:
+  explicit Staging(Backend& b) : be_(b) {}
+
+  TensorView in(const TensorView& host) {  // an empty (absent) input stays empty
+    if (host.empty()) return {};
+    KCP_CHECK(host.contiguous() && host.device == Device::host, "staging: inputs must be contiguous host views");
+    const size_t bytes = size_t(host.numel()) * size_t(dtype_size(host.dtype));
+    void* dst = buffer(bytes);
+    if (bytes) be_.upload(dst, host.data, bytes);
+    return TensorView(dst, host.dtype, host.shape, be_.device());
+  }
+
+  TensorView out(const std::string& name, DType t, const Shape& s) {
+    const size_t bytes = size_t(shape_numel(s)) * size_t(dtype_size(t));
+    void* dst = buffer(bytes);
+    outs_.push_back({name, t, s, dst});
+    return TensorView(dst, t, s, be_.device());
+  }
+
+  Results collect() {
+    be_.synchronize();
+    Results r;
+    for (const Out& o : outs_) {
+      io::Array a(o.dtype, o.shape);
+      if (a.nbytes()) be_.download(a.data(), o.ptr, a.nbytes());
+      r[o.name] = std::move(a);
+    }
+    return r;
+  }
+
+ private:
+  struct Out {
+    std::string name;
+    DType dtype;
+    Shape shape;
+    void* ptr;
+  };
+  // Never a null pointer, even for zero elements: a null view means "absent" to the backends.
+  void* buffer(size_t bytes) {
+    bufs_.emplace_back(be_, std::max<size_t>(bytes, 8));
+    return bufs_.back().get();
+  }
+  Backend& be_;
+  std::vector<DeviceBuffer> bufs_;
+  std::vector<Out> outs_;
+};
+
+Grads grad_outputs(Staging& st, const Problem& p, const Inputs& in) {
+  Grads g;
+  const DType c = p.compute;
+  g.dq = st.out("dq", c, shape_qk(p)), g.dk = st.out("dk", c, shape_qk(p)), g.dv = st.out("dv", c, shape_v(p));
+  g.dg = st.out("dg", c, shape_g(p));
+  if (p.delta_rule()) g.dbeta = st.out("dbeta", c, shape_beta(p));
+  if (!in.initial_state.empty()) g.d_initial_state = st.out("dinitial_state", c, shape_state(p));
+  if (!in.A_log.empty()) g.dA_log = st.out("dA_log", c, {p.HV});
+  if (!in.dt_bias.empty()) g.ddt_bias = st.out("ddt_bias", c, shape_dt_bias(p));
+  return g;
+}
+
+}  // namespace
+
+Results run_op_call(Backend& be, const io::OpCall& call) {
+  const Problem& p = call.problem;
+  require_support(be, p);
+  Staging st(be);
+  const Inputs& h = call.inputs;
+  const Inputs in{st.in(h.q), st.in(h.k), st.in(h.v), st.in(h.g), st.in(h.beta),
+                  st.in(h.A_log), st.in(h.dt_bias), st.in(h.initial_state)};
+  const Outputs out{st.out("o", p.compute, shape_v(p)), st.out("final_state", p.compute, shape_state(p))};
+  be.forward(p, in, out);
+  if (!call.cotangents.d_o.empty()) {
+    const Cotangents d{st.in(call.cotangents.d_o), st.in(call.cotangents.d_final_state)};
+    be.backward(p, in, d, grad_outputs(st, p, in));
+  }
+  return st.collect();
+}
+
+Results run_conv1d_call(const io::Conv1dCall& c, DType compute) {
+  ref::Conv1dProblem p;
+  try {
+    p = ref::make_conv1d_problem(c.x, c.weight, c.bias, c.cu_seqlens, c.silu, {}, compute);
+    KCP_CHECK(c.dy.empty() || c.dy.shape == c.x.shape, "dy: expected the shape of x ", shape_str(c.x.shape),
+              ", got ", shape_str(c.dy.shape));
+  } catch (const Error& e) {
+    throw Error(c.path + ": /inputs/" + e.what());  // the reference's messages start with the tensor's name
+  }
+  Results r;
+  r["y"] = io::Array(compute, c.x.shape);
+  ref::conv1d_forward(p, c.x, c.weight, c.bias, {}, r["y"].view());
+  if (!c.dy.empty()) {
+    r["dx"] = io::Array(compute, c.x.shape);
+    r["dweight"] = io::Array(compute, c.weight.shape);
+    if (!c.bias.empty()) r["dbias"] = io::Array(compute, c.bias.shape);
+    ref::conv1d_backward(p, c.x, c.weight, c.bias, {}, c.dy, r["dx"].view(), r["dweight"].view(),
+                         c.bias.empty() ? TensorView{} : r["dbias"].view(), {});
+  }
+  return r;
+}
+
+DumpRun run_dump(Backend& be, const io::Dump& d, DType compute) {
+  DumpRun r;
+  if (d.op == "conv1d") {
+    const io::Conv1dCall c = io::dump_conv1d_call(d);
+    r.results = run_conv1d_call(c, compute);
+    r.group = "conv1d-reference";
+    std::ostringstream os;
+    os << "conv1d(x=" << shape_str(c.x.shape) << ",W=" << c.weight.dim(1) << (c.bias.empty() ? "" : ",bias")
+       << (c.cu_seqlens.empty() ? "" : ",varlen") << (c.silu ? ",silu" : "") << "," << dtype_name(compute)
+       << ") on the conv1d reference";
+    r.description = os.str(), r.input_dtype = c.input_dtype, r.placement = c.placement;
+    return r;
+  }
+  const io::OpCall c = io::dump_op_call(d, compute);
+  r.results = run_op_call(be, c);
+  r.group = std::string(be.name());
+  r.description = c.problem.describe() + " on " + r.group;
+  r.input_dtype = c.input_dtype, r.placement = c.placement;
+  return r;
+}
+
+io::DumpGroup results_group(const std::string& name, const Results& r, std::string_view backend, DType compute) {
+  io::DumpGroup g;
+  g.name = name;
+  g.attrs["producer"] = std::string("kcp");
+  g.attrs["backend"] = std::string(backend);
+  g.attrs["compute"] = std::string(dtype_name(compute));
+  for (const auto& [n, a] : r) g.add(n, a, a.dtype);
+  return g;
+}
+
+}  // namespace kcp::val
