@@ -2,6 +2,7 @@
 // requested precision.
 #include "reference/backend_cpu.h"
 
+#include "reference/chunkwise.h"
 #include "reference/driver.h"
 #include "reference/recurrent.h"
 
@@ -17,6 +18,10 @@ class CpuBackend final : public Backend {
   Support supports(const Problem& p) const override {
     if (p.compute != DType::f64 && p.compute != DType::f32)
       return Support::no("compute must be float64 or float32");
+    if constexpr (requires { Core::unsupported(p); }) {  // a core with its own limits (chunk sizes)
+      std::string why = Core::unsupported(p);
+      if (!why.empty()) return Support::no(std::move(why));
+    }
     return {};
   }
   void forward(const Problem& p, const Inputs& in, const Outputs& out) override {
@@ -51,9 +56,9 @@ class CpuBackend final : public Backend {
 std::unique_ptr<Backend> make_cpu_backend(CpuAlgorithm algorithm) {
   switch (algorithm) {
     case CpuAlgorithm::recurrent: return std::make_unique<CpuBackend<RecurrentCore>>("cpu-recurrent");
-    case CpuAlgorithm::chunkwise: break;
+    case CpuAlgorithm::chunkwise: return std::make_unique<CpuBackend<ChunkwiseCore>>("cpu-chunkwise");
   }
-  throw Error("cpu-chunkwise is not built yet");
+  throw Error("make_cpu_backend: unknown CpuAlgorithm");
 }
 
 }  // namespace kcp::ref

@@ -1,0 +1,201 @@
+// Chunkwise forward: the stages gate cumsum, kkt, solve_tril, WY, state, output of one chunk, and
+// the per-head forward that chains them over the chunk grid (formulas in chunkwise.h). The
+// production forward keeps one chunk's pieces at a time; chunkwise_forward_trace keeps them all.
+#include "reference/chunkwise.h"
+
+#include <sstream>
+
+#include "reference/chunkwise_intra.h"
+
+namespace kcp::ref {
+
+std::string chunkwise_chunk_size_error(int64_t C) {
+  for (int64_t c : kChunkwiseChunkSizes)
+    if (c == C) return {};
+  std::ostringstream os;
+  os << "chunk_size " << C << ": cpu-chunkwise supports";
+  for (size_t i = 0; i < kChunkwiseChunkSizes.size(); ++i) os << (i ? ", " : " ") << kChunkwiseChunkSizes[i];
+  return os.str();
+}
+
+template <class S>
+ChunkInputs<S> chunk_inputs(const HeadData<S>& d, ChunkSpan s) {
+  ChunkInputs<S> x;
+  x.q = d.q.middleRows(s.t0, s.len);
+  x.k = d.k.middleRows(s.t0, s.len);
+  x.v = d.v.middleRows(s.t0, s.len);
+  x.a = d.a.middleRows(s.t0, s.len);
+  if (d.beta.size()) x.beta = d.beta.segment(s.t0, s.len);
+  return x;
+}
+
+template <class S>
+ChunkGate<S> chunk_gate_cumsum(const Mat<S>& a) {
+  const int64_t L = a.rows(), Kg = a.cols();
+  KCP_CHECK(L >= 1, "chunk_gate_cumsum: a chunk has at least one row");
+  Mat<double> B(L, Kg);  // float64 whatever S is (see chunkwise.h)
+  B.row(0) = a.row(0).template cast<double>();
+  for (int64_t r = 1; r < L; ++r) B.row(r) = B.row(r - 1) + a.row(r).template cast<double>();
+  auto exp_s = [](const auto& x) { return Mat<S>(x.array().exp().template cast<S>()); };
+  ChunkGate<S> g;
+  g.B = B.template cast<S>();
+  g.gamma = exp_s(B);
+  g.gamma_end = g.gamma.row(L - 1);
+  g.e = exp_s(-(B.rowwise() - B.row(L - 1)));  // exp(B_end - B_r) <= 1
+  if (Kg == 1) {
+    g.decay = Mat<S>::Zero(L, L);
+    for (int64_t r = 0; r < L; ++r)
+      for (int64_t s = 0; s <= r; ++s) g.decay(r, s) = S(std::exp(B(r, 0) - B(s, 0)));
+    return g;
+  }
+  const int64_t nsub = (L + kSubChunk - 1) / kSubChunk;
+  g.sub_row.resize(L, Kg), g.sub_col.resize(L, Kg);
+  for (int64_t r = 0; r < L; ++r) {
+    const int64_t first = r / kSubChunk * kSubChunk, next = first + kSubChunk;
+    g.sub_row.row(r) = exp_s(B.row(r) - B.row(first));
+    if (next < L) g.sub_col.row(r) = exp_s(B.row(next) - B.row(r));
+    else g.sub_col.row(r).setZero();
+  }
+  g.step = exp_s(a.template cast<double>());
+  g.cross.resize(size_t(nsub * nsub));
+  for (int64_t i = 1; i < nsub; ++i)
+    for (int64_t j = 0; j < i; ++j) g.cross[size_t(i * nsub + j)] = exp_s(B.row(i * kSubChunk) - B.row((j + 1) * kSubChunk));
+  return g;
+}
+
+template <class S>
+Mat<S> chunk_kkt(const Mat<S>& k, const Vec<S>& beta, const ChunkGate<S>& g) {
+  return beta.asDiagonal() * gated_gram(k, k, g, false);
+}
+
+template <class S>
+Mat<S> chunk_aqk(const Mat<S>& q, const Mat<S>& k, const ChunkGate<S>& g, S scale) {
+  return scale * gated_gram(q, k, g, true);
+}
+
+template <class S>
+Mat<S> chunk_solve_tril(const Mat<S>& Lmat) {
+  Mat<S> P = Mat<S>::Identity(Lmat.rows(), Lmat.cols());
+  Lmat.template triangularView<Eigen::UnitLower>().solveInPlace(P);  // reads the strict lower part only
+  return P;
+}
+
+template <class S>
+void chunk_wy(const ChunkInputs<S>& x, ChunkLocal<S>& loc) {
+  const ChunkGate<S>& g = loc.gate;
+  loc.kg = gate_mul(x.k, g.e);
+  loc.qg = gate_mul(x.q, g.gamma);
+  if (x.beta.size() == 0) {  // gla: no WY, the values enter as they are
+    loc.u = x.v;
+    loc.w.resize(0, 0);
+    return;
+  }
+  const int64_t K = x.k.cols(), V = x.v.cols();
+  Mat<S> rhs(x.k.rows(), K + V);  // [beta k Gamma | beta v], one triangular product for both
+  rhs.leftCols(K) = x.beta.asDiagonal() * gate_mul(x.k, g.gamma);
+  rhs.rightCols(V) = x.beta.asDiagonal() * x.v;
+  const Mat<S> wu = loc.P.template triangularView<Eigen::UnitLower>() * rhs;
+  loc.w = wu.leftCols(K);
+  loc.u = wu.rightCols(V);
+}
+
+template <class S>
+ChunkLocal<S> chunk_local_forward(const Problem& p, const ChunkInputs<S>& x) {
+  ChunkLocal<S> loc;
+  loc.gate = chunk_gate_cumsum(x.a);
+  if (p.delta_rule()) {
+    loc.Lmat = chunk_kkt(x.k, x.beta, loc.gate);
+    loc.P = chunk_solve_tril(loc.Lmat);
+  }
+  loc.Aqk = chunk_aqk(x.q, x.k, loc.gate, S(p.scale));
+  chunk_wy(x, loc);
+  return loc;
+}
+
+template <class S>
+void chunk_state(const ChunkLocal<S>& loc, const Mat<S>& h, Mat<S>& vnew, Mat<S>& h_next) {
+  vnew = loc.u;
+  if (loc.w.size()) vnew.noalias() -= loc.w * h;
+  const RowVec<S>& ge = loc.gate.gamma_end;
+  if (ge.size() == 1) h_next = ge(0) * h;
+  else h_next = ge.transpose().asDiagonal() * h;
+  h_next.noalias() += loc.kg.transpose() * vnew;
+}
+
+template <class S>
+Mat<S> chunk_output(const ChunkLocal<S>& loc, const Mat<S>& h, const Mat<S>& vnew, S scale) {
+  Mat<S> o = loc.qg * h;
+  o *= scale;
+  o.noalias() += loc.Aqk.template triangularView<Eigen::Lower>() * vnew;
+  return o;
+}
+
+template <class S>
+Mat<S> chunk_transition_matrix(const ChunkLocal<S>& loc) {
+  const RowVec<S>& ge = loc.gate.gamma_end;
+  const int64_t K = loc.kg.cols();
+  Mat<S> M = ge.size() == 1 ? Mat<S>(ge(0) * Mat<S>::Identity(K, K)) : Mat<S>(ge.transpose().asDiagonal());
+  if (loc.w.size()) M.noalias() -= loc.kg.transpose() * loc.w;
+  return M;
+}
+
+namespace {
+
+void check_chunk_size(const Problem& p) {
+  const std::string err = chunkwise_chunk_size_error(p.chunk_size);
+  KCP_CHECK(err.empty(), err);
+}
+
+}  // namespace
+
+template <class S>
+ChunkwiseTrace<S> chunkwise_forward_trace(const Problem& p, const HeadData<S>& d) {
+  check_chunk_size(p);
+  const int64_t L = d.seq.len, C = p.chunk_size, NT = chunk_count(L, C);
+  ChunkwiseTrace<S> t;
+  t.ht = d.h0;
+  for (int64_t c = 0; c < NT; ++c) {
+    const ChunkInputs<S> x = chunk_inputs(d, chunk_span(L, C, c));
+    t.chunk.push_back(chunk_local_forward(p, x));
+    t.h.push_back(t.ht);
+    t.vnew.emplace_back();
+    chunk_state(t.chunk.back(), t.h.back(), t.vnew.back(), t.ht);
+    t.o.push_back(chunk_output(t.chunk.back(), t.h.back(), t.vnew.back(), S(p.scale)));
+  }
+  return t;
+}
+
+template <class S>
+void chunkwise_forward_head(const Problem& p, const HeadData<S>& d, Mat<S>& o, Mat<S>& ht) {
+  check_chunk_size(p);
+  const int64_t L = d.seq.len, C = p.chunk_size, NT = chunk_count(L, C);
+  o.resize(L, p.V);
+  ht = d.h0;
+  Mat<S> vnew, h_next;
+  for (int64_t c = 0; c < NT; ++c) {
+    const ChunkSpan s = chunk_span(L, C, c);
+    const ChunkLocal<S> loc = chunk_local_forward(p, chunk_inputs(d, s));
+    chunk_state(loc, ht, vnew, h_next);
+    o.middleRows(s.t0, s.len) = chunk_output(loc, ht, vnew, S(p.scale));
+    ht.swap(h_next);
+  }
+}
+
+#define KCP_INSTANTIATE(S)                                                                               \
+  template ChunkInputs<S> chunk_inputs<S>(const HeadData<S>&, ChunkSpan);                                \
+  template ChunkGate<S> chunk_gate_cumsum<S>(const Mat<S>&);                                             \
+  template Mat<S> chunk_kkt<S>(const Mat<S>&, const Vec<S>&, const ChunkGate<S>&);                       \
+  template Mat<S> chunk_aqk<S>(const Mat<S>&, const Mat<S>&, const ChunkGate<S>&, S);                    \
+  template Mat<S> chunk_solve_tril<S>(const Mat<S>&);                                                    \
+  template void chunk_wy<S>(const ChunkInputs<S>&, ChunkLocal<S>&);                                      \
+  template ChunkLocal<S> chunk_local_forward<S>(const Problem&, const ChunkInputs<S>&);                  \
+  template void chunk_state<S>(const ChunkLocal<S>&, const Mat<S>&, Mat<S>&, Mat<S>&);                   \
+  template Mat<S> chunk_output<S>(const ChunkLocal<S>&, const Mat<S>&, const Mat<S>&, S);                \
+  template Mat<S> chunk_transition_matrix<S>(const ChunkLocal<S>&);                                      \
+  template ChunkwiseTrace<S> chunkwise_forward_trace<S>(const Problem&, const HeadData<S>&);             \
+  template void chunkwise_forward_head<S>(const Problem&, const HeadData<S>&, Mat<S>&, Mat<S>&);
+KCP_INSTANTIATE(double)
+KCP_INSTANTIATE(float)
+#undef KCP_INSTANTIATE
+
+}  // namespace kcp::ref
