@@ -21,29 +21,38 @@ constexpr int kWarps = 8, kThreads = 32 * kWarps, kLdA = 68, kLdV = kChunk + 4;
 
 constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 
-template <class Tin, int KD, int BV, bool kKDA>
+// kPermQ: gdn with 16-bit q and unsplit products, whose q fragments come by ldmatrix in a permuted k
+// order (tile_mma.cuh ldm_a_row16_perm); S^T is then also kept with its rows permuted (Stp).
+template <class Tin, int KD, int BV, bool kKDA, bool kPermQ>
 struct StateSmem {
+  using In = Tin;
   using KT = std::conditional_t<kKDA, float, Tin>;  // element type of the k and q tiles
+  static constexpr int kKD = KD, kBVw = BV;
+  static constexpr bool kIsKDA = kKDA, kPermutedQ = kPermQ;
   static constexpr int ldw = KD + 4, ldk = ld_col<KT>(KD), ldq = ld_row<KT>(KD), ldu = BV + 4, lds = KD + 4;
   static constexpr int gates = kKDA ? 2 * KD : 3 * 2 * kChunk;  // kda: b_end [2][K]; gdn: b, rq, rk [2][64]
   static constexpr size_t bytes_w = align16(4 * kChunk * ldw), bytes_u = align16(4 * kChunk * ldu),
                           bytes_q = align16(sizeof(KT) * kChunk * ldq), bytes_k = align16(sizeof(KT) * kChunk * ldk),
                           bytes_a = align16(4 * kChunk * kLdA), bytes_s = align16(4 * BV * lds),
                           bytes_v = align16(4 * BV * kLdV), bytes_g = align16(4 * gates);
-  static constexpr size_t bytes = bytes_w + bytes_u + bytes_q + bytes_k + bytes_a + bytes_s + 2 * bytes_v + bytes_g;
-  float *Ws, *Us, *As, *St, *VNt, *VEt, *G;  // St = S^T [BV][K], VNt / VEt = vnew^T, vt^T [BV][64]
-  KT *Qs, *Kt;
+  static constexpr size_t bytes_stage = bytes_w + bytes_u + bytes_q + bytes_k + bytes_a;
+  static constexpr size_t bytes = bytes_stage + (kPermQ ? 2 : 1) * bytes_s + 2 * bytes_v + bytes_g;
+  char* tiles;
+  float *St, *Stp, *VNt, *VEt, *G;  // St = S^T [BV][K], Stp = its k-permuted copy, VNt / VEt = vnew^T, vt^T [BV][64]
   __device__ explicit StateSmem(char* b) {
-    Ws = reinterpret_cast<float*>(b), b += bytes_w;
-    Us = reinterpret_cast<float*>(b), b += bytes_u;
-    Qs = reinterpret_cast<KT*>(b), b += bytes_q;
-    Kt = reinterpret_cast<KT*>(b), b += bytes_k;
-    As = reinterpret_cast<float*>(b), b += bytes_a;
+    tiles = b, b += bytes_stage;
     St = reinterpret_cast<float*>(b), b += bytes_s;
+    Stp = kPermQ ? reinterpret_cast<float*>(b) : nullptr, b += kPermQ ? bytes_s : 0;
     VNt = reinterpret_cast<float*>(b), b += bytes_v;
     VEt = reinterpret_cast<float*>(b), b += bytes_v;
     G = reinterpret_cast<float*>(b);
   }
+  __device__ char* stage(int) const { return tiles; }  // one stage: double buffering measured no gain
+  __device__ float* Ws(int st) const { return reinterpret_cast<float*>(stage(st)); }
+  __device__ float* Us(int st) const { return reinterpret_cast<float*>(stage(st) + bytes_w); }
+  __device__ KT* Qs(int st) const { return reinterpret_cast<KT*>(stage(st) + bytes_w + bytes_u); }
+  __device__ KT* Kt(int st) const { return reinterpret_cast<KT*>(stage(st) + bytes_w + bytes_u + bytes_q); }
+  __device__ float* As(int st) const { return reinterpret_cast<float*>(stage(st) + bytes_w + bytes_u + bytes_q + bytes_k); }
   __device__ float* gb(int buf) const { return G + buf * kChunk; }                // gdn: b of each row
   __device__ float* rq(int buf) const { return G + 2 * kChunk + buf * kChunk; }   // gdn: rstd of q
   __device__ float* rk(int buf) const { return G + 4 * kChunk + buf * kChunk; }   // gdn: rstd of k
@@ -65,23 +74,25 @@ __device__ __forceinline__ void copy_rows(T* dst, int ld, int L, const T* src, i
   }
 }
 
-template <class Tin, int KD, int BV, bool kKDA>
-__device__ void issue_group_a(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, int buf,
-                              const StateSmem<Tin, KD, BV, kKDA>& s) {
-  using Sm = StateSmem<Tin, KD, BV, kKDA>;
+// Group A of chunk `ck` into tile stage `st` and gate buffer `buf`: w, u, q (only with the fused
+// output), gates.
+template <class Sm>
+__device__ void issue_group_a(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, int st, int buf, const Sm& s) {
+  using Tin = typename Sm::In;
+  constexpr int KD = Sm::kKD, BV = Sm::kBVw;
   const ChunkParams& p = sp.c;
   const int h = hv / p.G, L = ck.len;
   const int64_t row0 = int64_t(ck.t0) * p.HV + hv;  // (token, head) row of the chunk's first token
-  copy_rows<4 * KD>(s.Ws, Sm::ldw, L, p.w + row0 * KD, p.HV * KD);
-  if (sp.u) copy_rows<4 * BV>(s.Us, Sm::ldu, L, sp.u + row0 * sp.Vw + v0, p.HV * sp.Vw);
+  copy_rows<4 * KD>(s.Ws(st), Sm::ldw, L, p.w + row0 * KD, p.HV * KD);
+  if (sp.u) copy_rows<4 * BV>(s.Us(st), Sm::ldu, L, sp.u + row0 * sp.Vw + v0, p.HV * sp.Vw);
   if (sp.o.p) {
-    if constexpr (kKDA)
-      copy_rows<4 * KD>(s.Qs, Sm::ldq, L, p.qg + row0 * KD, p.HV * KD);
+    if constexpr (Sm::kIsKDA)
+      copy_rows<4 * KD>(s.Qs(st), Sm::ldq, L, p.qg + row0 * KD, p.HV * KD);
     else
-      copy_rows<int(sizeof(Tin)) * KD>(s.Qs, Sm::ldq, L, static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0, h),
+      copy_rows<int(sizeof(Tin)) * KD>(s.Qs(st), Sm::ldq, L, static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0, h),
                                        int(p.q.st));
   }
-  if constexpr (kKDA) {
+  if constexpr (Sm::kIsKDA) {
     const float* last = p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * KD;
     for (int d4 = threadIdx.x; d4 < KD / 4; d4 += kThreads) cp_async16(s.bend(buf) + 4 * d4, last + 4 * d4, true);
   } else {
@@ -97,18 +108,19 @@ __device__ void issue_group_a(const StateParams& sp, const ChunkInfo& ck, int hv
   }
 }
 
-template <class Tin, int KD, int BV, bool kKDA>
-__device__ void issue_group_b(const StateParams& sp, const ChunkInfo& ck, int ci, int hv,
-                              const StateSmem<Tin, KD, BV, kKDA>& s) {
-  using Sm = StateSmem<Tin, KD, BV, kKDA>;
+// Group B of chunk `ck` (index ci) into tile stage `st`: k (gdn) or kg (kda), and Aqk with the output.
+template <class Sm>
+__device__ void issue_group_b(const StateParams& sp, const ChunkInfo& ck, int ci, int hv, int st, const Sm& s) {
+  using Tin = typename Sm::In;
+  constexpr int KD = Sm::kKD;
   const ChunkParams& p = sp.c;
   const int64_t row0 = int64_t(ck.t0) * p.HV + hv;
-  if constexpr (kKDA)
-    copy_rows<4 * KD>(s.Kt, Sm::ldk, ck.len, p.kg + row0 * KD, p.HV * KD);
+  if constexpr (Sm::kIsKDA)
+    copy_rows<4 * KD>(s.Kt(st), Sm::ldk, ck.len, p.kg + row0 * KD, p.HV * KD);
   else
-    copy_rows<int(sizeof(Tin)) * KD>(s.Kt, Sm::ldk, ck.len,
+    copy_rows<int(sizeof(Tin)) * KD>(s.Kt(st), Sm::ldk, ck.len,
                                      static_cast<const Tin*>(p.k.p) + row_off(p.k, ck.t0, hv / p.G), int(p.k.st));
-  if (sp.o.p) copy_rows<4 * kChunk>(s.As, kLdA, kChunk, p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk, kChunk);
+  if (sp.o.p) copy_rows<4 * kChunk>(s.As(st), kLdA, kChunk, p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk, kChunk);
 }
 
 // The accumulator tiles of S a warp owns (all 8 warps): m-tiles wm + WM*i, n-tiles wn*NTW + j.

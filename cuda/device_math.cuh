@@ -25,6 +25,10 @@ __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_float(double x) { return float(x); }
 
+template <class T> __device__ __forceinline__ T from_float(float x) { return T(x); }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
 __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
   switch (dt) {
     case kF16: return __half2float(static_cast<const __half*>(p)[i]);

@@ -184,6 +184,25 @@ __device__ __forceinline__ FragA<false> ldm_a_col16_perm(const T* s, int ld, int
   f.hi[1] = widen(r[1] & 0xffffu), f.hi[3] = widen(r[1] >> 16);
   return f;
 }
+// A[16x8] at (m0,k0) of a row-major 16-bit tile with the same permuted k order: fragment position t
+// holds column k0+2t and t+4 holds k0+2t+1 (one ldmatrix, no transpose).
+template <class T>
+__device__ __forceinline__ FragA<false> ldm_a_row16_perm(const T* s, int ld, int m0, int k0) {
+  static_assert(sizeof(T) == 2, "16-bit tiles only");
+  const int l = threadIdx.x & 31;
+  uint32_t r[2];
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(s + (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + k0));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+  auto widen = [](uint32_t bits16) {
+    if constexpr (std::is_same_v<T, __half>) return __float_as_uint(__half2float(__ushort_as_half((unsigned short)bits16)));
+    else return bits16 << 16;
+  };
+  FragA<false> f;
+  f.hi[0] = widen(r[0] & 0xffffu), f.hi[2] = widen(r[0] >> 16);
+  f.hi[1] = widen(r[1] & 0xffffu), f.hi[3] = widen(r[1] >> 16);
+  return f;
+}
+
 // Storage position inside an 8-row k block that makes plain B fragments match ldm_a_col16_perm.
 __device__ __forceinline__ int perm_pos(int k) { return (k & ~7) + ((k & 7) >> 1) + ((k & 1) << 2); }
 

@@ -11,6 +11,7 @@ BUILD=${1:-build}
 LOGS=${OUT:-gpu-logs}
 mkdir -p "$LOGS"
 [ -d lib ] && export LD_LIBRARY_PATH="$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KCP_SOURCE_DIR=${KCP_SOURCE_DIR:-$PWD}  # data/golden for the golden test case
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null \
   | sed 's/^/device: /' | tee "$LOGS/device.txt"
@@ -36,7 +37,12 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     if [ -n "$exe" ]; then run_suite "$t" "$exe"; else summary+=("| $t | not built | - |"); fi
   done
   if "$BUILD/kcp" help 2>&1 | grep -qE '^  check '; then
-    run_suite golden_check "$BUILD/kcp" check --backend cuda-chunkwise data/golden
+    # kcp check runs the backward too, which cuda-chunkwise does not have yet (a later issue): its
+    # result is reported, not counted. The forward's golden bar is test_cuda's golden test case.
+    "$BUILD/kcp" check --backend cuda-chunkwise --precision f32 data/golden > "$LOGS/golden_check.log" 2>&1
+    rc=$?
+    echo "kcp check --backend cuda-chunkwise: exit $rc (informational)"; tail -3 "$LOGS/golden_check.log"
+    summary+=("| kcp check (fwd+bwd) | exit $rc, informational: $(tail -1 "$LOGS/golden_check.log" | cut -c1-80) | - |")
   else
     echo "golden check: this build has no 'kcp check' (the harness is not merged): skipped"
     summary+=("| golden_check | skipped (no kcp check) | - |")
