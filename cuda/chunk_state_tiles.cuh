@@ -6,7 +6,10 @@
 //   group B: Kt [64][K+8] k (gdn) or kg (kda), As [64][68] Aqk
 // 8 warps: warps 0-3 form vnew = u - w S (16 rows each), warps 4-7 form q S and the output, and all
 // 8 share the state update.
-//   written by the kernel: St = S^T [BV][K+4], VNt = vnew^T and VEt = (gated vnew)^T [BV][68]
+//   written by the kernel: St = S^T [BV][K+4] (and Stp, its copy with rows in the permuted k order
+//   of the 16-bit q fragments), VNt = vnew^T and VEt = (gated vnew)^T [BV][68]
+// One stage of tiles: double-buffering them (chunk c+1 loading during chunk c) was measured and
+// gained nothing, the kernel being issue-bound (docs/CUDA.md); `st` stays as the stage index.
 // Covered by tests/cuda/test_cuda_stages.cpp ("state") and test_cuda_forward.cpp.
 #pragma once
 
