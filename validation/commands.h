@@ -11,5 +11,6 @@ int cmd_info(int argc, char** argv);
 int cmd_assemble(int argc, char** argv);
 int cmd_cp_sweep(int argc, char** argv);  // cp/sweep.cpp (built with MPI)
 int cmd_cp_bench(int argc, char** argv);  // cp/bench.cpp (built with MPI)
+int cmd_bench(int argc, char** argv);
 
 }  // namespace kcp::val

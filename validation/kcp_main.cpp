@@ -22,6 +22,8 @@ const Command kCommands[] = {
     {"run", kcp::val::cmd_run, "--backend NAME --in X.h5 --out Y.h5: add a backend's results to a dump"},
     {"info", kcp::val::cmd_info, "FILE: what a dump holds"},
     {"assemble", kcp::val::cmd_assemble, "--out G.h5 SHARD...: rebuild the global dump of a TP/CP run"},
+    {"bench", kcp::val::cmd_bench,
+     "forward ms, GB/s, FLOP/s and roofline fraction of a device backend (default cuda-chunkwise)"},
 #ifdef KCP_HAS_CP
     {"cp-sweep", kcp::val::cmd_cp_sweep,
      "context parallelism vs the single-process oracle over the layout matrix (run under mpirun -np N)"},

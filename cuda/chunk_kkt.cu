@@ -1,0 +1,259 @@
+// Stage "kkt + solve_tril", one block of 4 warps per (chunk, value head); warp i owns rows 16i..16i+15.
+//   gdn:  Lmat[r,s] = beta_r (k_r . k_s) 2^(b_r - b_s)   (s < r),  Aqk[r,s] = scale (q_r . k_s) 2^(b_r - b_s)   (s <= r)
+//   kda:  the same with per-channel decay inside the dot: sum_d k_r[d] k_s[d] 2^(b_r[d] - b_s[d]).
+//         Products run on tensor cores through the anchor n = 16i (first row of the warp's block):
+//         (k_r 2^(b_r - b_n)) . (k_s 2^(b_n - b_s)); both exponents are <= 0 for s < n. On the
+//         diagonal block the second exponent is >= 0 and bounded by the block's gate range R; when
+//         R > 64 (log2 units) that block is summed pairwise with exact per-pair exponents instead.
+//   With the fused L2 norm, k_r . k_s is scaled by rstd_r rstd_s afterwards (q likewise).
+//   P = (I + Lmat)^-1: 16x16 diagonal blocks by forward substitution (float32), then block rows
+//         P_ij = -P_ii sum_{m=j}^{i-1} Lmat_im P_mj on tensor cores (TF32, or 3xTF32 when split).
+// Raw k, q rows arrive by cp.async (zero past the chunk end; gates padded with row L-1).
+// Outputs (float32, TF32-rounded when products are not split): Aqk, P [NT,HV,64,64]; rows and
+// columns >= L are zero (P: identity there).
+// Covered by tests/cuda/test_cuda_stages.cpp ("kkt").
+#include "cuda/chunk_kkt.cuh"
+
+#include <algorithm>
+
+#include "cuda/cuda_check.cuh"
+#include "cuda/dispatch.cuh"
+#include "cuda/tile_mma.cuh"
+
+namespace kcp::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kLdL = 68;                  // 64x64 float tiles (row-major A pattern)
+constexpr float kMaxAnchorRange = 64.0f;  // log2 units: anchored factors stay within 2^-64 .. 2^64
+
+constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
+
+template <class Tin, int KD, bool kKDA>
+struct KktSmem {
+  static constexpr int ldk = ld_row<Tin>(KD), ldg = kKDA ? KD + 4 : 1;
+  // k and q tiles are dead once the products are done; P and the solve's scratch reuse that space.
+  static constexpr size_t bytes_kq = std::max(align16(2 * sizeof(Tin) * kChunk * ldk), align16(4 * (kChunk + 16) * kLdL));
+  static constexpr size_t bytes = bytes_kq + align16(4 * kChunk * ldg) + 4 * 3 * kChunk + 4 * kChunk * kLdL;
+  Tin *ks, *qs;
+  float *gs, *bet, *rk, *rq, *Ls, *Ps, *Xs;
+  __device__ explicit KktSmem(char* b) {
+    ks = reinterpret_cast<Tin*>(b), qs = ks + kChunk * ldk;
+    Ps = reinterpret_cast<float*>(b), Xs = Ps + kChunk * kLdL;
+    b += bytes_kq;
+    gs = reinterpret_cast<float*>(b), b += align16(4 * kChunk * ldg);
+    bet = reinterpret_cast<float*>(b), rk = bet + kChunk, rq = rk + kChunk;
+    Ls = rq + kChunk;
+  }
+};
+
+template <class Tin, int KD, bool kKDA>
+__device__ void load_tiles(const ChunkParams& p, const ChunkInfo& ck, int hv, const KktSmem<Tin, KD, kKDA>& s) {
+  using Sm = KktSmem<Tin, KD, kKDA>;
+  const int h = hv / p.G, L = ck.len;
+  constexpr int segs = KD * int(sizeof(Tin)) / 16, per = 16 / int(sizeof(Tin));
+  for (int idx = threadIdx.x; idx < kChunk * segs; idx += kThreads) {
+    const int r = idx / segs, sg = idx % segs, rr = r < L ? r : 0;
+    cp_async16(s.ks + r * Sm::ldk + sg * per, static_cast<const Tin*>(p.k.p) + row_off(p.k, ck.t0 + rr, h) + sg * per, r < L);
+    cp_async16(s.qs + r * Sm::ldk + sg * per, static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0 + rr, h) + sg * per, r < L);
+  }
+  if constexpr (kKDA) {
+    for (int idx = threadIdx.x; idx < kChunk * KD / 4; idx += kThreads) {
+      const int r = idx / (KD / 4), sg = idx % (KD / 4);
+      cp_async16(s.gs + r * Sm::ldg + 4 * sg, p.gcum + (int64_t(ck.t0 + min(r, L - 1)) * p.HV + hv) * KD + 4 * sg, true);
+    }
+  }
+  for (int r = threadIdx.x; r < kChunk; r += kThreads) {
+    const int64_t tt = ck.t0 + min(r, L - 1);
+    if constexpr (!kKDA) cp_async4(s.gs + r, p.gcum + tt * p.HV + hv, true);
+    cp_async4(s.bet + r, p.beta_e + tt * p.HV + hv, r < L);
+    if (p.l2norm) {
+      cp_async4(s.rk + r, p.rstd_k + tt * p.H + h, r < L);
+      cp_async4(s.rq + r, p.rstd_q + tt * p.H + h, r < L);
+    } else {
+      s.rk[r] = s.rq[r] = 1.0f;
+    }
+  }
+  for (int idx = threadIdx.x; idx < kChunk * kLdL; idx += kThreads) s.Ls[idx] = 0.0f;
+  cp_async_commit();
+  cp_async_wait<0>();
+}
+
+// kda: largest per-channel gate drop over the valid rows of the block starting at n (warp-wide).
+template <int KD>
+__device__ float block_gate_range(const float* gs, int ldg, int n, int last) {
+  float R = 0.0f;
+  for (int d = threadIdx.x & 31; d < KD; d += 32) R = fmaxf(R, gs[n * ldg + d] - gs[last * ldg + d]);
+  for (int o = 16; o > 0; o >>= 1) R = fmaxf(R, __shfl_xor_sync(0xffffffffu, R, o));
+  return R;
+}
+
+// Writes Lmat (shared) and Aqk (global) entries (r, c), c <= r, from the raw dots.
+template <bool S, class Tin, int KD, bool kKDA>
+__device__ void put_entry(const ChunkParams& p, const KktSmem<Tin, KD, kKDA>& s, float* aqk, int r, int c,
+                          float dk, float dq) {
+  float f = s.rk[c];
+  if constexpr (!kKDA) f *= exp2f(s.gs[r] - s.gs[c]);
+  if (c < r) s.Ls[r * kLdL + c] = s.bet[r] * s.rk[r] * dk * f;
+  aqk[r * kChunk + c] = operand_store<S>(p.scale * s.rq[r] * dq * f);
+}
+
+// This warp's row block of k k^T and q k^T (gated); entries above the diagonal and of rows >= L stay 0.
+template <bool S, class Tin, int KD, bool kKDA>
+__device__ void row_block_products(const ChunkParams& p, int L, const KktSmem<Tin, KD, kKDA>& s, float* aqk, int i,
+                                   bool diag_mma) {
+  using Sm = KktSmem<Tin, KD, kKDA>;
+  const int n = 16 * i, ntiles = 2 * i + 2, g = lane_g(), t = lane_t();
+  float ak[8][4] = {}, aq[8][4] = {};
+#pragma unroll 2
+  for (int k0 = 0; k0 < KD; k0 += 8) {
+    FragA<S> fk, fq;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = n + g + 8 * (e & 1), d = k0 + t + 4 * (e >> 1);
+      float f = 1.0f;
+      if constexpr (kKDA) f = exp2f(s.gs[r * Sm::ldg + d] - s.gs[n * Sm::ldg + d]);
+      fk.set(e, to_float(s.ks[r * Sm::ldk + d]) * f);
+      fq.set(e, to_float(s.qs[r * Sm::ldk + d]) * f);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      if (nt >= ntiles || (kKDA && !diag_mma && nt >= 2 * i)) continue;
+      const FragB<S> fb = load_b<S>(
+          [&](int d, int sc) {
+            float f = 1.0f;
+            if constexpr (kKDA) f = exp2f(s.gs[n * Sm::ldg + d] - s.gs[sc * Sm::ldg + d]);
+            return to_float(s.ks[sc * Sm::ldk + d]) * f;
+          },
+          k0, 8 * nt);
+      mma(ak[nt], fk, fb);
+      mma(aq[nt], fq, fb);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    if (nt >= ntiles || (kKDA && !diag_mma && nt >= 2 * i)) continue;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = acc_row(n, e), c = acc_col(8 * nt, e);
+      if (r < L && c <= r) put_entry<S>(p, s, aqk, r, c, ak[nt][e], aq[nt][e]);
+    }
+  }
+}
+
+// kda diagonal block with exact per-pair exponents (used when the anchored factors could overflow).
+template <bool S, class Tin, int KD>
+__device__ void diagonal_block_pairwise(const ChunkParams& p, int L, const KktSmem<Tin, KD, true>& s, float* aqk, int i) {
+  using Sm = KktSmem<Tin, KD, true>;
+  const int n = 16 * i;
+  for (int pi = threadIdx.x & 31; pi < 136; pi += 32) {  // 136 = pairs c <= r in a 16-row block
+    int rl = 0;
+    while ((rl + 1) * (rl + 2) / 2 <= pi) ++rl;
+    const int r = n + rl, c = n + pi - rl * (rl + 1) / 2;
+    if (r >= L) continue;
+    float sk = 0.0f, sq = 0.0f;
+    for (int d = 0; d < KD; ++d) {
+      const float kc = to_float(s.ks[c * Sm::ldk + d]) * exp2f(s.gs[r * Sm::ldg + d] - s.gs[c * Sm::ldg + d]);
+      sk += to_float(s.ks[r * Sm::ldk + d]) * kc;
+      sq += to_float(s.qs[r * Sm::ldk + d]) * kc;
+    }
+    put_entry<S>(p, s, aqk, r, c, sk, sq);
+  }
+}
+
+// P = (I + Ls)^-1 into Ps. The four 16x16 diagonal blocks by forward substitution (one warp per
+// block, one column per lane, the column in registers), then block rows i = 1..3 on tensor cores:
+// X = Lmat[i, <i] @ P[<i, <i] and P[i, <i] = -P_ii @ X (3xTF32 when products are split).
+template <bool S>
+__device__ void solve_unit_lower(const float* Ls, float* Ps, float* Xs) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int idx = threadIdx.x; idx < kChunk * kLdL; idx += kThreads) Ps[idx] = 0.0f;
+  __syncthreads();
+  if (lane < 16) {
+    const int base = 16 * warp, c = lane;
+    float col[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < r; ++j) acc += j >= c ? Ls[(base + r) * kLdL + base + j] * col[j] : 0.0f;
+      col[r] = r < c ? 0.0f : (r == c ? 1.0f : -acc);
+      Ps[(base + r) * kLdL + base + c] = col[r];
+    }
+  }
+  __syncthreads();
+  for (int i = 1; i < 4; ++i) {
+    const int w = 16 * i;  // block row i: rows w..w+15, off-diagonal columns 0..w-1 (2i n-tiles)
+    for (int nt = warp; nt < 2 * i; nt += 4) {
+      float acc[4] = {};
+      for (int k0 = 8 * nt; k0 < w; k0 += 8)  // P is lower triangular: rows < 8nt of column tile nt are 0
+        mma(acc, ldm_a_row<S>(Ls, kLdL, w, k0, false), load_b_kn<S>(Ps, kLdL, k0, 8 * nt));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) Xs[(acc_row(0, e)) * kLdL + acc_col(8 * nt, e)] = acc[e];
+    }
+    __syncthreads();
+    for (int nt = warp; nt < 2 * i; nt += 4) {
+      float acc[4] = {};
+#pragma unroll
+      for (int k0 = 0; k0 < 16; k0 += 8) mma(acc, ldm_a_row<S>(Ps + w, kLdL, w, k0, false), load_b_kn<S>(Xs, kLdL, k0, 8 * nt));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) Ps[(w + acc_row(0, e)) * kLdL + acc_col(8 * nt, e)] = -acc[e];
+    }
+    __syncthreads();
+  }
+}
+
+template <class Tin, int KD, bool kKDA>
+__global__ void __launch_bounds__(kThreads) chunk_kkt_kernel(const ChunkParams p) {
+  constexpr bool S = kSplitProducts<Tin>;
+  extern __shared__ float4 smem_f4[];
+  const KktSmem<Tin, KD, kKDA> s(reinterpret_cast<char*>(smem_f4));
+  const int ci = blockIdx.x, hv = blockIdx.y, warp = threadIdx.x >> 5;
+  const ChunkInfo ck = p.chunks[ci];
+  const int64_t tile = (int64_t(ci) * p.HV + hv) * kChunk * kChunk;
+  float* aqk = p.Aqk + tile;
+  for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads)  // entries never computed are 0
+    reinterpret_cast<float4*>(aqk)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  load_tiles<Tin, KD, kKDA>(p, ck, hv, s);
+  __syncthreads();
+  const int n = 16 * warp;
+  if (n < ck.len) {
+    bool diag_mma = true;
+    if constexpr (kKDA) diag_mma = block_gate_range<KD>(s.gs, s.ldg, n, min(n + 15, ck.len - 1)) <= kMaxAnchorRange;
+    row_block_products<S>(p, ck.len, s, aqk, warp, diag_mma);
+    if constexpr (kKDA)
+      if (!diag_mma) diagonal_block_pairwise<S>(p, ck.len, s, aqk, warp);
+  }
+  __syncthreads();
+  solve_unit_lower<S>(s.Ls, s.Ps, s.Xs);
+  float4* P4 = reinterpret_cast<float4*>(p.P + tile);
+  for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads) {
+    const float* src = s.Ps + (idx / 16) * kLdL + 4 * (idx % 16);
+    P4[idx] = make_float4(operand_store<S>(src[0]), operand_store<S>(src[1]), operand_store<S>(src[2]), operand_store<S>(src[3]));
+  }
+}
+
+template <class Tin, int KD, bool kKDA>
+void launch(const ChunkParams& p, cudaStream_t stream) {
+  const size_t smem = KktSmem<Tin, KD, kKDA>::bytes;
+  auto kernel = chunk_kkt_kernel<Tin, KD, kKDA>;
+  KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  kernel<<<dim3(p.NT, p.HV), kThreads, smem, stream>>>(p);
+  KCP_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void launch_chunk_kkt(const ChunkParams& p, int input_dtype, cudaStream_t stream) {
+  if (p.NT == 0) return;
+  dispatch_input_type(input_dtype, [&](auto tag) {
+    using Tin = typename decltype(tag)::type;
+    dispatch_key_dim(p.K, [&](auto kd) {
+      constexpr int KD = decltype(kd)::value;
+      if (p.kda) launch<Tin, KD, true>(p, stream);
+      else launch<Tin, KD, false>(p, stream);
+    });
+  });
+}
+
+}  // namespace kcp::cuda

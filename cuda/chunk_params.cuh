@@ -1,0 +1,101 @@
+// The parameter block every chunk kernel receives by value (FlashAttention's params-struct style):
+// sizes, the chunk table, raw input pointers with element strides, flags of the fused
+// pre-processing, and the float32 workspace that carries each stage's result to the next.
+//   Tokens are flattened: token tt = b*T + t (B = 1 with cu_seqlens), so a [B,T,X,D] view with
+//   stride[0] == T*stride[1] is addressed as tt*st + x*sx + d (d contiguous).
+//   Workspace shapes (TT = B*T, NT = chunks of all sequences, Kg = K for kda, 1 for gdn):
+//     gcum [TT,HV,Kg] chunk-local cumsum of the log decay in log2 units; beta_e [TT,HV];
+//     rstd_q, rstd_k [TT,H] (l2norm only); P, Aqk [NT,HV,64,64]; w, kg, qg [TT,HV,K]; u [TT,HV,V].
+// Covered by tests/cuda/test_cuda_stages.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/device_math.cuh"
+
+namespace kcp::cuda {
+
+constexpr int kChunk = 64;  // C: the only chunk size the kernels instantiate
+
+struct ChunkInfo {
+  int seq;  // sequence n
+  int t0;   // first flattened token
+  int len;  // valid rows L (1..64)
+  int index_in_seq;
+};
+
+struct RowsView {  // read-only [B,T,X,D] or [B,T,X]
+  const void* p = nullptr;
+  int64_t st = 0, sx = 0;
+  int dt = kF32;
+};
+struct OutRowsView {  // writable [B,T,X,D]
+  void* p = nullptr;
+  int64_t st = 0, sx = 0;
+  int dt = kF32;
+};
+struct StateView {  // [N,HV,K,V] addressed as (n, hv, i = key row, j = value column)
+  void* p = nullptr;
+  int64_t sn = 0, shv = 0, si = 0, sj = 0;
+  int dt = kF32;
+};
+struct ScalarView {  // [X] (A_log, dt_bias)
+  const void* p = nullptr;
+  int64_t s = 0;
+  int dt = kF32;
+};
+
+struct ChunkParams {
+  int B = 0, T = 0, H = 0, HV = 0, K = 0, V = 0, N = 0, G = 1, NT = 0;
+  int64_t TT = 0;
+  float scale = 1;
+  bool kda = false;
+  // fused pre-processing (ALGORITHMS.md 2.1-2.2)
+  bool l2norm = false, beta_sigmoid = false;
+  float beta_scale = 1;  // 2 with allow_neg_eigval
+  int gate = kGateLogDecay;
+  float lower_bound = 0;
+  ScalarView A_log, dt_bias;
+  // chunk table
+  const ChunkInfo* chunks = nullptr;  // [NT]
+  const int* seq_chunk0 = nullptr;    // [N+1] first chunk of each sequence
+  // inputs
+  RowsView q, k, v, g, beta;
+  // workspace
+  float* gcum = nullptr;
+  float* beta_e = nullptr;
+  float* rstd_q = nullptr;
+  float* rstd_k = nullptr;
+  float* P = nullptr;
+  float* Aqk = nullptr;
+  float* w = nullptr;
+  float* u = nullptr;
+  float* kg = nullptr;
+  float* qg = nullptr;
+};
+
+// The state recurrence (and, fused, the output) over the chunks of each sequence.
+enum StateInit : int { kInitZero = 0, kInitGiven = 1, kInitIdentity = 2 };
+struct StateParams {
+  ChunkParams c;
+  int Vw = 0;                    // state columns: V (forward, S_ext) or K (transition M)
+  const float* u = nullptr;      // [TT,HV,Vw]; null means u = 0 (the M recurrence)
+  int init = kInitZero;
+  StateView h0;                  // read when init == kInitGiven
+  StateView final_state;         // written when p != null
+  float* h = nullptr;            // [NT,HV,K,Vw] state entering each chunk (stage tests)
+  float* vnew = nullptr;         // [TT,HV,Vw] (stage tests)
+  OutRowsView o;                 // fused output when p != null
+};
+
+// Output stage on its own (stage tests): o from q, h, vnew, Aqk.
+struct OutputParams {
+  ChunkParams c;
+  const float* h = nullptr;     // [NT,HV,K,V]
+  const float* vnew = nullptr;  // [TT,HV,V]
+  OutRowsView o;
+};
+
+__device__ __forceinline__ int64_t row_off(const RowsView& v, int64_t tt, int x) { return tt * v.st + int64_t(x) * v.sx; }
+
+}  // namespace kcp::cuda

@@ -1,0 +1,277 @@
+// Stage "state recurrence" (+ fused output): one block of 8 warps per (sequence n, value head hv,
+// BV state columns [v0, v0+BV)), BV = 16 or 32, walking the chunks of n in order with the state
+// S [K,BV] in registers (float32, tensor-core accumulator layout). Per chunk c with L valid rows:
+//   h[c] = S                                         (stage tests only)
+//   vnew = u_c - w_c @ S                    [L,BV]   (rows >= L are 0)
+//   o_c  = scale * Gamma ⊙ (q_c @ S) + Aqk_c @ vnew  (gdn: Gamma_r = 2^b_r * rstd_q; kda: q_c = qg_c)
+//   S    = Gamma_end ⊙ S + kt_c^T @ vt_c             gdn: kt = k, vt_r = vnew_r * 2^(b_end - b_r) * rstd_k
+//                                                    kda: kt = kg (pre-gated), vt = vnew, Gamma_end per row
+// Tiles arrive by cp.async in two groups so the next chunk's loads overlap this chunk's products:
+//   group A = {w, u, q, gates} is refilled as soon as vnew is formed, group B = {k, Aqk} at the end.
+// Fragments: w, qg, Aqk come by ldmatrix (row-major float tiles); S and vnew are written to shared
+// memory transposed ([BV][K], [BV][64]) so their B fragments come by ldmatrix too; k and 16-bit q by
+// scalar loads. Operands are stored TF32-rounded when products are not split (no conversions).
+// The same kernel gives the CP transition: S_ext with init 0, and M with u = 0, init = I, Vw = K.
+// Covered by tests/cuda/test_cuda_stages.cpp ("state"), test_cuda_forward.cpp (fused path) and
+// test_cuda_transition.cpp.
+#include "cuda/chunk_state.cuh"
+
+#include <type_traits>
+
+#include "cuda/cuda_check.cuh"
+#include "cuda/dispatch.cuh"
+#include "cuda/key_dims.h"
+#include "cuda/chunk_state_tiles.cuh"
+#include "cuda/tile_mma.cuh"
+
+namespace kcp::cuda {
+namespace {
+
+using namespace state;
+
+constexpr size_t kMaxSmem = 227 * 1024;  // dynamic shared memory of one Hopper block
+
+// av = w @ S and ao = q @ S for this warp's 16 rows (both share the B fragments of S^T).
+// acc = X @ S for this warp's 16 rows, X = w (w-warps) or q (q-warps).
+template <bool S, bool kQ, class Sm>
+__device__ void product_with_state(const Sm& s, int st, int mw, float (&acc)[Sm::kBVw / 8][4]) {
+  constexpr int KD = Sm::kKD, BV = Sm::kBVw;
+#pragma unroll 4
+  for (int k0 = 0; k0 < KD; k0 += 8) {
+    FragA<S> fa;
+    constexpr bool kPerm = kQ && Sm::kPermutedQ;  // q fragments and S^T rows in the permuted k order
+    if constexpr (!kQ) fa = ldm_a_row<S>(s.Ws(st), Sm::ldw, mw, k0, true);
+    else if constexpr (Sm::kIsKDA) fa = ldm_a_row<S>(s.Qs(st), Sm::ldq, mw, k0, true);
+    else if constexpr (kPerm) fa = ldm_a_row16_perm(s.Qs(st), Sm::ldq, mw, k0);
+    else fa = load_a_row<S, true>(s.Qs(st), Sm::ldq, mw, k0);
+#pragma unroll
+    for (int n2 = 0; n2 < BV / 16; ++n2) {
+      FragB<S> b0, b1;
+      ldm_b_nk2<S>(b0, b1, kPerm ? s.Stp : s.St, Sm::lds, k0, 16 * n2, true);
+      mma(acc[2 * n2], fa, b0), mma(acc[2 * n2 + 1], fa, b1);
+    }
+  }
+}
+
+// With 16-bit k and unsplit products the gdn update reads k^T by ldmatrix.trans (permuted k order).
+template <bool S, class Sm>
+constexpr bool kPermutedK = !Sm::kIsKDA && !S && sizeof(typename Sm::In) == 2;
+
+// vnew = u - w S into VNt (and, gdn, vnew * 2^(b_end - b_r) * rstd_k into VEt); rows >= L are zero.
+template <bool S, class Sm>
+__device__ void form_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, int st, int buf, int mw,
+                          const Sm& s, const float (&av)[Sm::kBVw / 8][4]) {
+  constexpr int BV = Sm::kBVw;
+  const ChunkParams& p = sp.c;
+  const int L = ck.len, r0 = mw + lane_g();
+  float fe[2] = {0.0f, 0.0f};  // gdn: per-row factor of the gated copy
+  if constexpr (!Sm::kIsKDA) {
+    const float* gb = s.gb(buf);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = r0 + 8 * hr;
+      if (r < L) fe[hr] = exp2f(gb[L - 1] - gb[r]) * (p.l2norm ? s.rk(buf)[r] : 1.0f);
+    }
+  }
+  float* vnew = sp.vnew ? sp.vnew + (int64_t(ck.t0) * p.HV + hv) * sp.Vw + v0 : nullptr;
+  const float* us = s.Us(st);
+#pragma unroll
+  for (int nt = 0; nt < BV / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = r0 + 8 * (e >> 1), j = acc_col(8 * nt, e);
+      float vn = 0.0f;
+      if (r < L) {
+        vn = (sp.u ? us[r * Sm::ldu + j] : 0.0f) - av[nt][e];
+        if (vnew) vnew[int64_t(r) * p.HV * sp.Vw + j] = vn;
+      }
+      s.VNt[j * kLdV + r] = operand_store<S>(vn);
+      if constexpr (!Sm::kIsKDA) s.VEt[j * kLdV + (kPermutedK<S, Sm> ? perm_pos(r) : r)] = operand_store<S>(vn * fe[e >> 1]);
+    }
+}
+
+// S = Gamma_end ⊙ S + kt^T @ vt over the chunk's valid rows.
+template <bool S, class Sm>
+__device__ void update_state(const ChunkInfo& ck, int st, int buf, const Sm& s, StateRegs<Sm::kKD, Sm::kBVw>& Sr) {
+  using Tl = StateTiling<Sm::kKD, Sm::kBVw>;
+  constexpr bool kKDA = Sm::kIsKDA;
+  const int L = ck.len;
+  const float gdn_decay = kKDA ? 1.0f : exp2f(s.gb(buf)[L - 1]);
+  for_state_elems<Sm::kKD, Sm::kBVw>([&](int i, int j, int e, int row, int) {
+    Sr[i][j][e] *= kKDA ? exp2f(s.bend(buf)[row]) : gdn_decay;
+  });
+  const float* vt = kKDA ? s.VNt : s.VEt;
+  const auto* kt = s.Kt(st);
+  for (int k0 = 0; k0 < L; k0 += 8) {
+    FragA<S> fa[Tl::MTW];
+#pragma unroll
+    for (int i = 0; i < Tl::MTW; ++i) {
+      if constexpr (kPermutedK<S, Sm>) fa[i] = ldm_a_col16_perm(kt, Sm::ldk, Tl::m0(i), k0);
+      else fa[i] = load_a_col<S, true>(kt, Sm::ldk, Tl::m0(i), k0);
+    }
+#pragma unroll
+    for (int j = 0; j < Tl::NTW; ++j) {
+      const FragB<S> fb = ldm_b_nk<S>(vt, kLdV, k0, Tl::n0(j), true);
+#pragma unroll
+      for (int i = 0; i < Tl::MTW; ++i) mma(Sr[i][j], fa[i], fb);
+    }
+  }
+}
+
+// o = rowscale ⊙ ao + Aqk @ vnew, stored in the dtype of the o view (rows < L).
+template <bool S, class Sm>
+__device__ void finish_output(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, int st, int buf, int mw,
+                              const Sm& s, float (&ao)[Sm::kBVw / 8][4]) {
+  constexpr int BV = Sm::kBVw;
+  const ChunkParams& p = sp.c;
+  const int L = ck.len;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int r = acc_row(mw, e);
+    float f = p.scale;
+    if constexpr (!Sm::kIsKDA)
+      if (r < L) f *= exp2f(s.gb(buf)[r]) * (p.l2norm ? s.rq(buf)[r] : 1.0f);
+#pragma unroll
+    for (int nt = 0; nt < BV / 8; ++nt) ao[nt][e] *= f;
+  }
+  for (int k0 = 0; k0 < L; k0 += 8) {
+    const FragA<S> fa = ldm_a_row<S>(s.As(st), kLdA, mw, k0, true);
+#pragma unroll
+    for (int n2 = 0; n2 < BV / 16; ++n2) {
+      FragB<S> b0, b1;
+      ldm_b_nk2<S>(b0, b1, s.VNt, kLdV, k0, 16 * n2, true);
+      mma(ao[2 * n2], fa, b0), mma(ao[2 * n2 + 1], fa, b1);
+    }
+  }
+  auto store = [&](auto tag) {  // the dtype switch once, outside the element loop
+    using To = typename decltype(tag)::type;
+    To* o = static_cast<To*>(sp.o.p) + int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + v0;
+#pragma unroll
+    for (int nt = 0; nt < BV / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = acc_row(mw, e), j = acc_col(8 * nt, e);
+        if (r < L) o[int64_t(r) * sp.o.st + j] = from_float<To>(ao[nt][e]);
+      }
+  };
+  switch (sp.o.dt) {
+    case kBF16: store(TypeTag<__nv_bfloat16>{}); break;
+    case kF16: store(TypeTag<__half>{}); break;
+    case kF64: store(TypeTag<double>{}); break;
+    default: store(TypeTag<float>{}); break;
+  }
+}
+
+// One chunk's products: phase 1 (w-warps: vnew; q-warps: q S), then phase 2 (all: the state update;
+// q-warps: the output). `between` runs after phase 1, at a barrier (the 1-stage load refill).
+template <bool S, class Sm, class F>
+__device__ void chunk_products(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, int st, int buf, const Sm& s,
+                               StateRegs<Sm::kKD, Sm::kBVw>& Sr, F&& between) {
+  const bool q_warp = threadIdx.x >= kThreads / 2, out = sp.o.p != nullptr;  // warps 4-7: q S and the output
+  const int mw = 16 * (int(threadIdx.x >> 5) % (kWarps / 2));               // this warp's 16 rows
+  float ao[Sm::kBVw / 8][4] = {};
+  if (!q_warp) {
+    float av[Sm::kBVw / 8][4] = {};
+    product_with_state<S, false>(s, st, mw, av);
+    form_vnew<S>(sp, ck, hv, v0, st, buf, mw, s, av);
+  } else if (out) {
+    product_with_state<S, true>(s, st, mw, ao);
+  }
+  __syncthreads();  // vnew tiles complete; w, u, q consumed
+  between();
+  update_state<S>(ck, st, buf, s, Sr);
+  if (out && q_warp) finish_output<S>(sp, ck, hv, v0, st, buf, mw, s, ao);
+  __syncthreads();  // k, Aqk, S^T, vnew tiles consumed
+}
+
+template <class Tin, int KD, int BV, bool kKDA, bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1) chunk_state_kernel(const StateParams sp) {
+  using Sm = StateSmem<Tin, KD, BV, kKDA, !kKDA && !kSplit && sizeof(Tin) == 2>;
+  extern __shared__ float4 smem_f4[];
+  const Sm s(reinterpret_cast<char*>(smem_f4));
+  const ChunkParams& p = sp.c;
+  const int v0 = blockIdx.x * BV, n = blockIdx.y / p.HV, hv = blockIdx.y % p.HV;
+  const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
+  const StateView& h0 = sp.h0;
+  StateRegs<KD, BV> Sr;
+  for_state_elems<KD, BV>([&](int i, int j, int e, int row, int col) {
+    float x = 0.0f;
+    if (sp.init == kInitGiven) x = load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + row * h0.si + (v0 + col) * h0.sj);
+    else if (sp.init == kInitIdentity) x = row == v0 + col ? 1.0f : 0.0f;
+    Sr[i][j][e] = x;
+  });
+  ChunkInfo ck = c_begin < c_end ? p.chunks[c_begin] : ChunkInfo{};
+  if (c_begin < c_end) {
+    issue_group_a(sp, ck, hv, v0, 0, 0, s);
+    cp_async_commit();
+    issue_group_b(sp, ck, c_begin, hv, 0, s);
+    cp_async_commit();
+  }
+  for (int c = c_begin; c < c_end; ++c) {
+    const ChunkInfo next = c + 1 < c_end ? p.chunks[c + 1] : ck;  // loaded early, used mid-chunk
+    const int buf = (c - c_begin) & 1, st = 0;
+    for_state_elems<KD, BV>([&](int i, int j, int e, int row, int col) {
+      s.St[col * Sm::lds + row] = operand_store<kSplit>(Sr[i][j][e]);
+      if constexpr (Sm::kPermutedQ) s.Stp[col * Sm::lds + perm_pos(row)] = operand_store<kSplit>(Sr[i][j][e]);
+      if (sp.h) sp.h[((int64_t(c) * p.HV + hv) * KD + row) * sp.Vw + v0 + col] = Sr[i][j][e];
+    });
+    cp_async_wait<1>();  // group A of chunk c
+    __syncthreads();
+    chunk_products<kSplit>(sp, ck, hv, v0, st, buf, s, Sr, [&] {
+      if (c + 1 < c_end) issue_group_a(sp, next, hv, v0, 0, buf ^ 1, s);
+      cp_async_commit();
+      cp_async_wait<1>();  // group B of chunk c
+      __syncthreads();
+    });
+    if (c + 1 < c_end) issue_group_b(sp, next, c + 1, hv, 0, s);
+    cp_async_commit();
+    ck = next;
+  }
+  const StateView& f = sp.final_state;
+  if (f.p)
+    for_state_elems<KD, BV>([&](int i, int j, int e, int row, int col) {
+      store_any(f.p, f.dt, n * f.sn + hv * f.shv + row * f.si + (v0 + col) * f.sj, Sr[i][j][e]);
+    });
+}
+
+}  // namespace
+
+void launch_chunk_state(const StateParams& sp, int input_dtype, cudaStream_t stream, bool split) {
+  const ChunkParams& p = sp.c;
+  if (p.N * p.HV == 0) return;
+  static int sms = 0;
+  if (!sms) KCP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  // 16 columns per block when 32 would leave more than half of the multiprocessors idle (K >= 64:
+  // with K = 32 a 16-column state tile does not split over 8 warps).
+  const bool narrow = p.K >= 64 && int64_t(sp.Vw / 32) * p.N * p.HV <= sms / 2;
+  dispatch_input_type(input_dtype, [&](auto tag) {
+    using Tin = typename decltype(tag)::type;
+    dispatch_key_dim(p.K, [&](auto kd) {
+      constexpr int KD = decltype(kd)::value;
+      auto run = [&](auto kda, auto spl, auto bv) {
+        constexpr bool kKDA = decltype(kda)::value, kSplit = decltype(spl)::value;
+        constexpr int BV = decltype(bv)::value;
+        const size_t smem = StateSmem<Tin, KD, BV, kKDA, !kKDA && !kSplit && sizeof(Tin) == 2>::bytes;
+        static_assert(StateSmem<Tin, KD, BV, kKDA, true>::bytes <= kMaxSmem, "state tiles exceed shared memory");
+        auto kernel = chunk_state_kernel<Tin, KD, BV, kKDA, kSplit>;
+        KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        kernel<<<dim3(sp.Vw / BV, p.N * p.HV), kThreads, smem, stream>>>(sp);
+        KCP_CUDA_LAUNCH_CHECK();
+      };
+      auto run_bv = [&](auto kda, auto spl) {
+        if constexpr (KD >= 64)
+          if (narrow) return run(kda, spl, std::integral_constant<int, 16>{});
+        run(kda, spl, std::integral_constant<int, 32>{});
+      };
+      auto run_split = [&](auto kda) {
+        if constexpr (kSplitProducts<Tin>) run_bv(kda, std::true_type{});
+        else if (split) run_bv(kda, std::true_type{});
+        else run_bv(kda, std::false_type{});
+      };
+      if (p.kda) run_split(std::true_type{});
+      else run_split(std::false_type{});
+    });
+  });
+}
+
+}  // namespace kcp::cuda

@@ -1,0 +1,176 @@
+// Stage "WY": one block of 4 warps per (64-column slab, chunk, value head); warp i owns rows
+// 16i..16i+15 of the slab's 64 x W output (W = 64, or 32 for the last slab of a 32-wide remainder):
+//   w = P @ (beta * k * Gamma)    [L,K]   Gamma_s = 2^(b_s) (gdn: scalar per row, kda: per channel)
+//   u = P @ (beta * v)            [L,V]
+//   kda only, on the w slabs:  kg_r = k_r * 2^(b_end - b_r),  qg_r = q_r * 2^(b_r)   [L,K]
+// k and q carry the fused L2 norm (rstd per row). Unlike FLA, w, u, kg, qg stay float32 (FLA stores
+// them in the input dtype); w, kg, qg, which only enter products later, are stored TF32-rounded when
+// products are not split. Slabs are the fastest grid index so the blocks of one chunk share P in L2.
+// Covered by tests/cuda/test_cuda_stages.cpp ("wy").
+#include "cuda/chunk_wy.cuh"
+
+#include "cuda/cuda_check.cuh"
+#include "cuda/dispatch.cuh"
+#include "cuda/tile_mma.cuh"
+
+namespace kcp::cuda {
+namespace {
+
+constexpr int kThreads = 128, kLdP = 68, kSlab = 64, kLdF = kSlab + 8;
+
+constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
+
+template <class Tin, bool kKDA>
+struct WySmem {
+  static constexpr int ldx = ld_col<Tin>(kSlab);
+  static constexpr size_t bytes_x = align16(sizeof(Tin) * kChunk * ldx);
+  static constexpr size_t bytes = 4 * kChunk * kLdP + bytes_x * (kKDA ? 2 : 1) + (kKDA ? 4 * kChunk * kLdF : 0) + 4 * 6 * kChunk;
+  float *Ps, *F, *gs, *bet, *rk, *rq, *fr, *be;
+  Tin *Xr, *Qr;
+  __device__ explicit WySmem(char* b) {
+    Ps = reinterpret_cast<float*>(b), b += 4 * kChunk * kLdP;
+    Xr = reinterpret_cast<Tin*>(b), b += bytes_x;
+    Qr = kKDA ? reinterpret_cast<Tin*>(b) : nullptr, b += kKDA ? bytes_x : 0;
+    F = kKDA ? reinterpret_cast<float*>(b) : nullptr, b += kKDA ? 4 * kChunk * kLdF : 0;
+    gs = reinterpret_cast<float*>(b), bet = gs + kChunk, rk = bet + kChunk, rq = rk + kChunk, fr = rq + kChunk, be = fr + kChunk;
+  }
+};
+
+// Which columns a slab covers: w columns [c0, c0+W) for z < ceil(K/64), then u columns.
+struct Slab {
+  bool is_w;
+  int c0, W, D;
+};
+__device__ Slab slab_of(const ChunkParams& p, int z) {
+  const int nw = (p.K + kSlab - 1) / kSlab;
+  Slab sl;
+  sl.is_w = z < nw, sl.D = sl.is_w ? p.K : p.V;
+  sl.c0 = kSlab * (sl.is_w ? z : z - nw), sl.W = min(kSlab, sl.D - sl.c0);
+  return sl;
+}
+
+template <class Tin, bool kKDA>
+__device__ void load_slab(const ChunkParams& p, const ChunkInfo& ck, int ci, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
+  using Sm = WySmem<Tin, kKDA>;
+  const int h = hv / p.G, L = ck.len, per = 16 / int(sizeof(Tin)), segs = sl.W / per;
+  const float* P = p.P + (int64_t(ci) * p.HV + hv) * kChunk * kChunk;
+  for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads)
+    cp_async16(s.Ps + (idx / 16) * kLdP + 4 * (idx % 16), P + 4 * idx, true);
+  const RowsView& xv = sl.is_w ? p.k : p.v;
+  const int x = sl.is_w ? h : hv;
+  for (int idx = threadIdx.x; idx < kChunk * segs; idx += kThreads) {
+    const int r = idx / segs, sg = idx % segs, rr = r < L ? r : 0;
+    const int64_t off = row_off(xv, ck.t0 + rr, x) + sl.c0 + sg * per;
+    cp_async16(s.Xr + r * Sm::ldx + sg * per, static_cast<const Tin*>(xv.p) + off, r < L);
+    if (kKDA && sl.is_w)
+      cp_async16(s.Qr + r * Sm::ldx + sg * per, static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0 + rr, h) + sl.c0 + sg * per, r < L);
+  }
+  if (kKDA && sl.is_w)  // raw gates of the slab's channels into F (overwritten by the factors later)
+    for (int idx = threadIdx.x; idx < kChunk * sl.W / 4; idx += kThreads) {
+      const int r = idx / (sl.W / 4), sg = idx % (sl.W / 4);
+      cp_async16(s.F + r * kLdF + 4 * sg, p.gcum + (int64_t(ck.t0 + min(r, L - 1)) * p.HV + hv) * p.K + sl.c0 + 4 * sg, true);
+    }
+  for (int r = threadIdx.x; r < kChunk; r += kThreads) {
+    const int64_t tt = ck.t0 + min(r, L - 1);
+    if (!kKDA) cp_async4(s.gs + r, p.gcum + tt * p.HV + hv, true);
+    cp_async4(s.bet + r, p.beta_e + tt * p.HV + hv, r < L);
+    if (p.l2norm) {
+      cp_async4(s.rk + r, p.rstd_k + tt * p.H + h, r < L);
+      cp_async4(s.rq + r, p.rstd_q + tt * p.H + h, r < L);
+    } else {
+      s.rk[r] = s.rq[r] = 1.0f;
+    }
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+}
+
+// Right-hand-side scale factors: per row (gdn, u) into fr; per element (kda w) into F, which also
+// yields kg and qg of the slab's channels.
+template <bool S, class Tin, bool kKDA>
+__device__ void rhs_factors(const ChunkParams& p, const ChunkInfo& ck, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
+  const int L = ck.len;
+  for (int r = threadIdx.x; r < kChunk; r += kThreads)
+    s.fr[r] = sl.is_w ? (kKDA ? 0.0f : s.bet[r] * s.rk[r] * exp2f(s.gs[r])) : s.bet[r];
+  if constexpr (!kKDA) return;
+  if (!sl.is_w) return;
+  for (int d = threadIdx.x; d < sl.W; d += kThreads) s.be[d] = s.F[(L - 1) * kLdF + d];
+  __syncthreads();  // row L-1 of the gates is kept before the factors overwrite it
+  for (int idx = threadIdx.x; idx < kChunk * sl.W; idx += kThreads) {
+    const int r = idx / sl.W, d = idx % sl.W;
+    const float b = s.F[r * kLdF + d], b_end = s.be[d];
+    if (r < L) {
+      const int64_t out = (int64_t(ck.t0 + r) * p.HV + hv) * p.K + sl.c0 + d;
+      p.kg[out] = operand_store<S>(to_float(s.Xr[r * WySmem<Tin, kKDA>::ldx + d]) * s.rk[r] * exp2f(b_end - b));
+      p.qg[out] = operand_store<S>(to_float(s.Qr[r * WySmem<Tin, kKDA>::ldx + d]) * s.rq[r] * exp2f(b));
+    }
+    s.F[r * kLdF + d] = r < L ? s.bet[r] * s.rk[r] * exp2f(b) : 0.0f;
+  }
+}
+
+template <class Tin, bool kKDA>
+__global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p) {
+  constexpr bool S = kSplitProducts<Tin>;
+  using Sm = WySmem<Tin, kKDA>;
+  extern __shared__ float4 smem_f4[];
+  const Sm s(reinterpret_cast<char*>(smem_f4));
+  const int ci = blockIdx.y, hv = blockIdx.z, m0 = 16 * (threadIdx.x >> 5);
+  const ChunkInfo ck = p.chunks[ci];
+  const Slab sl = slab_of(p, blockIdx.x);
+  load_slab<Tin, kKDA>(p, ck, ci, hv, sl, s);
+  __syncthreads();
+  rhs_factors<S>(p, ck, hv, sl, s);
+  __syncthreads();
+  const bool per_elem = kKDA && sl.is_w;
+  float acc[kSlab / 8][4] = {};
+#pragma unroll 2
+  for (int k0 = 0; k0 < ck.len; k0 += 8) {
+    const FragA<S> fa = ldm_a_row<S>(s.Ps, kLdP, m0, k0, true);
+#pragma unroll
+    for (int nt = 0; nt < kSlab / 8; ++nt) {
+      if (8 * nt >= sl.W) continue;
+      const FragB<S> fb = load_b<S>(
+          [&](int r, int d) {
+            const float x = to_float(s.Xr[r * Sm::ldx + d]);
+            return x * (per_elem ? s.F[r * kLdF + d] : s.fr[r]);
+          },
+          k0, 8 * nt);
+      mma(acc[nt], fa, fb);
+    }
+  }
+  float* out = sl.is_w ? p.w : p.u;
+#pragma unroll
+  for (int nt = 0; nt < kSlab / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int r = acc_row(m0, e), c = acc_col(8 * nt, e);
+      if (r < ck.len && c < sl.W) {
+        const float a = sl.is_w ? operand_store<S>(acc[nt][e]) : acc[nt][e];
+        const float b = sl.is_w ? operand_store<S>(acc[nt][e + 1]) : acc[nt][e + 1];
+        *reinterpret_cast<float2*>(out + (int64_t(ck.t0 + r) * p.HV + hv) * sl.D + sl.c0 + c) = make_float2(a, b);
+      }
+    }
+}
+
+template <class Tin, bool kKDA>
+void launch(const ChunkParams& p, cudaStream_t stream) {
+  const size_t smem = WySmem<Tin, kKDA>::bytes;
+  auto kernel = chunk_wy_kernel<Tin, kKDA>;
+  KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const int slabs = (p.K + kSlab - 1) / kSlab + (p.V + kSlab - 1) / kSlab;
+  kernel<<<dim3(slabs, p.NT, p.HV), kThreads, smem, stream>>>(p);
+  KCP_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void launch_chunk_wy(const ChunkParams& p, int input_dtype, cudaStream_t stream) {
+  if (p.NT == 0) return;
+  dispatch_input_type(input_dtype, [&](auto tag) {
+    using Tin = typename decltype(tag)::type;
+    if (p.kda) launch<Tin, true>(p, stream);
+    else launch<Tin, false>(p, stream);
+  });
+}
+
+}  // namespace kcp::cuda

@@ -1,0 +1,311 @@
+// Pipeline: turns a Problem and device views into the kernels' parameter block, keeps the chunk
+// table and the float32 workspace on the device between calls (re-uploading the table only when the
+// sequence layout changes), and launches the stages in order.
+// Workspace per call, float32: gcum TT*HV*Kg, beta TT*HV, rstd 2*TT*H (l2norm), P and Aqk
+// 2*NT*HV*64*64, w TT*HV*K, u TT*HV*V, kg and qg 2*TT*HV*K (kda), and for the stage tests h
+// NT*HV*K*V and vnew TT*HV*V.
+// Covered by tests/cuda/test_cuda_forward.cpp, test_cuda_stages.cpp, test_cuda_transition.cpp.
+#include "cuda/chunkwise.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "cuda/chunk_cumsum.cuh"
+#include "cuda/chunk_kkt.cuh"
+#include "cuda/chunk_output.cuh"
+#include "cuda/chunk_state.cuh"
+#include "cuda/chunk_wy.cuh"
+#include "cuda/cuda_check.cuh"
+#include "cuda/key_dims.h"
+
+namespace kcp::cuda {
+namespace {
+
+int dtype_code(const TensorView& t, const char* name) {
+  switch (t.dtype) {
+    case DType::f32: return kF32;
+    case DType::f16: return kF16;
+    case DType::bf16: return kBF16;
+    case DType::f64: return kF64;
+    default: throw Error(detail::concat("cuda-chunkwise: ", name, " must be a float tensor, got ", dtype_name(t.dtype)));
+  }
+}
+
+void expect_device(const TensorView& t, const char* name) {
+  KCP_CHECK(t.device == Device::cuda, "cuda-chunkwise: ", name, " must be a CUDA device view (use the backend's alloc/upload)");
+}
+
+// [B,T,X(,D)] with B and T merged into one token index.
+template <class View>
+View rows_view(const TensorView& t, const char* name) {
+  expect_device(t, name);
+  KCP_CHECK(t.dim(0) == 1 || t.stride[0] == t.dim(1) * t.stride[1], "cuda-chunkwise: ", name,
+            ": batch and time must be mergeable (stride[0] == T*stride[1]), got strides ", shape_str(t.stride));
+  KCP_CHECK(t.rank() == 3 || t.stride[3] == 1, "cuda-chunkwise: ", name, ": the last dimension must be contiguous");
+  View v;
+  v.p = t.data, v.st = t.stride[1], v.sx = t.stride[2], v.dt = dtype_code(t, name);
+  return v;
+}
+
+// q and k rows are copied 16 bytes at a time (cp.async).
+void expect_aligned_rows(const TensorView& t, const char* name) {
+  const int64_t es = dtype_size(t.dtype);
+  const bool ok = reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.stride[1] * es) % 16 == 0 && (t.stride[2] * es) % 16 == 0;
+  KCP_CHECK(ok, "cuda-chunkwise: ", name, ": rows must start on 16-byte boundaries (pointer and strides)");
+}
+
+StateView state_view(const TensorView& t, bool v_first, const char* name) {
+  expect_device(t, name);
+  StateView s;
+  s.p = t.data, s.dt = dtype_code(t, name);
+  if (t.rank() == 3) {  // transition buffers [HV,K,V]
+    s.sn = 0, s.shv = t.stride[0], s.si = t.stride[1], s.sj = t.stride[2];
+  } else {
+    s.sn = t.stride[0], s.shv = t.stride[1];
+    s.si = v_first ? t.stride[3] : t.stride[2], s.sj = v_first ? t.stride[2] : t.stride[3];
+  }
+  return s;
+}
+
+ScalarView scalar_view(const TensorView& t, const char* name) {
+  ScalarView s;
+  if (t.empty()) return s;
+  expect_device(t, name);
+  s.p = t.data, s.s = t.stride[0], s.dt = dtype_code(t, name);
+  return s;
+}
+
+size_t round_up(size_t b) { return (b + 255) / 256 * 256; }
+
+}  // namespace
+
+struct Pipeline::Impl {
+  std::vector<int64_t> table_key;
+  int NT = 0, N = 0;
+  void* d_table = nullptr;
+  size_t table_bytes = 0;
+  void* d_ws = nullptr;
+  size_t ws_bytes = 0;
+  StageBuffers buf;
+
+  ~Impl() {
+    cudaFree(d_table);  // destructor: errors cannot be reported, and the memory is gone either way
+    cudaFree(d_ws);
+  }
+
+  // Chunk table of all sequences (seq < 0) or of one; uploaded when it differs from the last one.
+  void build_table(const Problem& p, int64_t seq) {
+    std::vector<int64_t> key = {p.B, p.T, p.N, seq};
+    key.insert(key.end(), p.cu_seqlens.begin(), p.cu_seqlens.end());
+    if (key == table_key && d_table) return;
+    std::vector<ChunkInfo> chunks;
+    std::vector<int> seq0;
+    for (int64_t n = seq < 0 ? 0 : seq; n < (seq < 0 ? p.N : seq + 1); ++n) {
+      const SeqRange r = p.sequence(n);
+      seq0.push_back(int(chunks.size()));
+      for (int64_t c = 0; c * kChunk < r.len; ++c)
+        chunks.push_back({int(seq < 0 ? n : 0), int(r.b * p.T + r.t0 + c * kChunk), int(std::min<int64_t>(kChunk, r.len - c * kChunk)), int(c)});
+    }
+    seq0.push_back(int(chunks.size()));
+    NT = int(chunks.size()), N = int(seq0.size()) - 1;
+    const size_t need = sizeof(ChunkInfo) * chunks.size() + sizeof(int) * seq0.size();
+    if (need > table_bytes) {
+      KCP_CUDA_CHECK(cudaFree(d_table));
+      d_table = nullptr;
+      KCP_CUDA_CHECK(cudaMalloc(&d_table, need));
+      table_bytes = need;
+    }
+    KCP_CUDA_CHECK(cudaMemcpy(d_table, chunks.data(), sizeof(ChunkInfo) * chunks.size(), cudaMemcpyHostToDevice));
+    KCP_CUDA_CHECK(cudaMemcpy(static_cast<char*>(d_table) + sizeof(ChunkInfo) * chunks.size(), seq0.data(),
+                              sizeof(int) * seq0.size(), cudaMemcpyHostToDevice));
+    table_key = key;
+  }
+
+  // Carves the workspace (growing it when needed) and fills buf with views of it.
+  void size_workspace(const Problem& p, bool stages) {
+    const int64_t TT = p.B * p.T, NT64 = NT, Kg = p.per_channel_gate() ? p.K : 1;
+    const bool kda = p.variant == Variant::kda, l2 = p.flags.use_qk_l2norm_in_kernel;
+    struct Item { TensorView* view; Shape shape; bool on; };
+    const std::vector<Item> items = {
+        {&buf.gcum, {TT, p.HV, Kg}, true},  {&buf.beta, {TT, p.HV}, true},
+        {&buf.rstd_q, {TT, p.H}, l2},       {&buf.rstd_k, {TT, p.H}, l2},
+        {&buf.P, {NT64, p.HV, kChunk, kChunk}, true}, {&buf.Aqk, {NT64, p.HV, kChunk, kChunk}, true},
+        {&buf.w, {TT, p.HV, p.K}, true},    {&buf.u, {TT, p.HV, p.V}, true},
+        {&buf.kg, {TT, p.HV, p.K}, kda},    {&buf.qg, {TT, p.HV, p.K}, kda},
+        {&buf.h, {NT64, p.HV, p.K, p.V}, stages}, {&buf.vnew, {TT, p.HV, p.V}, stages}};
+    size_t total = 0;
+    for (const Item& it : items)
+      if (it.on) total += round_up(sizeof(float) * size_t(shape_numel(it.shape)));
+    if (total > ws_bytes) {
+      KCP_CUDA_CHECK(cudaFree(d_ws));
+      d_ws = nullptr;
+      KCP_CUDA_CHECK(cudaMalloc(&d_ws, total));
+      ws_bytes = total;
+    }
+    size_t off = 0;
+    for (const Item& it : items) {
+      *it.view = {};
+      if (!it.on) continue;
+      *it.view = TensorView(static_cast<char*>(d_ws) + off, DType::f32, it.shape, Device::cuda);
+      off += round_up(sizeof(float) * size_t(shape_numel(it.shape)));
+    }
+  }
+
+  struct Setup {
+    ChunkParams c;
+    int dtype = kF32;
+  };
+  Setup setup(const Problem& p, const Inputs& in, int64_t seq, bool stages);
+  StateParams state_params(const Setup& st, const Problem& p, const Inputs& in, const Outputs& out) const;
+  void run_front(const Setup& st) const {
+    launch_chunk_cumsum(st.c, st.dtype, 0);
+    launch_chunk_kkt(st.c, st.dtype, 0);
+    launch_chunk_wy(st.c, st.dtype, 0);
+  }
+};
+
+Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, int64_t seq, bool stages) {
+  KCP_CHECK(p.variant != Variant::gla && p.chunk_size == kChunk && key_dim_supported(p.K) && p.V % kValueTile == 0,
+            "cuda-chunkwise: unsupported problem ", p.describe(), " (see supports())");
+  Setup st;
+  ChunkParams& c = st.c;
+  // Views first, so that bad input is reported before any CUDA call.
+  c.q = rows_view<RowsView>(in.q, "q"), c.k = rows_view<RowsView>(in.k, "k"), c.v = rows_view<RowsView>(in.v, "v");
+  c.g = rows_view<RowsView>(in.g, "g"), c.beta = rows_view<RowsView>(in.beta, "beta");
+  KCP_CHECK(in.q.dtype == in.k.dtype && in.q.dtype == in.v.dtype, "cuda-chunkwise: q, k, v must share one dtype, got ",
+            dtype_name(in.q.dtype), ", ", dtype_name(in.k.dtype), ", ", dtype_name(in.v.dtype));
+  KCP_CHECK(c.q.dt != kF64, "cuda-chunkwise: q, k, v must be float32, float16 or bfloat16, got float64");
+  expect_aligned_rows(in.q, "q"), expect_aligned_rows(in.k, "k");
+  KCP_CHECK(in.q.stride[1] < (int64_t(1) << 24) && in.k.stride[1] < (int64_t(1) << 24),
+            "cuda-chunkwise: q, k token strides must be below 2^24 elements (32-bit row offsets in a chunk)");
+  c.A_log = scalar_view(in.A_log, "A_log");
+  c.dt_bias = scalar_view(in.dt_bias, "dt_bias");
+  st.dtype = c.q.dt;
+  c.B = int(p.B), c.T = int(p.T), c.H = int(p.H), c.HV = int(p.HV), c.K = int(p.K), c.V = int(p.V);
+  c.G = int(p.G()), c.TT = p.B * p.T;
+  c.scale = float(p.scale);
+  c.kda = p.variant == Variant::kda;
+  c.l2norm = p.flags.use_qk_l2norm_in_kernel;
+  c.beta_sigmoid = p.flags.use_beta_sigmoid_in_kernel;
+  c.beta_scale = p.flags.allow_neg_eigval ? 2.0f : 1.0f;
+  c.gate = int(p.gate_formula());
+  c.lower_bound = p.flags.lower_bound ? float(*p.flags.lower_bound) : 0.0f;
+  build_table(p, seq);
+  size_workspace(p, stages);
+  c.N = N, c.NT = NT;
+  c.chunks = static_cast<const ChunkInfo*>(d_table);
+  c.seq_chunk0 = reinterpret_cast<const int*>(static_cast<const char*>(d_table) + sizeof(ChunkInfo) * NT);
+  auto f = [](const TensorView& t) { return static_cast<float*>(t.data); };
+  c.gcum = f(buf.gcum), c.beta_e = f(buf.beta), c.rstd_q = f(buf.rstd_q), c.rstd_k = f(buf.rstd_k);
+  c.P = f(buf.P), c.Aqk = f(buf.Aqk), c.w = f(buf.w), c.u = f(buf.u), c.kg = f(buf.kg), c.qg = f(buf.qg);
+  return st;
+}
+
+StateParams Pipeline::Impl::state_params(const Setup& st, const Problem& p, const Inputs& in, const Outputs& out) const {
+  StateParams sp;
+  sp.c = st.c;
+  sp.Vw = int(p.V);
+  sp.u = st.c.u;
+  sp.init = in.initial_state.empty() ? kInitZero : kInitGiven;
+  if (!in.initial_state.empty()) sp.h0 = state_view(in.initial_state, p.flags.state_v_first, "initial_state");
+  if (!out.final_state.empty()) sp.final_state = state_view(out.final_state, p.flags.state_v_first, "final_state");
+  return sp;
+}
+
+Pipeline::Pipeline() : impl_(std::make_unique<Impl>()) {}
+Pipeline::~Pipeline() = default;
+
+// KCP_CUDA_STAGE_TIMES=1: each forward prints the milliseconds of its stages to stderr (diagnostics;
+// the events synchronize the device, so never set it while timing whole calls).
+struct StageTimer {
+  bool on = std::getenv("KCP_CUDA_STAGE_TIMES") != nullptr;
+  std::vector<cudaEvent_t> ev;
+  void mark() {
+    if (!on) return;
+    ev.emplace_back();
+    KCP_CUDA_CHECK(cudaEventCreate(&ev.back()));
+    KCP_CUDA_CHECK(cudaEventRecord(ev.back(), 0));
+  }
+  void report(const char* const* names) {
+    if (!on) return;
+    KCP_CUDA_CHECK(cudaEventSynchronize(ev.back()));
+    std::fprintf(stderr, "cuda-chunkwise stages (ms):");
+    for (size_t i = 1; i < ev.size(); ++i) {
+      float ms = 0;
+      KCP_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[i - 1], ev[i]));
+      std::fprintf(stderr, " %s %.3f", names[i - 1], ms);
+    }
+    std::fprintf(stderr, "\n");
+    for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  }
+};
+
+void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
+  check_outputs(p, out);
+  const Impl::Setup st = impl_->setup(p, in, -1, false);
+  StageTimer timer;
+  timer.mark();
+  launch_chunk_cumsum(st.c, st.dtype, 0);
+  timer.mark();
+  launch_chunk_kkt(st.c, st.dtype, 0);
+  timer.mark();
+  launch_chunk_wy(st.c, st.dtype, 0);
+  timer.mark();
+  StateParams sp = impl_->state_params(st, p, in, out);
+  sp.o = rows_view<OutRowsView>(out.o, "o");
+  launch_chunk_state(sp, st.dtype, 0, false);
+  timer.mark();
+  static const char* const kNames[] = {"cumsum", "kkt", "wy", "state+output"};
+  timer.report(kNames);
+}
+
+const StageBuffers& Pipeline::prepare_stages(const Problem& p, const Inputs& in) {
+  impl_->setup(p, in, -1, true);
+  return impl_->buf;
+}
+
+void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outputs& out) {
+  const Impl::Setup st = impl_->setup(p, in, -1, true);
+  switch (s) {
+    case Stage::cumsum: launch_chunk_cumsum(st.c, st.dtype, 0); return;
+    case Stage::kkt: launch_chunk_kkt(st.c, st.dtype, 0); return;
+    case Stage::wy: launch_chunk_wy(st.c, st.dtype, 0); return;
+    case Stage::state: {
+      StateParams sp = impl_->state_params(st, p, in, out);
+      sp.h = static_cast<float*>(impl_->buf.h.data), sp.vnew = static_cast<float*>(impl_->buf.vnew.data);
+      launch_chunk_state(sp, st.dtype, 0, false);
+      return;
+    }
+    case Stage::output: {
+      check_outputs(p, out);
+      OutputParams op;
+      op.c = st.c;
+      op.h = static_cast<const float*>(impl_->buf.h.data), op.vnew = static_cast<const float*>(impl_->buf.vnew.data);
+      op.o = rows_view<OutRowsView>(out.o, "o");
+      launch_chunk_output(op, st.dtype, 0);
+      return;
+    }
+  }
+}
+
+void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t seq, const Transition& tr) {
+  KCP_CHECK(seq >= 0 && seq < p.N, "transition_forward: sequence ", seq, " out of range [0, ", p.N, ")");
+  KCP_CHECK(tr.s_ext.shape == Shape({p.HV, p.K, p.V}), "s_ext: expected shape [HV,K,V] = ",
+            shape_str({p.HV, p.K, p.V}), ", got ", shape_str(tr.s_ext.shape));
+  KCP_CHECK(tr.m.shape == Shape({p.HV, p.K, p.K}), "m: expected shape [HV,K,K] = ", shape_str({p.HV, p.K, p.K}),
+            ", got ", shape_str(tr.m.shape));
+  const Impl::Setup st = impl_->setup(p, in, seq, false);
+  impl_->run_front(st);
+  StateParams sp;
+  sp.c = st.c;
+  sp.Vw = int(p.V), sp.u = st.c.u, sp.init = kInitZero;  // S_ext: the state reached from zero
+  sp.final_state = state_view(tr.s_ext, false, "s_ext");
+  launch_chunk_state(sp, st.dtype, 0, false);
+  sp.Vw = int(p.K), sp.u = nullptr, sp.init = kInitIdentity;  // M: the same recurrence on I with u = 0,
+  sp.final_state = state_view(tr.m, false, "m");                // kept float32-exact (3xTF32 products)
+  launch_chunk_state(sp, st.dtype, 0, /*split=*/true);
+}
+
+}  // namespace kcp::cuda

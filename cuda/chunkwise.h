@@ -1,0 +1,58 @@
+// The chunkwise forward on the GPU as a host-callable pipeline (no CUDA headers here, so backends
+// and tests in plain C++ can use it). Stages, in order (ALGORITHMS.md 4):
+//   cumsum (chunk_cumsum.cu) -> kkt + solve (chunk_kkt.cu) -> WY (chunk_wy.cu)
+//   -> state recurrence with the output fused in (chunk_state.cu)
+// run_stage() runs one stage on its own, reading earlier results from buffers() (which a test may
+// overwrite with the CPU twin's values first) so that a failure names one kernel; the state stage
+// then also writes h and vnew, and the separate output stage (chunk_output.cu) reads them.
+// All views must live on the CUDA device: q, k, v in one of float32/float16/bfloat16 with a
+// contiguous last dimension, 16-byte aligned rows, and batch/time mergeable (stride[0] = T*stride[1]);
+// g, beta, A_log, dt_bias, states and o in any float dtype.
+// Covered by tests/cuda/test_cuda_stages.cpp, test_cuda_forward.cpp, test_cuda_transition.cpp.
+#pragma once
+
+#include <memory>
+
+#include "core/backend.h"
+
+namespace kcp::cuda {
+
+enum class Stage { cumsum, kkt, wy, state, output };
+
+// Float32 device buffers of the stage results (TT = B*T tokens, NT = chunks of all sequences).
+struct StageBuffers {
+  TensorView gcum;            // [TT,HV,Kg] chunk-local cumsum of the log decay, log2 units (Kg = K kda, 1 gdn)
+  TensorView beta;            // [TT,HV] effective beta
+  TensorView rstd_q, rstd_k;  // [TT,H] 1/sqrt(|x|^2 + 1e-6) (l2norm only, else empty)
+  TensorView P, Aqk;          // [NT,HV,64,64] (I + Lmat)^-1 and the masked, scaled q k^T with decay
+  TensorView w;               // [TT,HV,K]
+  TensorView u;               // [TT,HV,V]
+  TensorView kg, qg;          // [TT,HV,K] (kda only, else empty)
+  TensorView h;               // [NT,HV,K,V] state entering each chunk
+  TensorView vnew;            // [TT,HV,V]
+};
+
+class Pipeline {
+ public:
+  Pipeline();
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // o (in the dtype of out.o) and, when requested, final_state. Asynchronous on the default stream.
+  void forward(const Problem& p, const Inputs& in, const Outputs& out);
+
+  // Sizes the stage buffers for p (including h and vnew) and returns them.
+  const StageBuffers& prepare_stages(const Problem& p, const Inputs& in);
+  // One stage; `state` writes out.final_state (when given), `output` writes out.o.
+  void run_stage(Stage s, const Problem& p, const Inputs& in, const Outputs& out);
+
+  // (S_ext, M) of sequence `seq`: tr.s_ext [HV,K,V], tr.m [HV,K,K], float32 or float64 on the device.
+  void transition_forward(const Problem& p, const Inputs& in, int64_t seq, const Transition& tr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kcp::cuda

@@ -1,0 +1,74 @@
+// Staging helpers for the CUDA suites (see cuda_support.h).
+#include "tests/cuda/cuda_support.h"
+
+#include <cstring>
+
+#include "cuda/backend_cuda.h"
+
+namespace kcp::test {
+
+bool gpu_present() { return cuda::device_count() > 0; }
+
+val::CaseData round_case(val::CaseData c, DType qkv) {
+  auto round_all = [](Tensor<double>& t, DType dt) {
+    for (double& x : t.vec()) x = round_to(dt, x);
+  };
+  round_all(c.q, qkv), round_all(c.k, qkv), round_all(c.v, qkv);
+  for (Tensor<double>* t : {&c.g, &c.beta, &c.A_log, &c.dt_bias, &c.h0}) round_all(*t, DType::f32);
+  return c;
+}
+
+DeviceTensor device_tensor(Backend& be, DType dt, const Shape& shape) {
+  DeviceTensor d;
+  d.buf = DeviceBuffer(be, size_t(shape_numel(shape)) * size_t(dtype_size(dt)));
+  d.view = TensorView(d.buf.get(), dt, shape, be.device());
+  return d;
+}
+
+void poison(Backend& be, const TensorView& dst) {
+  const std::vector<unsigned char> ones(size_t(dst.numel()) * size_t(dtype_size(dst.dtype)), 0xff);
+  if (!ones.empty()) be.upload(dst.data, ones.data(), ones.size());
+}
+
+DeviceTensor poisoned(Backend& be, DType dt, const Shape& shape) {
+  DeviceTensor d = device_tensor(be, dt, shape);
+  poison(be, d.view);
+  return d;
+}
+
+void upload_into(Backend& be, const TensorView& dst, const Tensor<double>& src) {
+  KCP_CHECK(dst.numel() == src.numel(), "upload_into: ", dst.numel(), " elements vs ", src.numel());
+  std::vector<unsigned char> host(size_t(src.numel()) * size_t(dtype_size(dst.dtype)));
+  const TensorView hv(host.data(), dst.dtype, dst.shape);
+  if (src.numel()) view_store<double>(hv, 0, src.numel(), 1, src.data());
+  if (!host.empty()) be.upload(dst.data, host.data(), host.size());
+}
+
+DeviceTensor to_device(Backend& be, const Tensor<double>& t, DType dt) {
+  DeviceTensor d = device_tensor(be, dt, t.shape());
+  upload_into(be, d.view, t);
+  return d;
+}
+
+Tensor<double> to_host(Backend& be, const TensorView& v) {
+  std::vector<unsigned char> host(size_t(v.numel()) * size_t(dtype_size(v.dtype)));
+  if (!host.empty()) be.download(host.data(), v.data, host.size());
+  return to_tensor<double>(TensorView(host.data(), v.dtype, v.shape));
+}
+
+DeviceInputs upload_inputs(Backend& be, const val::CaseData& c, DType qkv) {
+  DeviceInputs d;
+  d.tensors.reserve(8);
+  auto put = [&](const Tensor<double>& t, DType dt) -> TensorView {
+    if (t.empty()) return {};
+    d.tensors.push_back(to_device(be, t, dt));
+    return d.tensors.back().view;
+  };
+  d.views.q = put(c.q, qkv), d.views.k = put(c.k, qkv), d.views.v = put(c.v, qkv);
+  d.views.g = put(c.g, DType::f32), d.views.beta = put(c.beta, DType::f32);
+  d.views.A_log = put(c.A_log, DType::f32), d.views.dt_bias = put(c.dt_bias, DType::f32);
+  d.views.initial_state = put(c.h0, DType::f32);
+  return d;
+}
+
+}  // namespace kcp::test

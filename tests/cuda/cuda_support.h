@@ -1,0 +1,37 @@
+// Helpers of the CUDA suites: device presence, staging a seeded case on the backend's device in a
+// chosen input dtype (with the host copy rounded the same way, so the oracle sees the device's
+// values), NaN-poisoned device outputs (all bits set: NaN in float32, float16 and bfloat16), and
+// downloads to float64 host tensors for compare().
+#pragma once
+
+#include <vector>
+
+#include "core/backend.h"
+#include "validation/cases.h"
+
+namespace kcp::test {
+
+bool gpu_present();
+inline constexpr const char* kNoGpuMessage = "no CUDA device: skipped";
+
+// q, k, v rounded to `qkv` and every other input to float32, in place.
+val::CaseData round_case(val::CaseData c, DType qkv);
+
+struct DeviceTensor {
+  DeviceBuffer buf;
+  TensorView view;
+};
+DeviceTensor device_tensor(Backend& be, DType dt, const Shape& shape);              // uninitialized
+DeviceTensor poisoned(Backend& be, DType dt, const Shape& shape);                   // every element NaN
+DeviceTensor to_device(Backend& be, const Tensor<double>& t, DType dt);             // converted copy
+void upload_into(Backend& be, const TensorView& dst, const Tensor<double>& src);    // same numel
+void poison(Backend& be, const TensorView& dst);
+Tensor<double> to_host(Backend& be, const TensorView& v);
+
+struct DeviceInputs {
+  std::vector<DeviceTensor> tensors;
+  Inputs views;
+};
+DeviceInputs upload_inputs(Backend& be, const val::CaseData& c, DType qkv);
+
+}  // namespace kcp::test

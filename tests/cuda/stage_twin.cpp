@@ -1,0 +1,67 @@
+// make_stage_twin(): runs chunkwise_forward_trace per (sequence, value head) and scatters every
+// per-chunk matrix into the CUDA buffers' layouts (stage_twin.h).
+#include "tests/cuda/stage_twin.h"
+
+#include <cmath>
+#include <limits>
+
+#include "reference/chunkwise.h"
+
+namespace kcp::test {
+namespace {
+
+constexpr int64_t C = 64;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+void put_row(Tensor<double>& t, int64_t row, const auto& src_row) {  // row of a [rows, D] buffer
+  const int64_t D = src_row.size();
+  for (int64_t d = 0; d < D; ++d) t.data()[row * D + d] = src_row(d);
+}
+
+}  // namespace
+
+StageTwin make_stage_twin(const Problem& p, const Inputs& in) {
+  const int64_t TT = p.B * p.T, Kg = p.per_channel_gate() ? p.K : 1;
+  int64_t NT = 0;
+  for (int64_t n = 0; n < p.N; ++n) NT += ref::chunk_count(p.sequence(n).len, C);
+  StageTwin w;
+  w.gcum = Tensor<double>({TT, p.HV, Kg}, kNaN), w.beta = Tensor<double>({TT, p.HV}, kNaN);
+  w.rstd_q = Tensor<double>({TT, p.H}, kNaN), w.rstd_k = Tensor<double>({TT, p.H}, kNaN);
+  w.P = Tensor<double>({NT, p.HV, C, C}, kNaN), w.Aqk = Tensor<double>({NT, p.HV, C, C}, kNaN);
+  w.w = Tensor<double>({TT, p.HV, p.K}, kNaN), w.u = Tensor<double>({TT, p.HV, p.V}, kNaN);
+  w.kg = Tensor<double>({TT, p.HV, p.K}, kNaN), w.qg = Tensor<double>({TT, p.HV, p.K}, kNaN);
+  w.h = Tensor<double>({NT, p.HV, p.K, p.V}, kNaN), w.vnew = Tensor<double>({TT, p.HV, p.V}, kNaN);
+  w.o = Tensor<double>({p.B, p.T, p.HV, p.V}, kNaN), w.ht = Tensor<double>({p.N, p.HV, p.K, p.V}, kNaN);
+  int64_t chunk0 = 0;
+  for (int64_t n = 0; n < p.N; ++n) {
+    const SeqRange seq = p.sequence(n);
+    const int64_t nt = ref::chunk_count(seq.len, C);
+    for (int64_t hv = 0; hv < p.HV; ++hv) {
+      const ref::HeadData<double> d = ref::load_head<double>(p, in, n, hv);
+      const ref::ChunkwiseTrace<double> t = ref::chunkwise_forward_trace(p, d);
+      for (int64_t c = 0; c < nt; ++c) {
+        const ref::ChunkLocal<double>& loc = t.chunk[size_t(c)];
+        const int64_t len = loc.P.rows(), ci = chunk0 + c;
+        for (int64_t r = 0; r < len; ++r) {
+          const int64_t s_in = c * C + r, tt = seq.b * p.T + seq.t0 + s_in, row = tt * p.HV + hv;
+          for (int64_t i = 0; i < Kg; ++i) w.gcum.data()[row * Kg + i] = loc.gate.B(r, i) / std::log(2.0);
+          w.beta(tt, hv) = d.beta(s_in);
+          if (p.flags.use_qk_l2norm_in_kernel && hv % p.G() == 0)
+            w.rstd_q(tt, hv / p.G()) = d.q_rstd(s_in), w.rstd_k(tt, hv / p.G()) = d.k_rstd(s_in);
+          for (int64_t s = 0; s < len; ++s) w.P(ci, hv, r, s) = loc.P(r, s), w.Aqk(ci, hv, r, s) = loc.Aqk(r, s);
+          put_row(w.w, row, loc.w.row(r)), put_row(w.u, row, loc.u.row(r));
+          if (p.variant == Variant::kda) put_row(w.kg, row, loc.kg.row(r)), put_row(w.qg, row, loc.qg.row(r));
+          put_row(w.vnew, row, t.vnew[size_t(c)].row(r)), put_row(w.o, row, t.o[size_t(c)].row(r));
+        }
+        for (int64_t i = 0; i < p.K; ++i)
+          for (int64_t j = 0; j < p.V; ++j) w.h(ci, hv, i, j) = t.h[size_t(c)](i, j);
+      }
+      for (int64_t i = 0; i < p.K; ++i)
+        for (int64_t j = 0; j < p.V; ++j) w.ht(n, hv, i, j) = t.ht(i, j);
+    }
+    chunk0 += nt;
+  }
+  return w;
+}
+
+}  // namespace kcp::test

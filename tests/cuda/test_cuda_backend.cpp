@@ -1,0 +1,64 @@
+// What cuda-chunkwise promises without running a kernel, so it runs on CI (no GPU): supports() is
+// derived from the instantiated head sizes and states every limit; backward and
+// transition_backward throw the documented kcp::Error; host views are rejected by name before any
+// CUDA call.
+#include <doctest/doctest.h>
+
+#include "cuda/backend_cuda.h"
+#include "cuda/key_dims.h"
+#include "validation/cases.h"
+
+using namespace kcp;
+
+namespace {
+
+Problem problem(Variant var, int64_t K, int64_t V, int64_t chunk = 64, DType compute = DType::f32) {
+  val::CaseSpec s;
+  s.variant = var, s.K = K, s.V = V, s.chunk_size = chunk, s.T = 5;
+  return val::make_case(s).problem(compute);
+}
+
+}  // namespace
+
+TEST_CASE("supports() matches the instantiated kernels and names every limit") {
+  auto be = cuda::make_cuda_backend();
+  CHECK(be->name() == "cuda-chunkwise");
+  CHECK(be->device() == Device::cuda);
+  for (int64_t K : {16, 32, 48, 64, 96, 128, 256}) {
+    INFO("K = ", K);
+    CHECK(bool(be->supports(problem(Variant::gdn, K, 32))) == cuda::key_dim_supported(K));
+    CHECK(bool(be->supports(problem(Variant::kda, K, 64))) == cuda::key_dim_supported(K));
+  }
+  const Support no_v = be->supports(problem(Variant::gdn, 64, 48));
+  CHECK(!no_v);
+  CHECK(no_v.reason.find("multiple of") != std::string::npos);
+  CHECK(!be->supports(problem(Variant::gla, 64, 64)));
+  CHECK(!be->supports(problem(Variant::gdn, 64, 64, 32)));
+  CHECK(!be->supports(problem(Variant::gdn, 64, 64, 64, DType::f64)));
+  CHECK(be->supports(problem(Variant::kda, 128, 128)));
+}
+
+TEST_CASE("backward and transition_backward are not implemented and say so") {
+  auto be = cuda::make_cuda_backend();
+  const val::CaseData c = [] {
+    val::CaseSpec s;
+    s.K = s.V = 32;
+    return val::make_case(s);
+  }();
+  const Problem p = c.problem(DType::f32);
+  auto g = val::make_grads<float>(p, c.inputs());
+  CHECK_THROWS_WITH_AS(be->backward(p, c.inputs(), c.cotangents(), g.views()),
+                       "cuda-chunkwise: backward is not implemented yet", Error);
+  CHECK_THROWS_WITH_AS(be->transition_backward(p, c.inputs(), c.d_o.view(), 0, {}),
+                       "cuda-chunkwise: backward is not implemented yet", Error);
+}
+
+TEST_CASE("host views are rejected with the argument's name") {
+  auto be = cuda::make_cuda_backend();
+  val::CaseSpec s;
+  s.K = s.V = 32;
+  const val::CaseData c = val::make_case(s);
+  const Problem p = c.problem(DType::f32);
+  auto out = val::make_outputs<float>(p, true);
+  CHECK_THROWS_WITH_AS(be->forward(p, c.inputs(), out.views()), doctest::Contains("q must be a CUDA device view"), Error);
+}

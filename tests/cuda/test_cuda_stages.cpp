@@ -1,0 +1,136 @@
+// Each CUDA stage against its CPU chunkwise twin (reference/chunkwise.h, float64) on the same
+// inputs: before a stage runs, the buffers it reads are overwritten with the twin's values, so a
+// failure names one kernel: cumsum (gcum, beta, rstd), kkt + solve (P, Aqk), WY (w, u, kg, qg),
+// state (h, vnew, final state), output (o). Every buffer a stage writes is NaN-poisoned first and
+// must come back without NaN (every element written). Bars (validation/tolerance.h): float32
+// inputs kFloatVsDouble (3xTF32 products); 16-bit inputs kCudaTf32; the cumsum is float32 for every
+// input type: kFloatVsDouble. Skipped where no CUDA device is present.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "cuda/backend_cuda.h"
+#include "cuda/chunkwise.h"
+#include "tests/cuda/cuda_support.h"
+#include "tests/cuda/stage_twin.h"
+#include "validation/compare.h"
+#include "validation/tolerance.h"
+
+using namespace kcp;
+
+namespace {
+
+struct StageCase {
+  val::CaseSpec spec;
+  DType qkv;
+  std::string name() const { return spec.name() + " qkv=" + std::string(dtype_name(qkv)); }
+};
+
+std::vector<StageCase> stage_cases(uint64_t seed) {
+  std::vector<StageCase> v;
+  auto add = [&](Variant var, DType dt, auto&& setup) {
+    val::CaseSpec s;
+    s.variant = var;
+    setup(s);
+    s.seed = seed + v.size();
+    v.push_back({s, dt});
+  };
+  add(Variant::gdn, DType::bf16, [](val::CaseSpec& s) {  // packed, GVA, empty and 1-token sequences
+    s.seqlens = {64, 37, 0, 90, 1, 60}, s.H = 1, s.HV = 3, s.K = 64, s.V = 64;
+    s.flags.use_qk_l2norm_in_kernel = s.flags.use_beta_sigmoid_in_kernel = true;
+  });
+  add(Variant::kda, DType::bf16, [](val::CaseSpec& s) {  // strong fused gates: pairwise diagonal blocks
+    s.seqlens = {64, 37, 0, 90, 1, 60}, s.H = 1, s.HV = 3, s.K = 64, s.V = 64;
+    s.flags.use_gate_in_kernel = s.flags.use_qk_l2norm_in_kernel = true;
+  });
+  add(Variant::gdn, DType::f32, [](val::CaseSpec& s) {
+    s.B = 2, s.T = 130, s.K = s.V = 128, s.flags.use_gate_in_kernel = true;
+  });
+  add(Variant::kda, DType::f32, [](val::CaseSpec& s) {
+    s.T = 200, s.H = 2, s.HV = 4, s.K = 128, s.V = 96, s.flags.use_gate_in_kernel = true, s.flags.lower_bound = -5.0;
+  });
+  add(Variant::kda, DType::f16, [](val::CaseSpec& s) { s.T = 100, s.K = s.V = 32; });
+  add(Variant::gdn, DType::f16, [](val::CaseSpec& s) { s.T = 65, s.K = 32, s.V = 64, s.initial_state = false; });
+  add(Variant::kda, DType::bf16, [](val::CaseSpec& s) { s.T = 333, s.K = s.V = 128, s.flags.use_beta_sigmoid_in_kernel = true; });
+  return v;
+}
+
+// The device buffer against the twin where the twin is defined; no NaN anywhere in the buffer.
+void check_stage(const char* what, Backend& gpu, const TensorView& dev, const Tensor<double>& twin, double bar) {
+  const Tensor<double> got = test::to_host(gpu, dev);
+  REQUIRE(got.numel() == twin.numel());
+  int64_t nan = 0;
+  std::vector<double> a, b;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    if (std::isnan(got.data()[i])) ++nan;
+    if (!std::isnan(twin.data()[i])) a.push_back(got.data()[i]), b.push_back(twin.data()[i]);
+  }
+  Tensor<double> ta({int64_t(a.size())}), tb({int64_t(b.size())});
+  ta.vec() = a, tb.vec() = b;
+  const val::Metrics m = val::compare(ta.view(), tb.view());
+  std::printf("  %-12s rel_l2 %.3e max_abs %.3e (bar %.1e) over %zu values, %lld NaN\n", what, m.rel_l2, m.max_abs, bar,
+              a.size(), static_cast<long long>(nan));
+  INFO(what, ": rel_l2 ", m.rel_l2, " max_abs ", m.max_abs, " (", m.a_at, " vs ", m.b_at, "), unwritten ", nan);
+  CHECK(nan == 0);
+  CHECK(m.rel_l2 <= bar);
+}
+
+// The twin's values into a stage buffer (undefined padding as 0).
+void feed(Backend& gpu, const TensorView& dst, Tensor<double> twin) {
+  for (double& x : twin.vec()) x = std::isnan(x) ? 0.0 : x;
+  test::upload_into(gpu, dst, twin);
+}
+
+}  // namespace
+
+TEST_CASE("each CUDA stage matches its CPU chunkwise twin on the same inputs" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  cuda::Pipeline pipe;
+  for (const StageCase& sc : stage_cases(val::seed_from_env(800))) {
+    SUBCASE(sc.name().c_str()) {
+      std::printf("%s\n", sc.name().c_str());
+      const val::CaseData c = test::round_case(val::make_case(sc.spec), sc.qkv);
+      const Problem p64 = c.problem(DType::f64), p = c.problem(DType::f32);
+      const test::StageTwin tw = test::make_stage_twin(p64, c.inputs());
+      test::DeviceInputs din = test::upload_inputs(*gpu, c, sc.qkv);
+      const cuda::StageBuffers& b = pipe.prepare_stages(p, din.views);
+      const bool l2 = p.flags.use_qk_l2norm_in_kernel, kda = p.variant == Variant::kda;
+      const double bar = sc.qkv == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
+
+      for (const TensorView* t : {&b.gcum, &b.beta, &b.rstd_q, &b.rstd_k}) if (!t->empty()) test::poison(*gpu, *t);
+      pipe.run_stage(cuda::Stage::cumsum, p, din.views, {});
+      check_stage("cumsum gcum", *gpu, b.gcum, tw.gcum, val::tol::kFloatVsDouble);
+      check_stage("cumsum beta", *gpu, b.beta, tw.beta, val::tol::kFloatVsDouble);
+      if (l2) check_stage("cumsum rstd", *gpu, b.rstd_k, tw.rstd_k, val::tol::kFloatVsDouble);
+
+      feed(*gpu, b.gcum, tw.gcum), feed(*gpu, b.beta, tw.beta);
+      if (l2) feed(*gpu, b.rstd_q, tw.rstd_q), feed(*gpu, b.rstd_k, tw.rstd_k);
+      test::poison(*gpu, b.P), test::poison(*gpu, b.Aqk);
+      pipe.run_stage(cuda::Stage::kkt, p, din.views, {});
+      check_stage("kkt P", *gpu, b.P, tw.P, bar);
+      check_stage("kkt Aqk", *gpu, b.Aqk, tw.Aqk, bar);
+
+      feed(*gpu, b.P, tw.P);
+      for (const TensorView* t : {&b.w, &b.u, &b.kg, &b.qg}) if (!t->empty()) test::poison(*gpu, *t);
+      pipe.run_stage(cuda::Stage::wy, p, din.views, {});
+      check_stage("wy w", *gpu, b.w, tw.w, bar);
+      check_stage("wy u", *gpu, b.u, tw.u, bar);
+      if (kda) check_stage("wy kg", *gpu, b.kg, tw.kg, bar), check_stage("wy qg", *gpu, b.qg, tw.qg, bar);
+
+      feed(*gpu, b.w, tw.w), feed(*gpu, b.u, tw.u);
+      if (kda) feed(*gpu, b.kg, tw.kg), feed(*gpu, b.qg, tw.qg);
+      test::poison(*gpu, b.h), test::poison(*gpu, b.vnew);
+      test::DeviceTensor ht = test::poisoned(*gpu, DType::f32, shape_state(p));
+      pipe.run_stage(cuda::Stage::state, p, din.views, {{}, ht.view});
+      check_stage("state h", *gpu, b.h, tw.h, bar);
+      check_stage("state vnew", *gpu, b.vnew, tw.vnew, bar);
+      check_stage("state ht", *gpu, ht.view, tw.ht, bar);
+
+      feed(*gpu, b.h, tw.h), feed(*gpu, b.vnew, tw.vnew), feed(*gpu, b.Aqk, tw.Aqk);
+      test::DeviceTensor o = test::poisoned(*gpu, DType::f32, shape_v(p));
+      pipe.run_stage(cuda::Stage::output, p, din.views, {o.view, {}});
+      check_stage("output o", *gpu, o.view, tw.o, bar);
+    }
+  }
+}

@@ -1,0 +1,167 @@
+// kcp bench: forward time of one backend on its own device (a GPU backend: CUDA events), for the
+// issue's shapes: B = 1, T in {8192, 32768}, H = HV in {16, 32}, K = V = 128, bf16 q/k/v, float32
+// gates and beta, gdn and kda, no initial or final state. Warm-up runs, then the median of many
+// timed runs, rotating over several input sets (distinct data) so the 50 MB L2 cannot serve them.
+// Printed per shape: median and min ms; achieved bytes/s (the minimum bytes: each input read once,
+// o written once); FLOP/s of the operations the chunkwise algorithm executes (FLA-style count,
+// PERFORMANCE.md 3.1); the H100 lower bound LB = max(fused FLOPs / 800 TF/s, bytes / 3.0 TB/s) and
+// LB / time; FLA's Triton time measured on the same H100 where PERFORMANCE.md 8 has it.
+// A benchmark, never a test: figures go to docs/CUDA.md with date, device and commit.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+#include "core/rng.h"
+#include "validation/cli_args.h"
+#include "validation/commands.h"
+#include "validation/registry.h"
+
+namespace kcp::val {
+namespace {
+
+std::vector<long long> int_list(const std::string& s) {
+  std::vector<long long> v;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) v.push_back(std::stoll(x));
+  return v;
+}
+std::vector<std::string> str_list(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) v.push_back(x);
+  return v;
+}
+
+// Host values rounded to `dt` and stored as its bit patterns (bf16/f16) or float32.
+std::vector<char> encode(const std::vector<float>& x, DType dt) {
+  std::vector<char> out(x.size() * size_t(dtype_size(dt)));
+#pragma omp parallel for
+  for (int64_t i = 0; i < int64_t(x.size()); ++i) {
+    if (dt == DType::f32) reinterpret_cast<float*>(out.data())[i] = x[size_t(i)];
+    else reinterpret_cast<uint16_t*>(out.data())[i] = dt == DType::bf16 ? float_to_bf16(x[size_t(i)]) : float_to_f16(x[size_t(i)]);
+  }
+  return out;
+}
+
+std::vector<float> draw(int64_t n, uint64_t seed, uint64_t stream, bool normal, double lo = 0, double hi = 1) {
+  std::vector<float> v(static_cast<size_t>(n));
+  const CounterRng rng{seed, stream};
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(normal ? rng.normal(uint64_t(i)) : rng.uniform(uint64_t(i), lo, hi));
+  return v;
+}
+
+void l2normalize_rows(std::vector<float>& x, int64_t D) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < int64_t(x.size()) / D; ++r) {
+    double s = 0;
+    for (int64_t d = 0; d < D; ++d) s += double(x[size_t(r * D + d)]) * x[size_t(r * D + d)];
+    for (int64_t d = 0; d < D; ++d) x[size_t(r * D + d)] = float(x[size_t(r * D + d)] / std::sqrt(s));
+  }
+}
+
+// One input set on the backend's device.
+struct DeviceSet {
+  DeviceBuffer q, k, v, g, beta;
+  Inputs views;
+};
+
+DeviceBuffer put(Backend& be, const std::vector<char>& host) {
+  DeviceBuffer b(be, host.size());
+  be.upload(b.get(), host.data(), host.size());
+  return b;
+}
+
+DeviceSet make_set(Backend& be, Variant var, int64_t T, int64_t H, int64_t K, int64_t V, DType dt, uint64_t seed) {
+  std::vector<float> q = draw(T * H * K, seed, 1, true), k = draw(T * H * K, seed, 2, true);
+  l2normalize_rows(q, K), l2normalize_rows(k, K);
+  const int64_t gw = var == Variant::gdn ? 1 : K;
+  DeviceSet s;
+  s.q = put(be, encode(q, dt)), s.k = put(be, encode(k, dt));
+  s.v = put(be, encode(draw(T * H * V, seed, 3, true), dt));
+  s.g = put(be, encode(draw(T * H * gw, seed, 4, false, -0.3, -0.001), DType::f32));
+  s.beta = put(be, encode(draw(T * H, seed, 5, false, 0.0, 1.0), DType::f32));
+  const Device d = be.device();
+  s.views.q = TensorView(s.q.get(), dt, {1, T, H, K}, d);
+  s.views.k = TensorView(s.k.get(), dt, {1, T, H, K}, d);
+  s.views.v = TensorView(s.v.get(), dt, {1, T, H, V}, d);
+  s.views.g = TensorView(s.g.get(), DType::f32, var == Variant::gdn ? Shape{1, T, H} : Shape{1, T, H, K}, d);
+  s.views.beta = TensorView(s.beta.get(), DType::f32, {1, T, H}, d);
+  return s;
+}
+
+// FLA's Triton forward on the same H100 (PERFORMANCE.md section 8), gdn only.
+double fla_ms(Variant var, int64_t T, int64_t H) {
+  if (var != Variant::gdn) return 0;
+  if (T == 8192 && H == 16) return 0.500;
+  if (T == 32768 && H == 16) return 1.399;
+  if (T == 32768 && H == 32) return 2.202;
+  return 0;
+}
+
+struct Row {
+  std::string text;
+};
+
+Row bench_shape(Backend& be, Variant var, int64_t T, int64_t H, int64_t K, int64_t V, DType dt, int warmup,
+                int repeat, int sets) {
+  std::vector<DeviceSet> in;
+  for (int s = 0; s < sets; ++s) in.push_back(make_set(be, var, T, H, K, V, dt, 1000 + uint64_t(s)));
+  ProblemOptions opt;
+  opt.compute = DType::f32, opt.check_finite = false;
+  const Problem p = make_problem(var, in[0].views, Flags{}, opt);
+  std::ostringstream os;
+  os << "| " << variant_name(var) << " | " << T << " | " << H << " | ";
+  if (Support sup = be.supports(p); !sup) return {os.str() + "unsupported: " + sup.reason + " |"};
+  DeviceBuffer o(be, size_t(T * H * V) * size_t(dtype_size(dt)));
+  const Outputs out{TensorView(o.get(), dt, {1, T, H, V}, be.device()), {}};
+  for (int i = 0; i < warmup; ++i) be.forward(p, in[size_t(i % sets)].views, out);
+  be.synchronize();
+  const BackendTimer timer = backend_timer(be);
+  std::vector<double> ms;
+  for (int i = 0; i < repeat; ++i) ms.push_back(timer([&] { be.forward(p, in[size_t(i % sets)].views, out); }));
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2], th = double(T * H), C = 64, es = dtype_size(dt);
+  const double Kd = double(K), Vd = double(V), gw = var == Variant::gdn ? 1 : Kd;
+  const double bytes = th * (es * (2 * Kd + 2 * Vd) + 4 * gw + 4);
+  const double flops = th * (4 * C * Kd + C * C / 3 + 2 * C * (Kd + Vd) + 6 * Kd * Vd + 2 * C * Vd);
+  const double fused = th * (6 * Kd * Vd + 4 * C * (Kd + Vd));
+  const double lb_ms = std::max(fused / 800e12, bytes / 3.0e12) * 1e3, fla = fla_ms(var, T, H);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%.3f | %.3f | %.0f | %.1f | %.0f | %.0f%% | %s | %s |", med, ms.front(),
+                bytes / med * 1e-6, flops / med * 1e-9, lb_ms * 1e3, 100 * lb_ms / med,
+                fla > 0 ? detail::concat(fla).c_str() : "-",
+                fla > 0 ? detail::concat(int(std::lround(100 * fla / med)), "%").c_str() : "-");
+  return {os.str() + buf};
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  Args a(argc, argv, {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets"}, {});
+  const std::string name = a.get("backend", "cuda-chunkwise");
+  const DType dt = dtype_parse(a.get("dtype", "bfloat16"));
+  const int64_t K = a.get_int("K", 128), V = a.get_int("V", 128);
+  const int warmup = int(a.get_int("warmup", 5)), repeat = int(a.get_int("repeat", 50)), sets = int(a.get_int("sets", 3));
+  KCP_CHECK(repeat >= 1 && sets >= 1 && warmup >= 0, "bench: --repeat and --sets must be >= 1, --warmup >= 0");
+  auto be = backend_create(name);
+  std::printf("kcp bench: %s, %s q/k/v, float32 gates and beta, K=%lld V=%lld, B=1, median of %d after %d "
+              "warm-up runs, %d rotating input sets\n",
+              name.c_str(), std::string(dtype_name(dt)).c_str(), (long long)K, (long long)V, repeat, warmup, sets);
+  std::vector<Row> rows;
+  for (const std::string& vs : str_list(a.get("variant", "gdn,kda")))
+    for (long long T : int_list(a.get("T", "8192,32768")))
+      for (long long H : int_list(a.get("H", "16,32"))) {
+        rows.push_back(bench_shape(*be, variant_parse(vs), T, H, K, V, dt, warmup, repeat, sets));
+        std::printf("%s\n", rows.back().text.c_str());
+        std::fflush(stdout);
+      }
+  std::printf("\n| op | T | H | median ms | min ms | GB/s | GFLOP/s | LB us | LB/time | FLA ms | FLA/time |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) std::printf("%s\n", r.text.c_str());
+  return 0;
+}
+
+}  // namespace kcp::val
