@@ -162,7 +162,7 @@ int sweep(Comm& comm, const SweepOptions& o) {
   Tally tally;
   if (comm.rank() == 0)
     std::printf("cp-sweep: %d ranks, seed %llu, %s; bars (validation/tolerance.h): float64 rel_l2 <= %g, float32 "
-                "rel_l2 <= %g x float32 baseline + %g\n",
+                "rel_l2 <= %g x float32 baseline + %g x cond (cond > 1 only for dg, dA_log, ddt_bias: validation/float_rule.h)\n",
                 comm.size(), static_cast<unsigned long long>(o.seed), o.quick ? "quick" : "full", val::tol::kExactF64,
                 val::tol::kFloatRuleFactor, val::tol::kFloatRuleFloor);
   std::vector<BackendSlot> backends = open_backends(o, comm.rank(), tally);

@@ -50,9 +50,10 @@ template <class S> bool same_on_all_ranks(Comm& comm, const Tensor<S>& t) {
   return true;
 }
 
-void judge(RowVerdict& v, const std::string& name, const TensorView& cand, const TensorView& ref, DType dt, double base) {
+void judge(RowVerdict& v, const std::string& name, const TensorView& cand, const TensorView& ref, DType dt, double base,
+           double cond = 1.0) {
   const val::Metrics m = val::compare(cand, ref);
-  const double bar = dt == DType::f64 ? val::tol::kExactF64 : val::tol::kFloatRuleFactor * base + val::tol::kFloatRuleFloor;
+  const double bar = dt == DType::f64 ? val::tol::kExactF64 : val::float_rule_bar(base, cond);
   char buf[64];
   std::snprintf(buf, sizeof buf, "%s%s %.1e", v.errors.empty() ? "" : " ", name.c_str(), m.rel_l2);
   v.errors += buf;
@@ -84,7 +85,8 @@ RowVerdict cp_row(Comm& comm, Backend& be, const val::CaseData& c, const SweepRe
   const CpCaseResult<S> r = run_cp_case<S>(comm, be, c, L.bounds, merge);
   RowVerdict v;
   const NamedViews cand = r.named(), want = ref.named();
-  for (size_t i = 0; i < cand.size(); ++i) judge(v, cand[i].first, cand[i].second, want[i].second, dt, base_err[i]);
+  for (size_t i = 0; i < cand.size(); ++i)
+    judge(v, cand[i].first, cand[i].second, want[i].second, dt, base_err[i], ref.cond.of(cand[i].first));
   if (!r.params_agree && v.pass) v.pass = false, v.failure = "parameter gradients differ between ranks";
   return v;
 }
@@ -139,6 +141,7 @@ SweepReference sweep_reference(const val::CaseData& c, Backend& oracle) {
   oracle.backward(p32, c.inputs(), c.cotangents(), gr32.views());
   const NamedViews a = named_of(out32, gr32), b = r.named();
   for (size_t i = 0; i < a.size(); ++i) r.base_err.push_back(val::compare(a[i].second, b[i].second).rel_l2);
+  r.cond = val::grad_conditioning(p64, c.inputs(), c.cotangents(), r.grads.dg.view());
   return r;
 }
 
@@ -165,7 +168,7 @@ std::string sweep_backend_notes(const SweepReference& ref, const std::vector<dou
   std::string notes;
   const NamedViews names = ref.named();
   for (size_t i = 0; i < single.size(); ++i) {
-    const double rule = val::tol::kFloatRuleFactor * ref.base_err[i] + val::tol::kFloatRuleFloor;
+    const double rule = val::float_rule_bar(ref.base_err[i], ref.cond.of(names[i].first));
     if (single[i] <= rule) continue;
     char buf[96];
     std::snprintf(buf, sizeof buf, "%s%s %.1e > rule %.1e", notes.empty() ? "" : ", ", names[i].first.c_str(),

@@ -2,7 +2,7 @@
 // assemble the global tensors (token parts and owned state entries are zero elsewhere, so a sum over
 // ranks is exact), and judge each tensor against the single-process float64 oracle:
 //   float64: rel_l2(CP, oracle) <= tol::kExactF64
-//   float32: rel_l2(CP, oracle) <= tol::kFloatRuleFactor * rel_l2(float32 baseline, oracle) + tol::kFloatRuleFloor
+//   float32: rel_l2(CP, oracle) <= val::float_rule_bar(rel_l2(float32 baseline, oracle), cond) (validation/float_rule.h)
 // where the baseline error is that of the single-process cpu-recurrent (or reference conv1d) in
 // float32, or of the CP row's own backend run in one process in float32 when that is larger: the
 // sweep judges what CP adds; a backend that misses the rule on its own is reported by
@@ -10,6 +10,8 @@
 // Parameter gradients must also be bitwise identical on every rank.
 // Covered by running the sweep (tests/cp/CMakeLists.txt).
 #pragma once
+
+#include "validation/float_rule.h"
 
 #include <string>
 #include <utility>
@@ -30,6 +32,7 @@ struct SweepReference {
   val::OutputSet<double> out;
   val::GradSet<double> grads;
   std::vector<double> base_err;  // per tensor of named(), rel_l2(float32 baseline, oracle)
+  val::GradConditioning cond;    // conditioning of dg / dA_log / ddt_bias for the float32 rule's floor
   NamedViews named() const;
 };
 SweepReference sweep_reference(const val::CaseData& c, Backend& oracle);

@@ -38,6 +38,9 @@ struct HeadGrads {  // gradients w.r.t. the HeadData quantities
   Mat<S> da;       // [L,Kg]
   Vec<S> dbeta;    // [L]
   Mat<S> dh0;      // [K,V]
+  // Optional (the oracle fills it when the caller sizes it non-empty): sum of the magnitudes of
+  // the terms of each da, the scale its rounding error is relative to (validation/float_rule.h).
+  Mat<S> da_abs;   // [L,Kg]
 };
 
 inline int64_t gate_width(const Problem& p) { return p.per_channel_gate() ? p.K : 1; }

@@ -3,6 +3,8 @@
 // update and accumulates the output, so the state is streamed twice per token instead of four times.
 #include "reference/recurrent.h"
 
+#include "reference/driver.h"
+
 #include <type_traits>
 #include <vector>
 
@@ -77,6 +79,7 @@ void backward_step(const Problem& p, const HeadData<S>& d, const Mat<S>& d_o, in
     G.row(i).noalias() -= d.k(t, i) * de;
     const S dai = G.row(i).dot(Sd);
     if (d.a.cols() == 1) g.da(t, 0) += dai; else g.da(t, i) = dai;
+    if (g.da_abs.size()) g.da_abs(t, d.a.cols() == 1 ? 0 : i) += G.row(i).cwiseProduct(Sd).cwiseAbs().sum();
     G.row(i) *= alpha;
   }
 }
@@ -103,6 +106,7 @@ void recurrent_backward_head(const Problem& p, const HeadData<S>& d, const Mat<S
   g.dk = Mat<S>::Zero(L, p.K);
   g.dv = Mat<S>::Zero(L, p.V);
   g.da = Mat<S>::Zero(L, d.a.cols());
+  if (g.da_abs.size()) g.da_abs = Mat<S>::Zero(L, d.a.cols());
   g.dbeta = Vec<S>::Zero(p.delta_rule() ? L : 0);
   // checkpoints: ck[s] = state entering segment s
   std::vector<Mat<S>> ck(static_cast<size_t>(nseg));
@@ -156,6 +160,29 @@ void recurrent_transition_backward_head(const Problem& p, const HeadData<S>& d, 
   Mat<S> s_ext, m;
   recurrent_transition_forward_head(p, d, s_ext, m);
   m_t = m.transpose();
+}
+
+Tensor<double> recurrent_dg_magnitude(const Problem& p, const Inputs& in, const Cotangents& dc) {
+  Tensor<double> out(shape_g(p));
+  const int64_t Kg = gate_width(p);
+  parallel_tasks(p.N * p.HV, [&](int64_t task) {
+    const int64_t n = task / p.HV, hv = task % p.HV;
+    const HeadData<double> d = load_head<double>(p, in, n, hv);
+    const Mat<double> d_o = load_rows<double>(dc.d_o, d.seq, hv, p.V);
+    const Mat<double> dht = dc.d_final_state.empty()
+                                ? Mat<double>(Mat<double>::Zero(p.K, p.V))
+                                : load_state<double>(dc.d_final_state, n, hv, p.K, p.V, p.flags.state_v_first);
+    HeadGrads<double> g;
+    g.da_abs = Mat<double>::Zero(1, 1);  // ask for the magnitudes
+    recurrent_backward_head(p, d, d_o, dht, g);
+    for (int64_t t = 0; t < d.seq.len; ++t)
+      for (int64_t i = 0; i < Kg; ++i) {
+        double unused = 0;  // |d gate / d x| is the gate's backward of a unit da
+        const double slope = p.flags.use_gate_in_kernel ? std::abs(gate_backward(d.gate, d.gate_x(t, i), 1.0, &unused)) : 1.0;
+        out.data()[((d.seq.b * p.T + d.seq.t0 + t) * p.HV + hv) * Kg + i] = slope * g.da_abs(t, i);
+      }
+  });
+  return out;
 }
 
 #define KCP_INSTANTIATE(S)                                                                                  \

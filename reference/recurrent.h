@@ -25,6 +25,11 @@ template <class S>
 void recurrent_transition_backward_head(const Problem& p, const HeadData<S>& d, const Mat<S>& d_o,
                                         Mat<S>& ds_ext, Mat<S>& m_t);
 
+// Magnitude behind each element of the raw-gate gradient dg: |d gate / d x| * sum over the terms of
+// da_t of their absolute values, shaped like g. Float64 only; used to scale float32 tolerances by
+// the conditioning of dg (validation/float_rule.h). Covered by tests/validation/test_float_rule.cpp.
+Tensor<double> recurrent_dg_magnitude(const Problem& p, const Inputs& in, const Cotangents& dc);
+
 // The per-head algorithm as a "core" for the drivers in driver.h.
 struct RecurrentCore {
   template <class S> void forward(const Problem& p, const HeadData<S>& d, Mat<S>& o, Mat<S>& ht) const {

@@ -1,0 +1,30 @@
+// The float32 rule (STYLE.md 5.2), written once: a float32 result passes when
+//   err(candidate, float64 oracle) <= kFloatRuleFactor * err(float32 recurrence, oracle) + kFloatRuleFloor * cond
+// with rel_l2 errors. cond = 1 for most tensors. The gate gradients are sums whose terms cancel:
+// dg[t] sums K*V (gdn) or V (kda, gla) products of the state and its gradient, and dA_log / ddt_bias
+// sum dg over every token. Float32 rounding of such a sum is relative to the magnitude summed, not
+// to the (possibly cancelled) result, so their floor scales with the condition number
+//   cond = || sum |terms| || / || sum terms ||
+// taken from the float64 oracle (reference/recurrent.h recurrent_dg_magnitude).
+// Covered by tests/validation/test_float_rule.cpp.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "core/problem.h"
+
+namespace kcp::val {
+
+double float_rule_bar(double base_err, double cond = 1.0);
+
+struct GradConditioning {
+  double dg = 1, dA_log = 1, ddt_bias = 1;
+  std::vector<double> dA_log_sum, ddt_bias_sum;  // the signed sums (equal the oracle's gradients)
+  double of(std::string_view tensor_name) const;  // dg, dA_log, ddt_bias, else 1
+};
+// dg_oracle: the float64 oracle's gradient w.r.t. the gate as passed, for the same call.
+GradConditioning grad_conditioning(const Problem& p, const Inputs& in, const Cotangents& dc,
+                                   const TensorView& dg_oracle);
+
+}  // namespace kcp::val
