@@ -8,6 +8,7 @@
 
 #include <exception>
 #include <mutex>
+#include <utility>
 
 #include "core/backend.h"
 #include "reference/head_io.h"
@@ -78,14 +79,14 @@ void drive_backward(const Core& core, const Problem& p, const Inputs& in, const 
                            : load_state<S>(dc.d_final_state, n, hv, p.K, p.V, p.flags.state_v_first);
     HeadGrads<S> hg;
     core.backward(p, d, d_o, dht, hg);
-    const HeadInputGrads<S> ig = chain_to_inputs(p, d, hg);
-    if (!gr.dv.empty()) store_rows(gr.dv, d.seq, hv, hg.dv);
+    const HeadInputGrads<S> ig = chain_to_inputs(p, d, std::move(hg));
+    if (!gr.dv.empty()) store_rows(gr.dv, d.seq, hv, ig.dv);
     if (!gr.dg.empty()) {
       if (p.per_channel_gate()) store_rows(gr.dg, d.seq, hv, ig.dg);
       else store_scalars(gr.dg, d.seq, hv, Vec<S>(ig.dg.col(0)));
     }
     if (!gr.dbeta.empty()) store_scalars(gr.dbeta, d.seq, hv, ig.dbeta);
-    if (!gr.d_initial_state.empty()) store_state(gr.d_initial_state, n, hv, hg.dh0, p.flags.state_v_first);
+    if (!gr.d_initial_state.empty()) store_state(gr.d_initial_state, n, hv, ig.dh0, p.flags.state_v_first);
     if (!gr.dq.empty()) store_rows(gva ? dq_hv.view() : gr.dq, d.seq, gva ? hv : d.h, ig.dq);
     if (!gr.dk.empty()) store_rows(gva ? dk_hv.view() : gr.dk, d.seq, gva ? hv : d.h, ig.dk);
     dA_part(n, hv) = ig.dA_log;

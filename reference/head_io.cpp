@@ -2,6 +2,8 @@
 // back through that pre-processing (formulas in gates.h).
 #include "reference/head_io.h"
 
+#include <utility>
+
 namespace kcp::ref {
 
 template <class S>
@@ -119,15 +121,17 @@ HeadData<S> load_head(const Problem& p, const Inputs& in, int64_t n, int64_t hv)
 }
 
 template <class S>
-HeadInputGrads<S> chain_to_inputs(const Problem& p, const HeadData<S>& d, const HeadGrads<S>& g) {
+HeadInputGrads<S> chain_to_inputs(const Problem& p, const HeadData<S>& d, HeadGrads<S>&& g) {
   HeadInputGrads<S> r;
   if (p.flags.use_qk_l2norm_in_kernel) {
     r.dq = l2norm_rows_backward(d.q, d.q_rstd, g.dq);
     r.dk = l2norm_rows_backward(d.k, d.k_rstd, g.dk);
   } else {
-    r.dq = g.dq;
-    r.dk = g.dk;
+    r.dq = std::move(g.dq);
+    r.dk = std::move(g.dk);
   }
+  r.dv = std::move(g.dv);
+  r.dh0 = std::move(g.dh0);
   const int64_t L = g.da.rows(), Kg = g.da.cols();
   r.ddt_bias = Vec<S>::Zero(Kg);
   if (p.flags.use_gate_in_kernel) {
@@ -138,17 +142,15 @@ HeadInputGrads<S> chain_to_inputs(const Problem& p, const HeadData<S>& d, const 
         r.ddt_bias(i) += r.dg(t, i);
       }
   } else {
-    r.dg = g.da;
+    r.dg = std::move(g.da);
   }
+  r.dbeta = std::move(g.dbeta);
   if (p.flags.use_beta_sigmoid_in_kernel) {
     const S s = beta_scale<S>(p.flags);
-    r.dbeta = g.dbeta;
     for (int64_t t = 0; t < L; ++t) {
       const S sg = sigmoid(d.beta_raw(t));
-      r.dbeta(t) = g.dbeta(t) * s * sg * (S(1) - sg);
+      r.dbeta(t) *= s * sg * (S(1) - sg);
     }
-  } else {
-    r.dbeta = g.dbeta;
   }
   return r;
 }
@@ -161,7 +163,7 @@ HeadInputGrads<S> chain_to_inputs(const Problem& p, const HeadData<S>& d, const 
   template Mat<S> load_state<S>(const TensorView&, int64_t, int64_t, int64_t, int64_t, bool);             \
   template void store_state<S>(const TensorView&, int64_t, int64_t, const Mat<S>&, bool);                \
   template HeadData<S> load_head<S>(const Problem&, const Inputs&, int64_t, int64_t);                    \
-  template HeadInputGrads<S> chain_to_inputs<S>(const Problem&, const HeadData<S>&, const HeadGrads<S>&);
+  template HeadInputGrads<S> chain_to_inputs<S>(const Problem&, const HeadData<S>&, HeadGrads<S>&&);
 KCP_INSTANTIATE(double)
 KCP_INSTANTIATE(float)
 #undef KCP_INSTANTIATE

@@ -60,11 +60,14 @@ template <class S> void store_state(const TensorView& t, int64_t n, int64_t hv, 
 template <class S>
 struct HeadInputGrads {
   Mat<S> dq, dk;      // [L,K] w.r.t. raw q,k of head h (this value head's share)
+  Mat<S> dv;          // [L,V]
+  Mat<S> dh0;         // [K,V]
   Mat<S> dg;          // [L,Kg]
   Vec<S> dbeta;       // [L]
   S dA_log = 0;       // this head's partial sum
   Vec<S> ddt_bias;    // [Kg] partial sum
 };
-template <class S> HeadInputGrads<S> chain_to_inputs(const Problem& p, const HeadData<S>& d, const HeadGrads<S>& g);
+// Consumes `g` (its tensors move into the result, so a long sequence is not held twice).
+template <class S> HeadInputGrads<S> chain_to_inputs(const Problem& p, const HeadData<S>& d, HeadGrads<S>&& g);
 
 }  // namespace kcp::ref
