@@ -60,6 +60,14 @@ struct TensorView {
     for (int64_t x : idx) o += x * stride[i++];
     return o;
   }
+  // The sub-view [lo, lo+len) along `axis`, sharing memory (an empty view stays empty).
+  TensorView narrow(int axis, int64_t lo, int64_t len) const {
+    if (empty()) return {};
+    TensorView s = *this;
+    s.data = static_cast<char*>(data) + lo * stride.at(size_t(axis)) * dtype_size(dtype);
+    s.shape[size_t(axis)] = len;
+    return s;
+  }
   // Host element read/write with conversion to/from double (slow path: harness, checks).
   double get(int64_t elem_offset) const;
   void set(int64_t elem_offset, double value) const;

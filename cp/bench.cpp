@@ -65,14 +65,6 @@ BenchData make_data(Comm& world, const val::CaseSpec& s) {
   return d;
 }
 
-TensorView token_slice(const TensorView& t, int64_t lo, int64_t len) {
-  if (t.empty()) return {};
-  TensorView s = t;
-  s.data = static_cast<char*>(t.data) + lo * t.stride[1] * dtype_size(t.dtype);
-  s.shape[1] = len;
-  return s;
-}
-
 struct Row {  // all doubles, reduced as one array
   CpPhaseTimes fwd, bwd;
   double fwd_total = 0, bwd_total = 0;  // max over ranks of each rank's own total
@@ -84,15 +76,15 @@ Row run_cp_once(Comm& comm, Backend& be, const BenchData& d, DType dt, MergeAlgo
   po.chunk_size = d.spec.chunk_size, po.compute = dt, po.cu_seqlens = d.cu, po.check_finite = false;
   ContextParallel cp(comm, be, d.spec.variant, d.spec.flags, {po, {}, merge, true});
   const int64_t lo = cp.context().lo, n = cp.context().tokens();
-  Inputs in{token_slice(d.q.view(), lo, n), token_slice(d.k.view(), lo, n), token_slice(d.v.view(), lo, n),
-            token_slice(d.g.view(), lo, n), token_slice(d.beta.view(), lo, n), {}, {}, {}};
+  Inputs in{d.q.view().narrow(1, lo, n), d.k.view().narrow(1, lo, n), d.v.view().narrow(1, lo, n),
+            d.g.view().narrow(1, lo, n), d.beta.view().narrow(1, lo, n), {}, {}, {}};
   const int64_t H = d.spec.H, HV = d.spec.HV, K = d.spec.K, V = d.spec.V;
   Tensor<float> o({1, n, HV, V}), dq({1, n, H, K}), dk({1, n, H, K}), dv({1, n, HV, V});
   Tensor<float> dg(d.g.shape().size() == 4 ? Shape{1, n, HV, K} : Shape{1, n, HV});
   Tensor<float> dbeta = d.beta.empty() ? Tensor<float>() : Tensor<float>({1, n, HV});
   comm.barrier();
   cp.forward(in, {o.view(), {}});
-  cp.backward(in, {token_slice(d.d_o.view(), lo, n), {}},
+  cp.backward(in, {d.d_o.view().narrow(1, lo, n), {}},
               {dq.view(), dk.view(), dv.view(), dg.view(), dbeta.view(), {}, {}, {}});
   Row r{cp.forward_times(), cp.backward_times(), cp.forward_times().total(), cp.backward_times().total()};
   all_reduce_max(comm, reinterpret_cast<double*>(&r), int64_t(sizeof(Row) / sizeof(double)));

@@ -25,15 +25,6 @@ NamedViews named_of(const val::OutputSet<S>& o, const val::GradSet<S>& g) {
   return out;
 }
 
-// Rows [lo, lo+len) of a [1,T,...] view (a view into the same memory).
-TensorView token_slice(const TensorView& t, int64_t lo, int64_t len) {
-  if (t.empty()) return {};
-  TensorView s = t;
-  s.data = static_cast<char*>(t.data) + lo * t.stride[1] * dtype_size(t.dtype);
-  s.shape[1] = len;
-  return s;
-}
-
 // Sums a whole tensor over ranks in place (each element is nonzero on at most one rank).
 template <class S> void assemble(Comm& comm, const Tensor<S>& t) {
   if (t.numel()) all_reduce_sum(comm, const_cast<S*>(t.data()), t.numel());
@@ -109,11 +100,11 @@ CpCaseResult<S> run_cp_case(Comm& comm, Backend& be, const val::CaseData& c, con
   ContextParallel cp(comm, be, c.spec.variant, c.spec.flags, {po, bounds, merge});
   const int64_t lo = cp.context().lo, n = cp.context().tokens();
   Inputs in = c.inputs();
-  for (TensorView* t : {&in.q, &in.k, &in.v, &in.g, &in.beta}) *t = token_slice(*t, lo, n);
-  cp.forward(in, {token_slice(r.out.o.view(), lo, n), r.out.final_state.view()});
+  for (TensorView* t : {&in.q, &in.k, &in.v, &in.g, &in.beta}) *t = t->narrow(1, lo, n);
+  cp.forward(in, {r.out.o.view().narrow(1, lo, n), r.out.final_state.view()});
   Grads g = r.grads.views();
-  for (TensorView* t : {&g.dq, &g.dk, &g.dv, &g.dg, &g.dbeta}) *t = token_slice(*t, lo, n);
-  cp.backward(in, {token_slice(c.d_o.view(), lo, n), c.dht.view()}, g);
+  for (TensorView* t : {&g.dq, &g.dk, &g.dv, &g.dg, &g.dbeta}) *t = t->narrow(1, lo, n);
+  cp.backward(in, {c.d_o.view().narrow(1, lo, n), c.dht.view()}, g);
   for (const Tensor<S>* t : {&r.out.o, &r.out.final_state, &r.grads.dq, &r.grads.dk, &r.grads.dv, &r.grads.dg,
                              &r.grads.dbeta, &r.grads.dh0})
     assemble(comm, *t);
@@ -198,9 +189,9 @@ RowVerdict sweep_conv_row(Comm& comm, const SweepLayout& L, int64_t W, bool silu
                                      silu_bias ? Tensor<double>({D}) : Tensor<double>()};
   const ConvCp cc{cu, ctx, silu_bias, dt};
   const int64_t lo = ctx.lo, n = ctx.tokens();
-  conv1d_cp_forward(comm, cc, token_slice(x.view(), lo, n), w.view(), b.view(), token_slice(got[0].view(), lo, n));
-  conv1d_cp_backward(comm, cc, token_slice(x.view(), lo, n), w.view(), b.view(), token_slice(dy.view(), lo, n),
-                     token_slice(got[1].view(), lo, n), got[2].view(), got[3].view());
+  conv1d_cp_forward(comm, cc, x.view().narrow(1, lo, n), w.view(), b.view(), got[0].view().narrow(1, lo, n));
+  conv1d_cp_backward(comm, cc, x.view().narrow(1, lo, n), w.view(), b.view(), dy.view().narrow(1, lo, n),
+                     got[1].view().narrow(1, lo, n), got[2].view(), got[3].view());
   assemble(comm, got[0]), assemble(comm, got[1]);
   RowVerdict v;
   const char* names[] = {"y", "dx", "dw", "db"};

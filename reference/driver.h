@@ -73,12 +73,9 @@ void drive_backward(const Core& core, const Problem& p, const Inputs& in, const 
   parallel_tasks(p.N * p.HV, [&](int64_t task) {
     const int64_t n = task / p.HV, hv = task % p.HV;
     const HeadData<S> d = load_head<S>(p, in, n, hv);
-    const Mat<S> d_o = load_rows<S>(dc.d_o, d.seq, hv, p.V);
-    const Mat<S> dht = dc.d_final_state.empty()
-                           ? Mat<S>(Mat<S>::Zero(p.K, p.V))
-                           : load_state<S>(dc.d_final_state, n, hv, p.K, p.V, p.flags.state_v_first);
+    const HeadCotangents<S> ct = load_head_cotangents(p, dc, d);
     HeadGrads<S> hg;
-    core.backward(p, d, d_o, dht, hg);
+    core.backward(p, d, ct.d_o, ct.dht, hg);
     const HeadInputGrads<S> ig = chain_to_inputs(p, d, std::move(hg));
     if (!gr.dv.empty()) store_rows(gr.dv, d.seq, hv, ig.dv);
     if (!gr.dg.empty()) {

@@ -121,6 +121,15 @@ HeadData<S> load_head(const Problem& p, const Inputs& in, int64_t n, int64_t hv)
 }
 
 template <class S>
+HeadCotangents<S> load_head_cotangents(const Problem& p, const Cotangents& dc, const HeadData<S>& d) {
+  HeadCotangents<S> c;
+  c.d_o = load_rows<S>(dc.d_o, d.seq, d.hv, p.V);
+  c.dht = dc.d_final_state.empty() ? Mat<S>(Mat<S>::Zero(p.K, p.V))
+                                   : load_state<S>(dc.d_final_state, d.n, d.hv, p.K, p.V, p.flags.state_v_first);
+  return c;
+}
+
+template <class S>
 HeadInputGrads<S> chain_to_inputs(const Problem& p, const HeadData<S>& d, HeadGrads<S>&& g) {
   HeadInputGrads<S> r;
   if (p.flags.use_qk_l2norm_in_kernel) {
@@ -163,6 +172,7 @@ HeadInputGrads<S> chain_to_inputs(const Problem& p, const HeadData<S>& d, HeadGr
   template Mat<S> load_state<S>(const TensorView&, int64_t, int64_t, int64_t, int64_t, bool);             \
   template void store_state<S>(const TensorView&, int64_t, int64_t, const Mat<S>&, bool);                \
   template HeadData<S> load_head<S>(const Problem&, const Inputs&, int64_t, int64_t);                    \
+  template HeadCotangents<S> load_head_cotangents<S>(const Problem&, const Cotangents&, const HeadData<S>&); \
   template HeadInputGrads<S> chain_to_inputs<S>(const Problem&, const HeadData<S>&, HeadGrads<S>&&);
 KCP_INSTANTIATE(double)
 KCP_INSTANTIATE(float)

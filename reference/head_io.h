@@ -56,6 +56,13 @@ template <class S> void store_scalars(const TensorView& t, const SeqRange& s, in
 template <class S> Mat<S> load_state(const TensorView& t, int64_t n, int64_t hv, int64_t K, int64_t V, bool v_first);
 template <class S> void store_state(const TensorView& t, int64_t n, int64_t hv, const Mat<S>& m, bool v_first);
 
+// The cotangents of one head: do rows [L,V] and dht [K,V] (zero when absent).
+template <class S>
+struct HeadCotangents {
+  Mat<S> d_o, dht;
+};
+template <class S> HeadCotangents<S> load_head_cotangents(const Problem& p, const Cotangents& dc, const HeadData<S>& d);
+
 // Gradients of one head w.r.t. the inputs as passed (before the fused pre-processing).
 template <class S>
 struct HeadInputGrads {

@@ -168,13 +168,10 @@ Tensor<double> recurrent_dg_magnitude(const Problem& p, const Inputs& in, const 
   parallel_tasks(p.N * p.HV, [&](int64_t task) {
     const int64_t n = task / p.HV, hv = task % p.HV;
     const HeadData<double> d = load_head<double>(p, in, n, hv);
-    const Mat<double> d_o = load_rows<double>(dc.d_o, d.seq, hv, p.V);
-    const Mat<double> dht = dc.d_final_state.empty()
-                                ? Mat<double>(Mat<double>::Zero(p.K, p.V))
-                                : load_state<double>(dc.d_final_state, n, hv, p.K, p.V, p.flags.state_v_first);
+    const HeadCotangents<double> ct = load_head_cotangents(p, dc, d);
     HeadGrads<double> g;
     g.da_abs = Mat<double>::Zero(1, 1);  // ask for the magnitudes
-    recurrent_backward_head(p, d, d_o, dht, g);
+    recurrent_backward_head(p, d, ct.d_o, ct.dht, g);
     for (int64_t t = 0; t < d.seq.len; ++t)
       for (int64_t i = 0; i < Kg; ++i) {
         double unused = 0;  // |d gate / d x| is the gate's backward of a unit da
