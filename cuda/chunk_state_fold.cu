@@ -1,380 +1,412 @@
 // Stage "state recurrence + output" for gdn with 16-bit q, k, v and the WY products folded in
 // (ALGORITHMS.md 4.3: u - w S = P (beta (v - Gamma k S))). Per chunk c of L rows, S entering it:
-//   X_s  = rk_s k_s @ S                        [64,BV]  (raw k: exact TF32 operands)
-//   Y_s  = beta_s (v_s - 2^(b_s) X_s)          rows >= L are 0 (beta = 0 there)
-//   vnew = P_c @ Y                             = u - w S of the unfolded pipeline
+//   X_s  = k_s @ S                                  [64,BV]  (raw k, exact 16-bit operands)
+//   Y_s  = beta_s (v_s - 2^(b_s) rk_s X_s)          rows >= L are 0 (beta = 0 there)
+//   vnew = P_c @ Y                                  = u - w S of the unfolded pipeline
 //   o_r  = scale 2^(b_r) rq_r (q_r @ S) + sum_{s<=r} Aqk[r,s] vnew_s
 //   S    = 2^(b_{L-1}) S + k_c^T @ (vnew_s 2^(b_{L-1} - b_s) rk_s)
-// One block per (sequence n, value head hv, BV = 16 G state columns): G groups of 4 warps, group
-// gamma owning 16 columns, warp wg of a group owning key rows [wg K/4, (wg+1) K/4). Products run
-// transposed (state columns as the M dimension), so S^T [16,K/4] stays in registers as mma.sync
-// (TF32) accumulators, and an accumulator tile is itself the A fragment of the next product once
-// the k index is permuted (fragment position t <-> column 2t, t+4 <-> 2t+1; B fragments are read
-// under the same permutation: 16-bit pairs by ldmatrix, float pairs by 8-byte loads). S, Y and vnew
-// never leave registers; the partial sums of k @ S and q @ S over the group's 4 key slices meet
-// once per chunk in shared memory (one group barrier); Y and P @ Y are formed by each warp of the
-// group (identical operands, identical order: identical values).
+// One block = one warpgroup per (sequence n, value head hv, BV = 16 or 32 state columns); every
+// product is a wgmma (wgmma.cuh) with its operands in shared memory as core matrices:
+//   k @ S, q @ S      A = k, q tiles (K-major), B = S split into 16-bit hi + lo parts (N-major)
+//   P @ Y, Aqk @ vnew TF32: A = P, Aqk tiles, B = Y, vnew (K-major, TF32-rounded)
+//   k^T @ Vt          A = the same k tile read M-major, B = Vt = vnew E split into hi + lo
+// The state S [K,BV] stays float32 in the accumulators; its 16-bit hi + lo split carries about 16
+// significant bits into the products (TF32 would carry 11). Rows of S past K (K = 32: one m64 tile
+// covers 64 rows) are computed from neighbouring data and never stored.
 // Tiles of chunk c+1 (k, q, v columns, lower 8x8 blocks of P and Aqk, gates) load by cp.async
-// while chunk c computes. Rows >= L of k, q, v are zero-filled.
-// Covered by tests/cuda/test_cuda_stages.cpp ("state", G = 1 and 2) and test_cuda_forward.cpp.
+// while chunk c computes; rows >= L of k, q, v are zero-filled; the upper blocks of the P and Aqk
+// tiles are zeroed once and never written.
+// Covered by tests/cuda/test_cuda_stages.cpp ("state", BV = 16 and 32) and test_cuda_forward.cpp.
 #include "cuda/chunk_state_fold.cuh"
 
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
 #include "cuda/tile_mma.cuh"
+#include "cuda/wgmma.cuh"
+
+#include <type_traits>
 
 namespace kcp::cuda {
 namespace {
 
-constexpr int kLdT = 72;  // float tiles P, Aqk [64][72]: 8-byte fragment loads conflict-free per half-warp
+constexpr int kThreads = 128;  // one warpgroup
+constexpr int kTileT = 4 * kChunk * kChunk;  // bytes of a 64x64 float tile (P, Aqk)
 
-constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
-
-template <class Tin, int KD, int G>
+template <class Tin, int KD, int BV>
 struct FoldSmem {
-  static constexpr int kThreads = 128 * G, BV = 16 * G;
-  static constexpr int ldk = KD + 8, ldv = BV + 8;  // 16-bit rows: ldmatrix rows on distinct bank groups
-  static constexpr size_t bytes_k = align16(2 * kChunk * ldk), bytes_v = align16(2 * kChunk * ldv),
-                          bytes_t = 4 * kChunk * kLdT, bytes_g = 4 * 4 * kChunk;
-  static constexpr size_t bytes_stage = 2 * bytes_k + bytes_v + 2 * bytes_t + bytes_g;
-  static constexpr size_t bytes_red = 16 * size_t(G) * 4 * 16 * 32;  // [G][4 warps][16 tiles][32 lanes] float4
-  static constexpr size_t bytes_fac = 4 * size_t(G) * 3 * kChunk;    // [G][fb, E, f][64]
-  static constexpr size_t bytes = 2 * bytes_stage + bytes_red + bytes_fac;
+  static constexpr int CGK = KD / 8, CGV = BV / 8;
+  static constexpr size_t bytes_k = 2 * kChunk * KD, bytes_v = 2 * kChunk * BV, bytes_g = 4 * 4 * kChunk;
+  static constexpr size_t bytes_stage = 2 * bytes_k + bytes_v + 2 * kTileT + bytes_g;
+  static constexpr size_t bytes_s = 2 * KD * BV, bytes_t = 4 * kChunk * BV, bytes_vt = 2 * kChunk * BV;
+  static constexpr size_t bytes = 2 * bytes_stage + 2 * bytes_s + 2 * bytes_t + 2 * bytes_vt;
   char* base;
   __device__ explicit FoldSmem(char* b) : base(b) {}
   __device__ char* stage(int st) const { return base + st * bytes_stage; }
-  __device__ Tin* Ks(int st) const { return reinterpret_cast<Tin*>(stage(st)); }
-  __device__ Tin* Qs(int st) const { return reinterpret_cast<Tin*>(stage(st) + bytes_k); }
-  __device__ Tin* Vs(int st) const { return reinterpret_cast<Tin*>(stage(st) + 2 * bytes_k); }
-  __device__ float* Ps(int st) const { return reinterpret_cast<float*>(stage(st) + 2 * bytes_k + bytes_v); }
-  __device__ float* As(int st) const { return Ps(st) + kChunk * kLdT; }
+  __device__ char* Ks(int st) const { return stage(st); }                                 // blocked [64][K]
+  __device__ char* Qs(int st) const { return stage(st) + bytes_k; }                       // blocked [64][K]
+  __device__ char* Vs(int st) const { return stage(st) + 2 * bytes_k; }                   // blocked [64][BV]
+  __device__ char* Ps(int st) const { return stage(st) + 2 * bytes_k + bytes_v; }         // blocked [64][64] f32
+  __device__ char* As(int st) const { return Ps(st) + kTileT; }                           // blocked [64][64] f32
   // gates of the chunk: 0 b (log2 cumsum), 1 beta, 2 rstd_k, 3 rstd_q
-  __device__ float* gate(int st, int a) const { return As(st) + kChunk * kLdT + a * kChunk; }
-  __device__ float4* red() const { return reinterpret_cast<float4*>(base + 2 * bytes_stage); }
-  // per-row factors of the chunk, per group: 0 fb = beta 2^b rk, 1 E = 2^(b_{L-1}-b) rk, 2 f = scale 2^b rq
-  __device__ float* fac(int grp, int a) const {
-    return reinterpret_cast<float*>(base + 2 * bytes_stage + bytes_red) + (grp * 3 + a) * kChunk;
+  __device__ const float* gate(int st, int a) const { return reinterpret_cast<const float*>(As(st) + kTileT) + a * kChunk; }
+  __device__ float* gate_w(int st, int a) const { return reinterpret_cast<float*>(As(st) + kTileT) + a * kChunk; }
+  __device__ char* ops() const { return base + 2 * bytes_stage; }
+  __device__ char* Sb(int part) const { return ops() + part * bytes_s; }                     // blocked [K][BV], hi / lo
+  __device__ char* Yb() const { return ops() + 2 * bytes_s; }                                // blocked [BV][64] f32
+  __device__ char* Nb() const { return Yb() + bytes_t; }                                     // blocked [BV][64] f32
+  __device__ char* Vt(int part) const { return Nb() + bytes_t + part * bytes_vt; }           // blocked [64][BV], hi / lo
+};
+
+// Per-thread constants of the chunk loop (computed once): where this thread's cp.async copies and
+// operand stores go. Copies: the 32 copies of a warp fill 4 whole core matrices (512 contiguous
+// shared bytes, no bank conflicts) from 8 rows x 64 contiguous global bytes (whole sectors); copy i
+// of a thread lands 2048 i bytes after copy 0. Every tile position is its base plus a constant.
+template <class Tin, int KD, int BV>
+struct ThreadPlan {
+  static constexpr int kSegs = KD / 8, kRowStep = kThreads / kSegs;  // k, q: 16-byte segments per row
+  static constexpr int vSegs = BV / 8, vRowStep = kThreads / vSegs;
+  int kq_row, kq_col;   // row of copy 0, element column
+  int v_row, v_col;
+  int t_src, t_seg;     // P, Aqk: float offset of copy 0 in the global tile, its 16-byte segment
+  int op16, op32;       // blocked offsets of accumulator entry 0: 16-bit N-major, float K-major
+  __device__ ThreadPlan() {
+    const int tid = threadIdx.x, w = tid >> 5, l = tid & 31, g = l >> 2, t = l & 3;
+    kq_row = 8 * (w / (kSegs / 4)) + (l & 7), kq_col = 8 * (4 * (w % (kSegs / 4)) + (l >> 3));
+    v_row = 8 * (tid / (8 * vSegs)) + (tid & 7), v_col = 8 * ((tid >> 3) % vSegs);
+    t_seg = 4 * w + (l >> 3), t_src = (l & 7) * kChunk + 4 * t_seg;
+    op16 = 2 * w * (BV / 8) * 128 + g * 16 + 4 * t;
+    op32 = (4 * w + g / 4) * 128 + 2 * t * 16 + (g % 4) * 4;
   }
 };
 
-// 16-byte copies of 64 rows x kBytes (row r at src + r * stride elements); rows >= L zero-filled.
-template <int kThreads, int kBytes, class T>
-__device__ __forceinline__ void copy_rows(T* dst, int ld, int L, const T* src, int stride) {
-  constexpr int segs = kBytes / 16, per = 16 / int(sizeof(T)), total = kChunk * segs;
-  constexpr int n = (total + kThreads - 1) / kThreads;
-#pragma unroll
-  for (int i = 0; i < n; ++i) {
-    const int idx = int(threadIdx.x) + i * kThreads, r = idx / segs, sg = idx % segs;
-    if (total % kThreads != 0 && idx >= total) break;
-    const bool valid = r < L;
-    cp_async16(dst + r * ld + sg * per, src + (valid ? r * stride : 0) + sg * per, valid);
-  }
-}
-
-// The 8x8 blocks on and below the diagonal of a 64x64 float tile (the only ones the products read).
-template <int kThreads>
-__device__ __forceinline__ void copy_lower_tile(float* dst, const float* src) {
-#pragma unroll
-  for (int i = 0; i < kChunk * 16 / kThreads; ++i) {
-    const int idx = int(threadIdx.x) + i * kThreads, r = idx >> 4, sg = idx & 15;
-    if (sg < 2 * ((r >> 3) + 1)) cp_async16(dst + r * kLdT + 4 * sg, src + r * kChunk + 4 * sg, true);
-  }
-}
-
-template <class Sm>
-__device__ void issue_loads(const StateParams& sp, const ChunkInfo& ck, int ci, int hv, int v0, int st, const Sm& s) {
-  using Tin = std::remove_pointer_t<decltype(s.Ks(0))>;
-  constexpr int KD = Sm::ldk - 8, NT = Sm::kThreads;
+// Chunk `ck`'s tiles into `stage`: k, q, the v columns [v0, v0+BV) (rows >= L zero-filled), the
+// 8x8 blocks of P and Aqk on and below the diagonal, and the gates. Full chunks (all but the last
+// of a sequence) take the copies without row predicates.
+template <bool kFull, class Tin, int KD, int BV>
+__device__ __forceinline__ void copy_rows(const StateParams& sp, const ThreadPlan<Tin, KD, BV>& tp, const ChunkInfo& ck,
+                                          int hv, int v0, char* stage) {
+  using Sm = FoldSmem<Tin, KD, BV>;
+  using Tp = ThreadPlan<Tin, KD, BV>;
   const ChunkParams& p = sp.c;
   const int h = hv / p.G, L = ck.len;
-  copy_rows<NT, 2 * KD>(s.Ks(st), Sm::ldk, L, static_cast<const Tin*>(p.k.p) + row_off(p.k, ck.t0, h), int(p.k.st));
-  copy_rows<NT, 2 * KD>(s.Qs(st), Sm::ldk, L, static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0, h), int(p.q.st));
-  copy_rows<NT, 2 * Sm::BV>(s.Vs(st), Sm::ldv, L, static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + v0,
-                            int(p.v.st));
-  const int64_t tile = (int64_t(ci) * p.HV + hv) * kChunk * kChunk;
-  copy_lower_tile<NT>(s.Ps(st), p.P + tile);
-  copy_lower_tile<NT>(s.As(st), p.Aqk + tile);
-  const int r = threadIdx.x & 63, half = threadIdx.x >> 6;  // threads 0-63: b, beta; 64-127: rstd
+  const Tin* k0 = static_cast<const Tin*>(p.k.p) + row_off(p.k, ck.t0, h);  // row 0: valid for any L
+  const Tin* q0 = static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0, h);
+  const Tin* k = k0 + tp.kq_row * p.k.st + tp.kq_col;
+  const Tin* q = q0 + tp.kq_row * p.q.st + tp.kq_col;
+#pragma unroll
+  for (int i = 0; i < kChunk / Tp::kRowStep; ++i) {
+    const bool valid = kFull || tp.kq_row + Tp::kRowStep * i < L;
+    const int64_t dk = Tp::kRowStep * i * p.k.st, dq = Tp::kRowStep * i * p.q.st;
+    cp_async16(stage + 16 * threadIdx.x + 2048 * i, valid ? k + dk : k0, valid);
+    cp_async16(stage + Sm::bytes_k + 16 * threadIdx.x + 2048 * i, valid ? q + dq : q0, valid);
+  }
+  const Tin* v0p = static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + v0;
+  const Tin* v = v0p + tp.v_row * p.v.st + tp.v_col;
+#pragma unroll
+  for (int i = 0; i < kChunk / Tp::vRowStep; ++i) {
+    const bool valid = kFull || tp.v_row + Tp::vRowStep * i < L;
+    cp_async16(stage + 2 * Sm::bytes_k + 16 * threadIdx.x + 2048 * i, valid ? v + Tp::vRowStep * i * p.v.st : v0p, valid);
+  }
+}
+
+template <class Tin, int KD, int BV>
+__device__ void issue_loads(const StateParams& sp, const ThreadPlan<Tin, KD, BV>& tp, const ChunkInfo& ck, int ci, int hv,
+                            int v0, char* stage) {
+  using Sm = FoldSmem<Tin, KD, BV>;
+  const ChunkParams& p = sp.c;
+  const int h = hv / p.G, L = ck.len;
+  if (L == kChunk) copy_rows<true>(sp, tp, ck, hv, v0, stage);
+  else copy_rows<false>(sp, tp, ck, hv, v0, stage);
+  const float* P = p.P + (int64_t(ci) * p.HV + hv) * kChunk * kChunk + tp.t_src;
+  const float* A = p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk + tp.t_src;
+  char* pt = stage + 2 * Sm::bytes_k + Sm::bytes_v + 16 * threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)  // row block i: segments of the blocks 0..i
+    if (tp.t_seg < 2 * (i + 1)) {
+      cp_async16(pt + 2048 * i, P + 512 * i, true);
+      cp_async16(pt + kTileT + 2048 * i, A + 512 * i, true);
+    }
+  float* gates = reinterpret_cast<float*>(stage + 2 * Sm::bytes_k + Sm::bytes_v + 2 * kTileT);
+  const int r = threadIdx.x & 63;  // threads 0-63: b, beta; 64-127: rstd
   const bool valid = r < L;
   const int64_t tt = ck.t0 + (valid ? r : 0);
-  if (half == 0) {
-    cp_async4(s.gate(st, 0) + r, p.gcum + tt * p.HV + hv, valid);
-    cp_async4(s.gate(st, 1) + r, p.beta_e + tt * p.HV + hv, valid);
-  } else if (half == 1 && p.l2norm) {
-    cp_async4(s.gate(st, 2) + r, p.rstd_k + tt * p.H + h, valid);
-    cp_async4(s.gate(st, 3) + r, p.rstd_q + tt * p.H + h, valid);
+  if (threadIdx.x < 64) {
+    cp_async4(gates + r, p.gcum + tt * p.HV + hv, valid);
+    cp_async4(gates + kChunk + r, p.beta_e + tt * p.HV + hv, valid);
+  } else if (p.l2norm) {
+    cp_async4(gates + 2 * kChunk + r, p.rstd_k + tt * p.H + h, valid);
+    cp_async4(gates + 3 * kChunk + r, p.rstd_q + tt * p.H + h, valid);
   }
 }
 
-// fb, E, f of the chunk's rows for this thread's group (its first 64 threads).
+// Per-row factors of this thread's two accumulator rows r = acc_row(0), acc_row(2).
+struct RowFactors {
+  float beta[2], fb[2], e[2], f[2];  // fb = beta 2^b rk, e = 2^(b_end - b) rk (0 past L), f = scale 2^b rq
+};
 template <class Sm>
-__device__ void chunk_factors(const ChunkParams& p, int L, int st, int grp, const Sm& s) {
-  const int r = int(threadIdx.x) - 128 * grp;
-  if (r >= kChunk) return;
-  const float b = s.gate(st, 0)[r], b_end = s.gate(st, 0)[L - 1];
-  const float rk = p.l2norm ? s.gate(st, 2)[r] : 1.0f, rq = p.l2norm ? s.gate(st, 3)[r] : 1.0f;
-  const float gam = exp2f(b);
-  s.fac(grp, 0)[r] = s.gate(st, 1)[r] * gam * rk;
-  s.fac(grp, 1)[r] = r < L ? exp2f(b_end - b) * rk : 0.0f;
-  s.fac(grp, 2)[r] = p.scale * gam * rq;
+__device__ RowFactors row_factors(const ChunkParams& p, int L, int st, const Sm& s) {
+  RowFactors rf;
+  const float b_end = s.gate(st, 0)[L - 1];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = wg::acc_row(2 * hh);
+    const float b = s.gate(st, 0)[r], gam = exp2f(b);
+    const float rk = p.l2norm ? s.gate(st, 2)[r] : 1.0f, rq = p.l2norm ? s.gate(st, 3)[r] : 1.0f;
+    rf.beta[hh] = s.gate(st, 1)[r];
+    rf.fb[hh] = rf.beta[hh] * gam * rk;
+    rf.e[hh] = r < L ? exp2f(b_end - b) * rk : 0.0f;
+    rf.f[hh] = p.scale * gam * rq;
+  }
+  return rf;
 }
 
-__device__ __forceinline__ void mma_raw(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  const uint32_t b[2] = {b0, b1};
-  mma_tf32(c, a, b);
+// Accumulator pairs (x, x+1) as 16-bit hi + lo parts into N-major blocked tiles: entry x of m64 tile
+// mh sits at op16 + ((8 mh + h) CGV + j) 128 (row 64 mh + acc_row(x), columns acc_col(x), acc_col(x)+1).
+template <class Tin, int BV, int NA>
+__device__ __forceinline__ void store_split(char* hi, char* lo, int op16, int mh, const float (&d)[NA], float f0, float f1) {
+#pragma unroll
+  for (int x = 0; x < NA; x += 2) {
+    const int h = (x >> 1) & 1, j = x >> 2, off = op16 + ((8 * mh + h) * (BV / 8) + j) * 128;
+    uint32_t a, b;
+    wg::split_pair<Tin>(d[x] * (h ? f1 : f0), d[x + 1] * (h ? f1 : f0), a, b);
+    *reinterpret_cast<uint32_t*>(hi + off) = a;
+    *reinterpret_cast<uint32_t*>(lo + off) = b;
+  }
 }
 
-// A fragment (permuted k order) from an accumulator tile, rounded to TF32, each value times f(column).
-__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c)[4], float f_even = 1.0f, float f_odd = 1.0f) {
-  a[0] = tf32_bits(c[0] * f_even), a[1] = tf32_bits(c[2] * f_even);
-  a[2] = tf32_bits(c[1] * f_odd), a[3] = tf32_bits(c[3] * f_odd);
+// TF32-rounded accumulator values into a K-major blocked float tile (rows = v, columns = chunk rows):
+// entry x at op32 + (16 j + 2 h) 128 + 16 e.
+template <int NA>
+__device__ __forceinline__ void store_tf32_t(char* dst, int op32, const float (&d)[NA]) {
+#pragma unroll
+  for (int x = 0; x < NA; ++x)
+    *reinterpret_cast<float*>(dst + op32 + (16 * (x >> 2) + 2 * ((x >> 1) & 1)) * 128 + 16 * (x & 1)) = tf32_round(d[x]);
 }
 
-// Partial X^T = S^T k^T and (q S)^T over this warp's key rows: [16 x 64] each, n-tile m = rows 8m..8m+7.
-template <class Tin, int KD>
-__device__ void products_with_state(const Tin* Ks, const Tin* Qs, int ld, int i0, const float (&ST)[KD / 32][4],
-                                    float (&X)[8][4], float (&QX)[8][4]) {
-  const int lane = threadIdx.x & 31;
+// Shared-memory descriptors of every operand tile (stage 0 for the loaded tiles; stage 1 is
+// + bytes_stage / 16). Advancing by a byte offset adds offset / 16: shared addresses stay below
+// 2^18, so the 14-bit address field never carries into LBO.
+struct FoldDescs {
+  uint64_t k, q, km, p, a, sb0, sb1, y, n, vt0, vt1;
+};
+template <class Tin, int KD, int BV>
+__device__ FoldDescs make_descs(const FoldSmem<Tin, KD, BV>& s) {
+  using Sm = FoldSmem<Tin, KD, BV>;
+  constexpr uint32_t kA = Sm::CGK * 128, kB = Sm::CGV * 128;
+  FoldDescs d;
+  d.k = wg::desc(s.Ks(0), 128, kA), d.q = wg::desc(s.Qs(0), 128, kA);  // K-major A: rows m, LBO along k
+  d.km = wg::desc(s.Ks(0), kA, 128);                                      // M-major A: the k tile read as k^T
+  d.p = wg::desc(s.Ps(0), 128, 16 * 128), d.a = wg::desc(s.As(0), 128, 16 * 128);
+  d.sb0 = wg::desc(s.Sb(0), kB, 128), d.sb1 = wg::desc(s.Sb(1), kB, 128);  // N-major B
+  d.y = wg::desc(s.Yb(), 128, 16 * 128), d.n = wg::desc(s.Nb(), 128, 16 * 128);
+  d.vt0 = wg::desc(s.Vt(0), kB, 128), d.vt1 = wg::desc(s.Vt(1), kB, 128);
+  return d;
+}
+__device__ __forceinline__ uint64_t adv(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
+
+// X = k @ S and QX = q @ S (two commit groups: X first). `so`: stage offset / 16.
+template <class Tin, int KD, int BV>
+__device__ void issue_state_products(const FoldDescs& d, uint64_t so, float (&X)[BV / 2], float (&QX)[BV / 2]) {
+  constexpr uint32_t kB = (BV / 8) * 128;
+  wg::pin(X), wg::pin(QX);
+  wg::fence();
 #pragma unroll
-  for (int j = 0; j < KD / 32; ++j) {
-    uint32_t a[4];
-    acc_to_a(a, ST[j]);
+  for (int part = 0; part < 2; ++part)  // A = k (K-major), B = S hi, then S lo (N-major)
 #pragma unroll
-    for (int mq = 0; mq < 2; ++mq) {
-      uint32_t rk[4], rq[4];
-      ldsm_x4(rk, Ks + (32 * mq + lane) * ld + i0 + 8 * j);
-      ldsm_x4(rq, Qs + (32 * mq + lane) * ld + i0 + 8 * j);
+    for (int kk = 0; kk < KD / 16; ++kk)
+      wg::mma16<Tin, BV, 0, 1>(X, adv(d.k + so, 256 * kk), adv(part ? d.sb1 : d.sb0, 2 * kk * kB), part + kk > 0);
+  wg::commit();
 #pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        mma_raw(X[4 * mq + x], a, widen_lo<Tin>(rk[x]), widen_hi<Tin>(rk[x]));
-        mma_raw(QX[4 * mq + x], a, widen_lo<Tin>(rq[x]), widen_hi<Tin>(rq[x]));
-      }
+  for (int part = 0; part < 2; ++part)
+#pragma unroll
+    for (int kk = 0; kk < KD / 16; ++kk)
+      wg::mma16<Tin, BV, 0, 1>(QX, adv(d.q + so, 256 * kk), adv(part ? d.sb1 : d.sb0, 2 * kk * kB), part + kk > 0);
+  wg::commit();
+}
+
+// D (+)= T @ B over the 64 chunk rows: T a blocked float tile (P or Aqk), B a blocked [BV][64] tile.
+template <int BV>
+__device__ __forceinline__ void tf32_chunk_product(float (&d)[BV / 2], uint64_t dt, uint64_t db, bool accumulate) {
+#pragma unroll
+  for (int ks = 0; ks < kChunk / 8; ++ks) wg::mma_tf32<BV>(d, adv(dt, 256 * ks), adv(db, 256 * ks), accumulate || ks > 0);
+}
+
+// S += k^T @ Vt (A = the k tile read M-major, one m64 tile per 64 key rows; B = Vt hi, lo).
+template <class Tin, int KD, int BV>
+__device__ void issue_update(const FoldDescs& d, uint64_t so, float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
+  constexpr uint32_t kA = (KD / 8) * 128, kB = (BV / 8) * 128;
+#pragma unroll
+  for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
+#pragma unroll
+    for (int part = 0; part < 2; ++part)
+#pragma unroll
+      for (int ks = 0; ks < kChunk / 16; ++ks)
+        wg::mma16<Tin, BV, 1, 1>(S[mh], adv(d.km + so, 2 * ks * kA + 8 * mh * 128), adv(part ? d.vt1 : d.vt0, 2 * ks * kB), true);
+}
+
+// o rows acc_row(0) and acc_row(0) + 8 (those < L), column pairs stored together.
+template <class To, int NA>
+__device__ void store_o(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, const float (&o)[NA]) {
+  const int r0 = wg::acc_row(0);
+  To* row = static_cast<To*>(sp.o.p) + (int64_t(ck.t0) + r0) * sp.o.st + int64_t(hv) * sp.o.sx + v0 + wg::acc_col(0);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    if (r0 + 8 * hh >= ck.len) continue;
+    To* dst = row + 8 * hh * sp.o.st;
+#pragma unroll
+    for (int x = 2 * hh; x < NA; x += 4) {
+      To* d = dst + 8 * (x >> 2);
+      if constexpr (std::is_same_v<To, __nv_bfloat16>) *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(o[x], o[x + 1]);
+      else if constexpr (std::is_same_v<To, __half>) *reinterpret_cast<__half2*>(d) = __floats2half2_rn(o[x], o[x + 1]);
+      else if constexpr (std::is_same_v<To, float>) *reinterpret_cast<float2*>(d) = make_float2(o[x], o[x + 1]);
+      else d[0] = To(o[x]), d[1] = To(o[x + 1]);
     }
   }
 }
-
-// Y^T = beta v^T - fb X^T for the group's 16 columns (all 64 rows), as A fragments of P @ Y.
-template <class Tin, class Sm>
-__device__ void form_y(const Sm& s, int st, int grp, const float (&X)[8][4], uint32_t (&ya)[8][4]) {
-  const int lane = threadIdx.x & 31, t = lane & 3;
-  const float* bet = s.gate(st, 1);
-  const float* fb = s.fac(grp, 0);
-#pragma unroll
-  for (int mp = 0; mp < 4; ++mp) {  // v rows 16mp..16mp+15, both 8-column halves: one ldmatrix.trans
-    uint32_t vr[4];
-    const int x = lane >> 3;
-    ldsm_x4_trans(vr, s.Vs(st) + (8 * (2 * mp + (x >> 1)) + (lane & 7)) * Sm::ldv + 16 * grp + 8 * (x & 1));
-#pragma unroll
-    for (int hm = 0; hm < 2; ++hm) {
-      const int m = 2 * mp + hm;
-      const float2 b2 = *reinterpret_cast<const float2*>(bet + 8 * m + 2 * t);
-      const float2 f2 = *reinterpret_cast<const float2*>(fb + 8 * m + 2 * t);
-      float y[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const uint32_t w = vr[2 * hm + (e >> 1)];
-        const float v = __uint_as_float((e & 1) ? widen_hi<Tin>(w) : widen_lo<Tin>(w));
-        y[e] = (e & 1) ? b2.y * v - f2.y * X[m][e] : b2.x * v - f2.x * X[m][e];
-      }
-      acc_to_a(ya[m], y);
-    }
+template <int NA>
+__device__ void store_output(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, const float (&o)[NA]) {
+  switch (sp.o.dt) {
+    case kBF16: store_o<__nv_bfloat16>(sp, ck, hv, v0, o); break;
+    case kF16: store_o<__half>(sp, ck, hv, v0, o); break;
+    case kF64: store_o<double>(sp, ck, hv, v0, o); break;
+    default: store_o<float>(sp, ck, hv, v0, o); break;
   }
 }
 
-// Sums the 4 warps' partials of tile q (fixed order, so every warp gets the same value).
-__device__ __forceinline__ float4 sum_partials(const float4* red, int grp, int q) {
-  const int lane = threadIdx.x & 31;
-  float4 acc = red[((grp * 4 + 0) * 16 + q) * 32 + lane];
+// Stage tests only: h[c] (the state entering chunk c) and vnew (rows < L).
+template <int KD, int NA>
+__device__ void write_h(const StateParams& sp, int c, int hv, int v0, const float (&S)[KD >= 64 ? KD / 64 : 1][NA]) {
 #pragma unroll
-  for (int w = 1; w < 4; ++w) {
-    const float4 x = red[((grp * 4 + w) * 16 + q) * 32 + lane];
-    acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
-  }
-  return acc;
-}
-
-template <class To>
-__device__ void store_o(const StateParams& sp, const ChunkInfo& ck, int hv, int vg, int m, const float (&o)[4]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  To* dst = static_cast<To*>(sp.o.p) + int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + vg + g;
+  for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int r = 8 * m + 2 * t + (e & 1);
-    if (r < ck.len) dst[int64_t(r) * sp.o.st + 8 * (e >> 1)] = from_float<To>(o[e]);
-  }
-}
-
-// Output rows 16 wg .. 16 wg + 15 of the group's columns: f_r (q S)_r + sum_{s<=r} Aqk[r,s] vnew_s.
-template <class Sm>
-__device__ void output_rows(const StateParams& sp, const ChunkInfo& ck, int hv, int vg, int st, int grp, const Sm& s,
-                            const float (&VN)[8][4]) {
-  const int warp = threadIdx.x >> 5, wg = warp & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const float* At = s.As(st);
-#pragma unroll
-  for (int hm = 0; hm < 2; ++hm) {
-    const int m = 2 * wg + hm;
-    const float4 qs = sum_partials(s.red(), grp, 8 + m);
-    const float2 f2 = *reinterpret_cast<const float2*>(s.fac(grp, 2) + 8 * m + 2 * t);
-    float o[4] = {qs.x * f2.x, qs.y * f2.y, qs.z * f2.x, qs.w * f2.y};
-#pragma unroll
-    for (int mk = 0; mk < 8; ++mk) {
-      if (mk > m) continue;
-      uint32_t a[4];
-      acc_to_a(a, VN[mk]);
-      const float2 b = *reinterpret_cast<const float2*>(At + (8 * m + g) * kLdT + 8 * mk + 2 * t);
-      mma_raw(o, a, __float_as_uint(b.x), __float_as_uint(b.y));
-    }
-    switch (sp.o.dt) {
-      case kBF16: store_o<__nv_bfloat16>(sp, ck, hv, vg, m, o); break;
-      case kF16: store_o<__half>(sp, ck, hv, vg, m, o); break;
-      case kF64: store_o<double>(sp, ck, hv, vg, m, o); break;
-      default: store_o<float>(sp, ck, hv, vg, m, o); break;
-    }
-  }
-}
-
-// S^T = 2^(b_{L-1}) S^T + (vnew E)^T k over this warp's key rows.
-template <class Tin, int KD, class Sm>
-__device__ void update_state(const Sm& s, int st, int grp, int L, int i0, const float (&VN)[8][4], float (&ST)[KD / 32][4]) {
-  const int lane = threadIdx.x & 31, t = lane & 3;
-  const float decay = exp2f(s.gate(st, 0)[L - 1]);
-#pragma unroll
-  for (int j = 0; j < KD / 32; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) ST[j][e] *= decay;
-  uint32_t va[8][4];
-#pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    const float2 e2 = *reinterpret_cast<const float2*>(s.fac(grp, 1) + 8 * m + 2 * t);
-    acc_to_a(va[m], VN[m], e2.x, e2.y);
-  }
-  const Tin* Ks = s.Ks(st);
-#pragma unroll
-  for (int j = 0; j < KD / 32; ++j)
-#pragma unroll
-    for (int mq = 0; mq < 2; ++mq) {
-      uint32_t rk[4];
-      ldsm_x4_trans(rk, Ks + (32 * mq + lane) * Sm::ldk + i0 + 8 * j);
-#pragma unroll
-      for (int x = 0; x < 4; ++x) mma_raw(ST[j], va[4 * mq + x], widen_lo<Tin>(rk[x]), widen_hi<Tin>(rk[x]));
+    for (int x = 0; x < NA; ++x) {
+      const int i = 64 * mh + wg::acc_row(x);
+      if (i < KD) sp.h[((int64_t(c) * sp.c.HV + hv) * KD + i) * sp.Vw + v0 + wg::acc_col(x)] = S[mh][x];
     }
 }
-
-// Stage tests only: h[c] (state entering the chunk) and vnew (rows of this warp's output slice).
-template <int KD>
-__device__ void write_stage_results(const StateParams& sp, const ChunkInfo& ck, int c, int hv, int vg, int i0,
-                                    const float (&ST)[KD / 32][4], const float (&VN)[8][4], bool state_part) {
-  const ChunkParams& p = sp.c;
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, wg = (threadIdx.x >> 5) & 3;
-  if (state_part) {
+template <int NA>
+__device__ void write_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, const float (&VN)[NA]) {
 #pragma unroll
-    for (int j = 0; j < KD / 32; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = i0 + 8 * j + 2 * t + (e & 1), v = vg + g + 8 * (e >> 1);
-        sp.h[((int64_t(c) * p.HV + hv) * KD + i) * sp.Vw + v] = ST[j][e];
-      }
-    return;
-  }
-#pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    if ((m >> 1) != wg) continue;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = 8 * m + 2 * t + (e & 1), v = vg + g + 8 * (e >> 1);
-      if (r < ck.len) sp.vnew[(int64_t(ck.t0 + r) * p.HV + hv) * sp.Vw + v] = VN[m][e];
-    }
+  for (int x = 0; x < NA; ++x) {
+    const int r = wg::acc_row(x);
+    if (r < ck.len) sp.vnew[(int64_t(ck.t0 + r) * sp.c.HV + hv) * sp.Vw + v0 + wg::acc_col(x)] = VN[x];
   }
 }
 
-template <int KD>
-__device__ void load_initial_state(const StateParams& sp, int n, int hv, int vg, int i0, float (&ST)[KD / 32][4]) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const StateView& h0 = sp.h0;
+// Y = beta v - fb X for this thread's accumulator entries, into the TF32 operand tile of P @ Y (v in
+// its blocked tile: entry x at op16 + (h CGV + j) 128, like the 16-bit operands).
+template <class Tin, int KD, int BV>
+__device__ void form_y(const FoldSmem<Tin, KD, BV>& s, int st, const ThreadPlan<Tin, KD, BV>& tp, const RowFactors& rf,
+                       const float (&X)[BV / 2]) {
+  float y[BV / 2];
 #pragma unroll
-  for (int j = 0; j < KD / 32; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = i0 + 8 * j + 2 * t + (e & 1), v = vg + g + 8 * (e >> 1);
-      ST[j][e] = sp.init == kInitGiven ? load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + i * h0.si + v * h0.sj) : 0.0f;
-    }
+  for (int x = 0; x < BV / 2; x += 2) {
+    const int hh = (x >> 1) & 1;
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(s.Vs(st) + tp.op16 + (hh * (BV / 8) + (x >> 2)) * 128);
+    y[x] = rf.beta[hh] * __uint_as_float(widen_lo<Tin>(w)) - rf.fb[hh] * X[x];
+    y[x + 1] = rf.beta[hh] * __uint_as_float(widen_hi<Tin>(w)) - rf.fb[hh] * X[x + 1];
+  }
+  store_tf32_t(s.Yb(), tp.op32, y);
 }
 
-template <class Tin, int KD, int G>
-__global__ void __launch_bounds__(128 * G, 1) chunk_state_fold_kernel(const StateParams sp) {
-  using Sm = FoldSmem<Tin, KD, G>;
+template <class Tin, int KD, int BV>
+__global__ void __launch_bounds__(kThreads, 1) chunk_state_fold_kernel(const StateParams sp) {
+  using Sm = FoldSmem<Tin, KD, BV>;
+  constexpr int NA = BV / 2, MH = KD >= 64 ? KD / 64 : 1;
+  constexpr uint64_t kStageDesc = Sm::bytes_stage >> 4;
   extern __shared__ float4 smem_f4[];
   const Sm s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
-  const int warp = threadIdx.x >> 5, grp = warp >> 2, wg = warp & 3, lane = threadIdx.x & 31;
-  const int v0 = blockIdx.x * Sm::BV, vg = v0 + 16 * grp, i0 = wg * (KD / 4);
-  const int n = blockIdx.y / p.HV, hv = blockIdx.y % p.HV;
+  const int v0 = blockIdx.x * BV, n = blockIdx.y / p.HV, hv = blockIdx.y % p.HV;
   const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
-  float ST[KD / 32][4];
-  load_initial_state<KD>(sp, n, hv, vg, i0, ST);
+  for (int i = threadIdx.x; i < 4 * kTileT / 16; i += kThreads)  // P, Aqk of both stages: upper blocks stay 0
+    reinterpret_cast<float4*>(s.Ps(i / (2 * kTileT / 16)))[i % (2 * kTileT / 16)] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const ThreadPlan<Tin, KD, BV> tp;
+  const FoldDescs dsc = make_descs(s);
+  float S[MH][NA];  // S(i = 64 mh + acc_row(x), v0 + acc_col(x)); rows i >= K unused
+#pragma unroll
+  for (int mh = 0; mh < MH; ++mh)
+#pragma unroll
+    for (int x = 0; x < NA; ++x) {
+      const int i = 64 * mh + wg::acc_row(x), v = v0 + wg::acc_col(x);
+      const StateView& h0 = sp.h0;
+      S[mh][x] = sp.init == kInitGiven && i < KD ? load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + i * h0.si + v * h0.sj) : 0.0f;
+    }
   ChunkInfo ck = c_begin < c_end ? p.chunks[c_begin] : ChunkInfo{};
-  if (c_begin < c_end) issue_loads(sp, ck, c_begin, hv, v0, 0, s);
+  ChunkInfo next = c_begin + 1 < c_end ? p.chunks[c_begin + 1] : ck;  // the chunk table runs two ahead
+  if (c_begin < c_end) issue_loads(sp, tp, ck, c_begin, hv, v0, s.stage(0));
   cp_async_commit();
   for (int c = c_begin; c < c_end; ++c) {
     const int st = (c - c_begin) & 1;
-    const ChunkInfo next = c + 1 < c_end ? p.chunks[c + 1] : ck;  // used after the first products
+    const uint64_t so = st ? kStageDesc : 0;
+    const ChunkInfo after = c + 2 < c_end ? p.chunks[c + 2] : next;
     cp_async_wait<0>();
-    __syncthreads();  // chunk c's tiles landed; chunk c-1 done by all (its buffers, red, fac free)
-    if (sp.h) write_stage_results<KD>(sp, ck, c, hv, vg, i0, ST, {}, true);
-    chunk_factors(p, ck.len, st, grp, s);
-    float X[8][4] = {}, QX[8][4] = {};
-    products_with_state<Tin, KD>(s.Ks(st), s.Qs(st), Sm::ldk, i0, ST, X, QX);
-    if (c + 1 < c_end) issue_loads(sp, next, c + 1, hv, v0, st ^ 1, s);
+#pragma unroll
+    for (int mh = 0; mh < MH; ++mh)  // S -> hi + lo operand tiles (rows past K: K = 32 only, never read)
+      if (KD >= 64 || wg::acc_row(0) < KD) store_split<Tin, BV>(s.Sb(0), s.Sb(1), tp.op16, mh, S[mh], 1.0f, 1.0f);
+    if (sp.h) write_h<KD, NA>(sp, c, hv, v0, S);
+    wg::fence_proxy_async();
+    __syncthreads();  // chunk c's tiles and the S operands visible to wgmma; chunk c-1 done by all
+    float X[NA], QX[NA], VN[NA];
+    issue_state_products<Tin, KD, BV>(dsc, so, X, QX);
+    if (c + 1 < c_end) issue_loads(sp, tp, next, c + 1, hv, v0, s.stage(st ^ 1));
     cp_async_commit();
-    float4* red = s.red() + (grp * 4 + wg) * 16 * 32 + lane;
+    const RowFactors rf = row_factors(p, ck.len, st, s);
+    wg::wait<1>();  // X
+    wg::pin(X);
+    form_y(s, st, tp, rf, X);
+    wg::fence_proxy_async();
+    __syncthreads();
+    wg::pin(VN);
+    wg::fence();
+    tf32_chunk_product<BV>(VN, dsc.p + so, dsc.y, false);
+    wg::commit();
+    wg::wait<0>();  // VN and QX
+    wg::pin(VN), wg::pin(QX);
+    store_split<Tin, BV>(s.Vt(0), s.Vt(1), tp.op16, 0, VN, rf.e[0], rf.e[1]);  // Vt = vnew E for the update
+    store_tf32_t(s.Nb(), tp.op32, VN);                                         // vnew for the output
+    if (sp.vnew) write_vnew(sp, ck, hv, v0, VN);
+    const float decay = exp2f(s.gate(st, 0)[ck.len - 1]);
 #pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      red[m * 32] = make_float4(X[m][0], X[m][1], X[m][2], X[m][3]);
-      red[(8 + m) * 32] = make_float4(QX[m][0], QX[m][1], QX[m][2], QX[m][3]);
+    for (int x = 0; x < NA; ++x) {
+      QX[x] *= rf.f[(x >> 1) & 1];
+#pragma unroll
+      for (int mh = 0; mh < MH; ++mh) S[mh][x] *= decay;
     }
-    asm volatile("bar.sync %0, 128;" ::"r"(1 + grp) : "memory");  // the group's partials and factors
+    wg::fence_proxy_async();
+    __syncthreads();
+    wg::pin(QX);
 #pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      const float4 x = sum_partials(s.red(), grp, m);
-      X[m][0] = x.x, X[m][1] = x.y, X[m][2] = x.z, X[m][3] = x.w;
-    }
-    uint32_t ya[8][4];
-    form_y<Tin>(s, st, grp, X, ya);
-    float VN[8][4] = {};
-    const float* Pt = s.Ps(st);
-    const int g = lane >> 2, t = lane & 3;
+    for (int mh = 0; mh < MH; ++mh) wg::pin(S[mh]);
+    wg::fence();
+    issue_update<Tin, KD, BV>(dsc, so, S);
+    tf32_chunk_product<BV>(QX, dsc.a + so, dsc.n, true);
+    wg::commit();
+    wg::wait<0>();
+    wg::pin(QX);
 #pragma unroll
-    for (int mk = 0; mk < 8; ++mk)  // vnew^T = Y^T P^T; P is lower triangular
-#pragma unroll
-      for (int m = mk; m < 8; ++m) {
-        const float2 b = *reinterpret_cast<const float2*>(Pt + (8 * m + g) * kLdT + 8 * mk + 2 * t);
-        mma_raw(VN[m], ya[mk], __float_as_uint(b.x), __float_as_uint(b.y));
-      }
-    if (sp.vnew) write_stage_results<KD>(sp, ck, c, hv, vg, i0, ST, VN, false);
-    update_state<Tin, KD>(s, st, grp, ck.len, i0, VN, ST);
-    if (sp.o.p) output_rows(sp, ck, hv, vg, st, grp, s, VN);
-    ck = next;
+    for (int mh = 0; mh < MH; ++mh) wg::pin(S[mh]);
+    if (sp.o.p) store_output(sp, ck, hv, v0, QX);
+    ck = next, next = after;
   }
   const StateView& f = sp.final_state;
-  if (f.p) {
-    const int g = lane >> 2, t = lane & 3;
+  if (f.p)
 #pragma unroll
-    for (int j = 0; j < KD / 32; ++j)
+    for (int mh = 0; mh < MH; ++mh)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = i0 + 8 * j + 2 * t + (e & 1), v = vg + g + 8 * (e >> 1);
-        store_any(f.p, f.dt, n * f.sn + hv * f.shv + i * f.si + v * f.sj, ST[j][e]);
+      for (int x = 0; x < NA; ++x) {
+        const int i = 64 * mh + wg::acc_row(x), v = v0 + wg::acc_col(x);
+        if (i < KD) store_any(f.p, f.dt, n * f.sn + hv * f.shv + i * f.si + v * f.sj, S[mh][x]);
       }
-  }
 }
 
-template <class Tin, int KD, int G>
+template <class Tin, int KD, int BV>
 void launch(const StateParams& sp, cudaStream_t stream) {
-  using Sm = FoldSmem<Tin, KD, G>;
+  using Sm = FoldSmem<Tin, KD, BV>;
   static_assert(Sm::bytes <= 227 * 1024, "folded state tiles exceed shared memory");
-  auto kernel = chunk_state_fold_kernel<Tin, KD, G>;
+  auto kernel = chunk_state_fold_kernel<Tin, KD, BV>;
   KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Sm::bytes)));
-  kernel<<<dim3(sp.c.V / Sm::BV, sp.c.N * sp.c.HV), Sm::kThreads, Sm::bytes, stream>>>(sp);
+  kernel<<<dim3(sp.c.V / BV, sp.c.N * sp.c.HV), kThreads, Sm::bytes, stream>>>(sp);
   KCP_CUDA_LAUNCH_CHECK();
 }
 
@@ -394,8 +426,8 @@ void launch_chunk_state_fold(const StateParams& sp, int input_dtype, int groups,
     if constexpr (sizeof(Tin) == 2)
       dispatch_key_dim(p.K, [&](auto kd) {
         constexpr int KD = decltype(kd)::value;
-        if (G == 1) launch<Tin, KD, 1>(sp, stream);
-        else launch<Tin, KD, 2>(sp, stream);
+        if (G == 1) launch<Tin, KD, 16>(sp, stream);
+        else launch<Tin, KD, 32>(sp, stream);
       });
   });
 }
