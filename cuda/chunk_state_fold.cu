@@ -34,22 +34,22 @@ constexpr int kTileT = 4 * kChunk * kChunk;  // bytes of a 64x64 float tile (P, 
 
 template <class Tin, int KD, int BV>
 struct FoldSmem {
-  static constexpr int CGK = KD / 8, CGV = BV / 8;
-  static constexpr size_t bytes_k = 2 * kChunk * KD, bytes_v = 2 * kChunk * BV, bytes_g = 4 * 4 * kChunk;
-  static constexpr size_t bytes_stage = 2 * bytes_k + bytes_v + 2 * kTileT + bytes_g;
+  static constexpr int KP = KD < 64 ? 64 : KD;  // k, q tiles at least one 128-byte region wide
+  static constexpr size_t bytes_k = 2 * kChunk * KP, bytes_v = 2 * kChunk * BV, bytes_g = 4 * 4 * kChunk;
+  static constexpr size_t bytes_stage = 2 * bytes_k + 2 * kTileT + bytes_v + bytes_g;  // a multiple of 1024
   static constexpr size_t bytes_s = 2 * KD * BV, bytes_t = 4 * kChunk * BV, bytes_vt = 2 * kChunk * BV;
   static constexpr size_t bytes = 2 * bytes_stage + 2 * bytes_s + 2 * bytes_t + 2 * bytes_vt;
+  static_assert(bytes_stage % 1024 == 0, "swizzled tiles need 1024-byte aligned stages");
   char* base;
   __device__ explicit FoldSmem(char* b) : base(b) {}
   __device__ char* stage(int st) const { return base + st * bytes_stage; }
-  __device__ char* Ks(int st) const { return stage(st); }                                 // blocked [64][K]
-  __device__ char* Qs(int st) const { return stage(st) + bytes_k; }                       // blocked [64][K]
-  __device__ char* Vs(int st) const { return stage(st) + 2 * bytes_k; }                   // blocked [64][BV]
-  __device__ char* Ps(int st) const { return stage(st) + 2 * bytes_k + bytes_v; }         // blocked [64][64] f32
-  __device__ char* As(int st) const { return Ps(st) + kTileT; }                           // blocked [64][64] f32
+  __device__ char* Ks(int st) const { return stage(st); }                       // 128B-swizzled [64][KP]
+  __device__ char* Qs(int st) const { return stage(st) + bytes_k; }             // 128B-swizzled [64][KP]
+  __device__ char* Ps(int st) const { return stage(st) + 2 * bytes_k; }         // 128B-swizzled [64][64] f32
+  __device__ char* As(int st) const { return Ps(st) + kTileT; }                 // 128B-swizzled [64][64] f32
+  __device__ char* Vs(int st) const { return As(st) + kTileT; }                 // row-major [64][BV]
   // gates of the chunk: 0 b (log2 cumsum), 1 beta, 2 rstd_k, 3 rstd_q
-  __device__ const float* gate(int st, int a) const { return reinterpret_cast<const float*>(As(st) + kTileT) + a * kChunk; }
-  __device__ float* gate_w(int st, int a) const { return reinterpret_cast<float*>(As(st) + kTileT) + a * kChunk; }
+  __device__ const float* gate(int st, int a) const { return reinterpret_cast<const float*>(Vs(st) + bytes_v) + a * kChunk; }
   __device__ char* ops() const { return base + 2 * bytes_stage; }
   __device__ char* Sb(int part) const { return ops() + part * bytes_s; }                     // blocked [K][BV], hi / lo
   __device__ char* Yb() const { return ops() + 2 * bytes_s; }                                // blocked [BV][64] f32
@@ -58,22 +58,22 @@ struct FoldSmem {
 };
 
 // Per-thread constants of the chunk loop (computed once): where this thread's cp.async copies and
-// operand stores go. Copies: the 32 copies of a warp fill 4 whole core matrices (512 contiguous
-// shared bytes, no bank conflicts) from 8 rows x 64 contiguous global bytes (whole sectors); copy i
-// of a thread lands 2048 i bytes after copy 0. Every tile position is its base plus a constant.
+// operand stores go. Copies into swizzled tiles: 8 consecutive threads copy one 128-byte global line
+// into one swizzled 128-byte row (whole sectors, no bank conflicts); copy i lands at dst + i * step.
 template <class Tin, int KD, int BV>
 struct ThreadPlan {
-  static constexpr int kSegs = KD / 8, kRowStep = kThreads / kSegs;  // k, q: 16-byte segments per row
-  static constexpr int vSegs = BV / 8, vRowStep = kThreads / vSegs;
-  int kq_row, kq_col;   // row of copy 0, element column
-  int v_row, v_col;
-  int t_src, t_seg;     // P, Aqk: float offset of copy 0 in the global tile, its 16-byte segment
-  int op16, op32;       // blocked offsets of accumulator entry 0: 16-bit N-major, float K-major
+  static constexpr int kCpr = KD / 8, kRowStep = kThreads / kCpr;  // k, q: 16-byte chunks per row
+  static constexpr int vCpr = BV / 8, vRowStep = kThreads / vCpr;
+  int kq_row, kq_col, kq_dst;  // row of copy 0, element column, smem offset (copy i: + kRowStep * 128 i)
+  int v_row, v_col;            // smem offset 16 tid (copy i: + 2048 i)
+  int t_src, t_ch, t_dst;      // P, Aqk: float offset in the global tile, 16-byte chunk, smem offset (+ 1024 i)
+  int op16, op32;              // blocked offsets of accumulator entry 0: 16-bit N-major, float K-major
   __device__ ThreadPlan() {
     const int tid = threadIdx.x, w = tid >> 5, l = tid & 31, g = l >> 2, t = l & 3;
-    kq_row = 8 * (w / (kSegs / 4)) + (l & 7), kq_col = 8 * (4 * (w % (kSegs / 4)) + (l >> 3));
-    v_row = 8 * (tid / (8 * vSegs)) + (tid & 7), v_col = 8 * ((tid >> 3) % vSegs);
-    t_seg = 4 * w + (l >> 3), t_src = (l & 7) * kChunk + 4 * t_seg;
+    kq_row = tid / kCpr, kq_col = 8 * (tid % kCpr);
+    kq_dst = wg::sw128_offset<Tin>(kq_row, kq_col, kChunk);
+    v_row = tid / vCpr, v_col = 8 * (tid % vCpr);
+    t_ch = tid & 15, t_src = (tid >> 4) * kChunk + 4 * t_ch, t_dst = wg::sw128_offset<float>(tid >> 4, 4 * t_ch, kChunk);
     op16 = 2 * w * (BV / 8) * 128 + g * 16 + 4 * t;
     op32 = (4 * w + g / 4) * 128 + 2 * t * 16 + (g % 4) * 4;
   }
@@ -97,15 +97,16 @@ __device__ __forceinline__ void copy_rows(const StateParams& sp, const ThreadPla
   for (int i = 0; i < kChunk / Tp::kRowStep; ++i) {
     const bool valid = kFull || tp.kq_row + Tp::kRowStep * i < L;
     const int64_t dk = Tp::kRowStep * i * p.k.st, dq = Tp::kRowStep * i * p.q.st;
-    cp_async16(stage + 16 * threadIdx.x + 2048 * i, valid ? k + dk : k0, valid);
-    cp_async16(stage + Sm::bytes_k + 16 * threadIdx.x + 2048 * i, valid ? q + dq : q0, valid);
+    cp_async16(stage + tp.kq_dst + Tp::kRowStep * 128 * i, valid ? k + dk : k0, valid);
+    cp_async16(stage + Sm::bytes_k + tp.kq_dst + Tp::kRowStep * 128 * i, valid ? q + dq : q0, valid);
   }
   const Tin* v0p = static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + v0;
   const Tin* v = v0p + tp.v_row * p.v.st + tp.v_col;
 #pragma unroll
   for (int i = 0; i < kChunk / Tp::vRowStep; ++i) {
     const bool valid = kFull || tp.v_row + Tp::vRowStep * i < L;
-    cp_async16(stage + 2 * Sm::bytes_k + 16 * threadIdx.x + 2048 * i, valid ? v + Tp::vRowStep * i * p.v.st : v0p, valid);
+    cp_async16(stage + 2 * Sm::bytes_k + 2 * kTileT + 16 * threadIdx.x + 2048 * i, valid ? v + Tp::vRowStep * i * p.v.st : v0p,
+               valid);
   }
 }
 
@@ -119,14 +120,14 @@ __device__ void issue_loads(const StateParams& sp, const ThreadPlan<Tin, KD, BV>
   else copy_rows<false>(sp, tp, ck, hv, v0, stage);
   const float* P = p.P + (int64_t(ci) * p.HV + hv) * kChunk * kChunk + tp.t_src;
   const float* A = p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk + tp.t_src;
-  char* pt = stage + 2 * Sm::bytes_k + Sm::bytes_v + 16 * threadIdx.x;
+  char* pt = stage + 2 * Sm::bytes_k + tp.t_dst;
 #pragma unroll
-  for (int i = 0; i < 8; ++i)  // row block i: segments of the blocks 0..i
-    if (tp.t_seg < 2 * (i + 1)) {
-      cp_async16(pt + 2048 * i, P + 512 * i, true);
-      cp_async16(pt + kTileT + 2048 * i, A + 512 * i, true);
+  for (int i = 0; i < 8; ++i)  // rows 8i..8i+7: the chunks of the 8x8 blocks 0..i
+    if (tp.t_ch < 2 * (i + 1)) {
+      cp_async16(pt + 1024 * i, P + 512 * i, true);
+      cp_async16(pt + kTileT + 1024 * i, A + 512 * i, true);
     }
-  float* gates = reinterpret_cast<float*>(stage + 2 * Sm::bytes_k + Sm::bytes_v + 2 * kTileT);
+  float* gates = reinterpret_cast<float*>(stage + 2 * Sm::bytes_k + 2 * kTileT + Sm::bytes_v);
   const int r = threadIdx.x & 63;  // threads 0-63: b, beta; 64-127: rstd
   const bool valid = r < L;
   const int64_t tt = ck.t0 + (valid ? r : 0);
@@ -191,18 +192,20 @@ struct FoldDescs {
 };
 template <class Tin, int KD, int BV>
 __device__ FoldDescs make_descs(const FoldSmem<Tin, KD, BV>& s) {
-  using Sm = FoldSmem<Tin, KD, BV>;
-  constexpr uint32_t kA = Sm::CGK * 128, kB = Sm::CGV * 128;
+  constexpr uint32_t kB = (BV / 8) * 128;
   FoldDescs d;
-  d.k = wg::desc(s.Ks(0), 128, kA), d.q = wg::desc(s.Qs(0), 128, kA);  // K-major A: rows m, LBO along k
-  d.km = wg::desc(s.Ks(0), kA, 128);                                      // M-major A: the k tile read as k^T
-  d.p = wg::desc(s.Ps(0), 128, 16 * 128), d.a = wg::desc(s.As(0), 128, 16 * 128);
-  d.sb0 = wg::desc(s.Sb(0), kB, 128), d.sb1 = wg::desc(s.Sb(1), kB, 128);  // N-major B
+  d.k = wg::desc(s.Ks(0), 16, 1024, true), d.q = wg::desc(s.Qs(0), 16, 1024, true);  // K-major A, swizzled
+  d.km = wg::desc(s.Ks(0), kChunk * 128, 1024, true);  // M-major A: the k tile read as k^T (regions of 64 i)
+  d.p = wg::desc(s.Ps(0), 16, 1024, true), d.a = wg::desc(s.As(0), 16, 1024, true);
+  d.sb0 = wg::desc(s.Sb(0), kB, 128), d.sb1 = wg::desc(s.Sb(1), kB, 128);  // N-major B, interleaved
   d.y = wg::desc(s.Yb(), 128, 16 * 128), d.n = wg::desc(s.Nb(), 128, 16 * 128);
   d.vt0 = wg::desc(s.Vt(0), kB, 128), d.vt1 = wg::desc(s.Vt(1), kB, 128);
   return d;
 }
 __device__ __forceinline__ uint64_t adv(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
+// Start offset of K step ks (32 bytes: 16 16-bit or 8 TF32 values) in a swizzled K-major tile of 64
+// rows: 4 steps per 128-byte row, then the next region.
+constexpr uint32_t kStepK(int ks) { return (ks / 4) * kChunk * 128 + (ks % 4) * 32; }
 
 // X = k @ S and QX = q @ S (two commit groups: X first). `so`: stage offset / 16.
 template <class Tin, int KD, int BV>
@@ -214,13 +217,13 @@ __device__ void issue_state_products(const FoldDescs& d, uint64_t so, float (&X)
   for (int part = 0; part < 2; ++part)  // A = k (K-major), B = S hi, then S lo (N-major)
 #pragma unroll
     for (int kk = 0; kk < KD / 16; ++kk)
-      wg::mma16<Tin, BV, 0, 1>(X, adv(d.k + so, 256 * kk), adv(part ? d.sb1 : d.sb0, 2 * kk * kB), part + kk > 0);
+      wg::mma16<Tin, BV, 0, 1>(X, adv(d.k + so, kStepK(kk)), adv(part ? d.sb1 : d.sb0, 2 * kk * kB), part + kk > 0);
   wg::commit();
 #pragma unroll
   for (int part = 0; part < 2; ++part)
 #pragma unroll
     for (int kk = 0; kk < KD / 16; ++kk)
-      wg::mma16<Tin, BV, 0, 1>(QX, adv(d.q + so, 256 * kk), adv(part ? d.sb1 : d.sb0, 2 * kk * kB), part + kk > 0);
+      wg::mma16<Tin, BV, 0, 1>(QX, adv(d.q + so, kStepK(kk)), adv(part ? d.sb1 : d.sb0, 2 * kk * kB), part + kk > 0);
   wg::commit();
 }
 
@@ -228,20 +231,20 @@ __device__ void issue_state_products(const FoldDescs& d, uint64_t so, float (&X)
 template <int BV>
 __device__ __forceinline__ void tf32_chunk_product(float (&d)[BV / 2], uint64_t dt, uint64_t db, bool accumulate) {
 #pragma unroll
-  for (int ks = 0; ks < kChunk / 8; ++ks) wg::mma_tf32<BV>(d, adv(dt, 256 * ks), adv(db, 256 * ks), accumulate || ks > 0);
+  for (int ks = 0; ks < kChunk / 8; ++ks) wg::mma_tf32<BV>(d, adv(dt, kStepK(ks)), adv(db, 256 * ks), accumulate || ks > 0);
 }
 
 // S += k^T @ Vt (A = the k tile read M-major, one m64 tile per 64 key rows; B = Vt hi, lo).
 template <class Tin, int KD, int BV>
 __device__ void issue_update(const FoldDescs& d, uint64_t so, float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
-  constexpr uint32_t kA = (KD / 8) * 128, kB = (BV / 8) * 128;
+  constexpr uint32_t kB = (BV / 8) * 128;
 #pragma unroll
   for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
 #pragma unroll
     for (int part = 0; part < 2; ++part)
 #pragma unroll
       for (int ks = 0; ks < kChunk / 16; ++ks)
-        wg::mma16<Tin, BV, 1, 1>(S[mh], adv(d.km + so, 2 * ks * kA + 8 * mh * 128), adv(part ? d.vt1 : d.vt0, 2 * ks * kB), true);
+        wg::mma16<Tin, BV, 1, 1>(S[mh], adv(d.km + so, 2 * ks * 1024 + mh * kChunk * 128), adv(part ? d.vt1 : d.vt0, 2 * ks * kB), true);
 }
 
 // o rows acc_row(0) and acc_row(0) + 8 (those < L), column pairs stored together.
@@ -293,16 +296,17 @@ __device__ void write_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, i
   }
 }
 
-// Y = beta v - fb X for this thread's accumulator entries, into the TF32 operand tile of P @ Y (v in
-// its blocked tile: entry x at op16 + (h CGV + j) 128, like the 16-bit operands).
+// Y = beta v - fb X for this thread's accumulator entries (v from its row-major tile), into the TF32
+// operand tile of P @ Y.
 template <class Tin, int KD, int BV>
 __device__ void form_y(const FoldSmem<Tin, KD, BV>& s, int st, const ThreadPlan<Tin, KD, BV>& tp, const RowFactors& rf,
                        const float (&X)[BV / 2]) {
   float y[BV / 2];
+  const char* vs = s.Vs(st) + 2 * (wg::acc_row(0) * BV + wg::acc_col(0));
 #pragma unroll
   for (int x = 0; x < BV / 2; x += 2) {
     const int hh = (x >> 1) & 1;
-    const uint32_t w = *reinterpret_cast<const uint32_t*>(s.Vs(st) + tp.op16 + (hh * (BV / 8) + (x >> 2)) * 128);
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(vs + 2 * (8 * hh * BV + 8 * (x >> 2)));
     y[x] = rf.beta[hh] * __uint_as_float(widen_lo<Tin>(w)) - rf.fb[hh] * X[x];
     y[x + 1] = rf.beta[hh] * __uint_as_float(widen_hi<Tin>(w)) - rf.fb[hh] * X[x + 1];
   }
@@ -319,8 +323,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_fold_kernel(const Sta
   const ChunkParams& p = sp.c;
   const int v0 = blockIdx.x * BV, n = blockIdx.y / p.HV, hv = blockIdx.y % p.HV;
   const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
-  for (int i = threadIdx.x; i < 4 * kTileT / 16; i += kThreads)  // P, Aqk of both stages: upper blocks stay 0
-    reinterpret_cast<float4*>(s.Ps(i / (2 * kTileT / 16)))[i % (2 * kTileT / 16)] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (static_cast<uint32_t>(__cvta_generic_to_shared(smem_f4)) % 1024 != 0) __trap();  // swizzle atoms need it
+  for (int i = threadIdx.x; i < int(2 * Sm::bytes_stage / 16); i += kThreads)  // never-copied parts stay 0
+    smem_f4[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);                          // (P, Aqk upper blocks; K = 32 pad)
+  __syncthreads();  // the zeros land before any copy into the same tiles
   const ThreadPlan<Tin, KD, BV> tp;
   const FoldDescs dsc = make_descs(s);
   float S[MH][NA];  // S(i = 64 mh + acc_row(x), v0 + acc_col(x)); rows i >= K unused

@@ -1,4 +1,5 @@
-// Warpgroup MMA (wgmma.mma_async, sm_90a) from shared memory, without swizzling.
+// Warpgroup MMA (wgmma.mma_async, sm_90a) from shared memory: interleaved core matrices (no swizzle)
+// for tiles written by threads, 128-byte swizzle (sw128_offset) for tiles copied from global memory.
 //   Operand tiles are stored as core matrices: 8 rows x 16 bytes, each 128 contiguous bytes
 //   (PTX ISA "shared memory matrix layout", no-swizzle mode). A "blocked tile" with `rows` rows and a
 //   contiguous dimension of CG 16-byte groups puts element (r, c) at byte
@@ -29,9 +30,24 @@ __host__ __device__ constexpr int blocked_offset(int r, int c, int cg) {
   return ((r >> 3) * cg + c / E) * 128 + (r & 7) * 16 + (c % E) * int(sizeof(T));
 }
 
-__device__ __forceinline__ uint64_t desc(const void* smem, uint32_t lbo, uint32_t sbo) {
+// 128-byte swizzled tiles (the layout of TMA's SWIZZLE_128B): rows of 128 bytes, 8 rows = 1024 bytes
+// per atom (atoms 1024-byte aligned), the 16-byte chunk j of row r stored at chunk j ^ (r % 8). A
+// tile of `rows` rows whose contiguous dimension is wider than 128 bytes is a sequence of regions of
+// rows x 128 bytes. Element (r, c):
+template <class T>
+__host__ __device__ constexpr int sw128_offset(int r, int c, int rows) {
+  constexpr int E = 16 / int(sizeof(T)), E128 = 128 / int(sizeof(T));
+  return (c / E128) * rows * 128 + r * 128 + ((((c % E128) / E) ^ (r & 7)) * 16) + (c % E) * int(sizeof(T));
+}
+
+// Descriptor: no swizzle (interleaved core matrices) or 128-byte swizzle. With the swizzle, a K-major
+// operand needs no LBO (its K extent stays inside one 128-byte row; stepping along K adds the byte
+// offset to the start address) and SBO = 1024 (8 rows); an MN-major one has LBO = the distance
+// between 128-byte-wide regions along M/N and SBO = 1024 (8 rows along K).
+__device__ __forceinline__ uint64_t desc(const void* smem, uint32_t lbo, uint32_t sbo, bool swizzle128 = false) {
   const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  return uint64_t((a & 0x3ffffu) >> 4) | (uint64_t((lbo >> 4) & 0x3fffu) << 16) | (uint64_t((sbo >> 4) & 0x3fffu) << 32);
+  return uint64_t((a & 0x3ffffu) >> 4) | (uint64_t((lbo >> 4) & 0x3fffu) << 16) | (uint64_t((sbo >> 4) & 0x3fffu) << 32) |
+         (uint64_t(swizzle128) << 62);
 }
 
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }

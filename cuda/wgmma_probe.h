@@ -1,7 +1,11 @@
-// One warpgroup MMA per operand layout of cuda/wgmma.cuh, for tests (no CUDA headers here):
-//   kKMajorA16   D[64,N] = A[64,32] B[32,N]: 16-bit A K-major (rows m), B N-major (rows k)   (k @ S)
-//   kMMajorA16   the same product with A read M-major from a tile whose rows are k        (k^T @ Vt)
-//   kTf32        D[64,N] = A[64,64] B[64,N]: TF32 A and B both K-major (B tile rows n)     (P @ Y)
+// One warpgroup MMA per operand layout of cuda/wgmma.cuh, for tests (no CUDA headers here). A is the
+// variable part; B is always the thread-written interleaved tile (N-major 16-bit, K-major TF32):
+//   kKMajorA16     D[64,N] = A[64,32]  B: 16-bit A K-major, interleaved
+//   kMMajorA16     D[64,N] = A[64,32]  B: 16-bit A M-major (tile rows k), interleaved
+//   kTf32          D[64,N] = A[64,64]  B: TF32 A K-major, interleaved
+//   kKMajorA16Sw   D[64,N] = A[64,128] B: 16-bit A K-major, 128-byte swizzle, two 128-byte regions  (k @ S)
+//   kMMajorA16Sw   D[64,N] = A[64,64]  B: 16-bit A M-major, 128-byte swizzle (tile rows k)          (k^T @ Vt)
+//   kTf32Sw        D[64,N] = A[64,64]  B: TF32 A K-major, 128-byte swizzle, two regions             (P @ Y)
 // a and b are row-major [M,K] and [K,N] host arrays (values exact in bfloat16); N is 16 or 32.
 // Returns D row-major. Covered by tests/cuda/test_cuda_wgmma.cpp.
 #pragma once
@@ -10,8 +14,10 @@
 
 namespace kcp::cuda {
 
-enum class WgmmaLayout { kKMajorA16, kMMajorA16, kTf32 };
+enum class WgmmaLayout { kKMajorA16, kMMajorA16, kTf32, kKMajorA16Sw, kMMajorA16Sw, kTf32Sw };
 
+// K of each layout's product.
+int wgmma_probe_k(WgmmaLayout layout);
 std::vector<float> wgmma_probe(WgmmaLayout layout, const std::vector<float>& a, const std::vector<float>& b, int N);
 
 }  // namespace kcp::cuda

@@ -11,13 +11,15 @@
 using namespace kcp;
 
 TEST_CASE("wgmma operand layouts give exact products" * doctest::skip(!test::gpu_present())) {
-  const std::pair<cuda::WgmmaLayout, const char*> layouts[] = {{cuda::WgmmaLayout::kKMajorA16, "16-bit A K-major"},
-                                                               {cuda::WgmmaLayout::kMMajorA16, "16-bit A M-major"},
-                                                               {cuda::WgmmaLayout::kTf32, "TF32 K-major"}};
+  using L = cuda::WgmmaLayout;
+  const std::pair<L, const char*> layouts[] = {
+      {L::kKMajorA16, "16-bit A K-major"},          {L::kMMajorA16, "16-bit A M-major"},
+      {L::kTf32, "TF32 K-major"},                   {L::kKMajorA16Sw, "16-bit A K-major swizzled"},
+      {L::kMMajorA16Sw, "16-bit A M-major swizzled"}, {L::kTf32Sw, "TF32 K-major swizzled"}};
   for (const auto& [layout, name] : layouts)
     for (int N : {16, 32}) {
       SUBCASE((std::string(name) + " N=" + std::to_string(N)).c_str()) {
-        const int K = layout == cuda::WgmmaLayout::kTf32 ? 64 : 32;
+        const int K = cuda::wgmma_probe_k(layout);
         std::vector<float> a(size_t(64 * K)), b(size_t(K * N));
         for (int i = 0; i < 64 * K; ++i) a[size_t(i)] = float((i * 7 + i / K) % 5 - 2);
         for (int i = 0; i < K * N; ++i) b[size_t(i)] = float((i * 3 + i / N) % 7 - 3);
