@@ -2,8 +2,8 @@
 // table and the float32 workspace on the device between calls (re-uploading the table only when the
 // sequence layout changes), and launches the stages in order.
 // Workspace per call, float32: gcum TT*HV*Kg, beta TT*HV, rstd 2*TT*H (l2norm), P and Aqk
-// 2*NT*HV*64*64, w TT*HV*K, u TT*HV*V, kg and qg 2*TT*HV*K (kda), and for the stage tests h
-// NT*HV*K*V and vnew TT*HV*V.
+// 2*NT*HV*64*64, w TT*HV*K and u TT*HV*V (not for the folded gdn forward with 16-bit inputs), kg and
+// qg 2*TT*HV*K (kda), and for the stage tests h NT*HV*K*V and vnew TT*HV*V.
 // Covered by tests/cuda/test_cuda_forward.cpp, test_cuda_stages.cpp, test_cuda_transition.cpp.
 #include "cuda/chunkwise.h"
 
