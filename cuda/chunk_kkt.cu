@@ -6,6 +6,8 @@
 //         diagonal block the second exponent is >= 0 and bounded by the block's gate range R; when
 //         R > 64 (log2 units) that block is summed pairwise with exact per-pair exponents instead.
 //   With the fused L2 norm, k_r . k_s is scaled by rstd_r rstd_s afterwards (q likewise).
+//   gdn with 16-bit inputs: the raw dots as m16n8k16 16-bit products with ldmatrix fragments (exact
+//   products, float32 sums: the same values as TF32 on exact inputs); otherwise TF32 fragments.
 //   P = (I + Lmat)^-1: 16x16 diagonal blocks by forward substitution (float32), then block rows
 //         P_ij = -P_ii sum_{m=j}^{i-1} Lmat_im P_mj on tensor cores (TF32, or 3xTF32 when split).
 // Raw k, q rows arrive by cp.async (zero past the chunk end; gates padded with row L-1).
@@ -74,7 +76,8 @@ __device__ void load_tiles(const ChunkParams& p, const ChunkInfo& ck, int hv, co
       s.rk[r] = s.rq[r] = 1.0f;
     }
   }
-  for (int idx = threadIdx.x; idx < kChunk * kLdL; idx += kThreads) s.Ls[idx] = 0.0f;
+  for (int idx = threadIdx.x; idx < kChunk * kLdL / 4; idx += kThreads)
+    reinterpret_cast<float4*>(s.Ls)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   cp_async_commit();
   cp_async_wait<0>();
 }
@@ -98,13 +101,35 @@ __device__ void put_entry(const ChunkParams& p, const KktSmem<Tin, KD, kKDA>& s,
   aqk[r * kChunk + c] = operand_store<S>(p.scale * s.rq[r] * dq * f);
 }
 
-// This warp's row block of k k^T and q k^T (gated); entries above the diagonal and of rows >= L stay 0.
+// gdn with 16-bit inputs: raw k k^T and q k^T of row block i by m16n8k16 16-bit products, fragments
+// by ldmatrix (the same values as the TF32 path: the inputs are exact in both).
+template <class Tin, int KD>
+__device__ void row_block_dots16(const KktSmem<Tin, KD, false>& s, int i, float (&ak)[8][4], float (&aq)[8][4]) {
+  constexpr int ld = KktSmem<Tin, KD, false>::ldk;
+  const int l = threadIdx.x & 31, n = 16 * i;
+#pragma unroll
+  for (int k0 = 0; k0 < KD; k0 += 16) {
+    uint32_t fk[4], fq[4];
+    ldsm_x4(fk, s.ks + (n + (l & 15)) * ld + k0 + (l >> 4) * 8);
+    ldsm_x4(fq, s.qs + (n + (l & 15)) * ld + k0 + (l >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {  // n-tiles 2np, 2np+1 (rows 16np.. of k); 2i+2 tiles in all
+      if (np > i) continue;
+      uint32_t b[4];
+      ldsm_x4(b, s.ks + (16 * np + (l & 7) + ((l >> 4) << 3)) * ld + k0 + ((l >> 3) & 1) * 8);
+      mma_16bit<Tin>(ak[2 * np], fk, b[0], b[1]), mma_16bit<Tin>(aq[2 * np], fq, b[0], b[1]);
+      mma_16bit<Tin>(ak[2 * np + 1], fk, b[2], b[3]), mma_16bit<Tin>(aq[2 * np + 1], fq, b[2], b[3]);
+    }
+  }
+}
+
+// Row block i of k k^T and q k^T by TF32 products with fragments built element by element (kda: each
+// factor carries its decay through the block's anchor row n = 16 i; float32 inputs: split products).
 template <bool S, class Tin, int KD, bool kKDA>
-__device__ void row_block_products(const ChunkParams& p, int L, const KktSmem<Tin, KD, kKDA>& s, float* aqk, int i,
-                                   bool diag_mma) {
+__device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, bool diag_mma, float (&ak)[8][4],
+                                    float (&aq)[8][4]) {
   using Sm = KktSmem<Tin, KD, kKDA>;
   const int n = 16 * i, ntiles = 2 * i + 2, g = lane_g(), t = lane_t();
-  float ak[8][4] = {}, aq[8][4] = {};
 #pragma unroll 2
   for (int k0 = 0; k0 < KD; k0 += 8) {
     FragA<S> fk, fq;
@@ -130,6 +155,16 @@ __device__ void row_block_products(const ChunkParams& p, int L, const KktSmem<Ti
       mma(aq[nt], fq, fb);
     }
   }
+}
+
+// This warp's row block of k k^T and q k^T (gated); entries above the diagonal and of rows >= L stay 0.
+template <bool S, class Tin, int KD, bool kKDA>
+__device__ void row_block_products(const ChunkParams& p, int L, const KktSmem<Tin, KD, kKDA>& s, float* aqk, int i,
+                                   bool diag_mma) {
+  const int n = 16 * i, ntiles = 2 * i + 2;
+  float ak[8][4] = {}, aq[8][4] = {};
+  if constexpr (!kKDA && sizeof(Tin) == 2) row_block_dots16(s, i, ak, aq);
+  else row_block_dots_tf32<S>(s, i, diag_mma, ak, aq);
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
     if (nt >= ntiles || (kKDA && !diag_mma && nt >= 2 * i)) continue;
@@ -167,7 +202,8 @@ __device__ void diagonal_block_pairwise(const ChunkParams& p, int L, const KktSm
 template <bool S>
 __device__ void solve_unit_lower(const float* Ls, float* Ps, float* Xs) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int idx = threadIdx.x; idx < kChunk * kLdL; idx += kThreads) Ps[idx] = 0.0f;
+  for (int idx = threadIdx.x; idx < kChunk * kLdL / 4; idx += kThreads)
+    reinterpret_cast<float4*>(Ps)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   __syncthreads();
   if (lane < 16) {
     const int base = 16 * warp, c = lane;

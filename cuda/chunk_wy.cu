@@ -6,7 +6,8 @@
 // k and q carry the fused L2 norm (rstd per row). Unlike FLA, w, u, kg, qg stay float32 (FLA stores
 // them in the input dtype); w, kg, qg, which only enter products later, are stored TF32-rounded when
 // products are not split. Slabs are the fastest grid index so the blocks of one chunk share P in L2.
-// Covered by tests/cuda/test_cuda_stages.cpp ("wy").
+// Not run by the gdn forward with 16-bit inputs, whose state kernel folds w and u in
+// (chunk_state_fold.cu). Covered by tests/cuda/test_cuda_stages.cpp ("wy").
 #include "cuda/chunk_wy.cuh"
 
 #include "cuda/cuda_check.cuh"

@@ -2,8 +2,8 @@
 // table and the float32 workspace on the device between calls (re-uploading the table only when the
 // sequence layout changes), and launches the stages in order.
 // Workspace per call, float32: gcum TT*HV*Kg, beta TT*HV, rstd 2*TT*H (l2norm), P and Aqk
-// 2*NT*HV*64*64, w TT*HV*K, u TT*HV*V, kg and qg 2*TT*HV*K (kda), and for the stage tests h
-// NT*HV*K*V and vnew TT*HV*V.
+// 2*NT*HV*64*64, w TT*HV*K and u TT*HV*V (not for the folded gdn forward with 16-bit inputs), kg and
+// qg 2*TT*HV*K (kda), and for the stage tests h NT*HV*K*V and vnew TT*HV*V.
 // Covered by tests/cuda/test_cuda_forward.cpp, test_cuda_stages.cpp, test_cuda_transition.cpp.
 #include "cuda/chunkwise.h"
 
@@ -16,6 +16,7 @@
 #include "cuda/chunk_kkt.cuh"
 #include "cuda/chunk_output.cuh"
 #include "cuda/chunk_state.cuh"
+#include "cuda/chunk_state_fold.cuh"
 #include "cuda/chunk_wy.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/key_dims.h"
@@ -49,7 +50,7 @@ View rows_view(const TensorView& t, const char* name) {
   return v;
 }
 
-// q and k rows are copied 16 bytes at a time (cp.async).
+// q, k and v rows are copied 16 bytes at a time (cp.async).
 void expect_aligned_rows(const TensorView& t, const char* name) {
   const int64_t es = dtype_size(t.dtype);
   const bool ok = reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.stride[1] * es) % 16 == 0 && (t.stride[2] * es) % 16 == 0;
@@ -89,6 +90,7 @@ struct Pipeline::Impl {
   void* d_ws = nullptr;
   size_t ws_bytes = 0;
   StageBuffers buf;
+  int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
 
   ~Impl() {
     cudaFree(d_table);  // destructor: errors cannot be reported, and the memory is gone either way
@@ -124,7 +126,8 @@ struct Pipeline::Impl {
   }
 
   // Carves the workspace (growing it when needed) and fills buf with views of it.
-  void size_workspace(const Problem& p, bool stages) {
+  // `wy`: w and u are needed (every path but the folded forward).
+  void size_workspace(const Problem& p, bool stages, bool wy) {
     const int64_t TT = p.B * p.T, NT64 = NT, Kg = p.per_channel_gate() ? p.K : 1;
     const bool kda = p.variant == Variant::kda, l2 = p.flags.use_qk_l2norm_in_kernel;
     struct Item { TensorView* view; Shape shape; bool on; };
@@ -132,7 +135,7 @@ struct Pipeline::Impl {
         {&buf.gcum, {TT, p.HV, Kg}, true},  {&buf.beta, {TT, p.HV}, true},
         {&buf.rstd_q, {TT, p.H}, l2},       {&buf.rstd_k, {TT, p.H}, l2},
         {&buf.P, {NT64, p.HV, kChunk, kChunk}, true}, {&buf.Aqk, {NT64, p.HV, kChunk, kChunk}, true},
-        {&buf.w, {TT, p.HV, p.K}, true},    {&buf.u, {TT, p.HV, p.V}, true},
+        {&buf.w, {TT, p.HV, p.K}, wy},      {&buf.u, {TT, p.HV, p.V}, wy},
         {&buf.kg, {TT, p.HV, p.K}, kda},    {&buf.qg, {TT, p.HV, p.K}, kda},
         {&buf.h, {NT64, p.HV, p.K, p.V}, stages}, {&buf.vnew, {TT, p.HV, p.V}, stages}};
     size_t total = 0;
@@ -159,6 +162,16 @@ struct Pipeline::Impl {
   };
   Setup setup(const Problem& p, const Inputs& in, int64_t seq, bool stages);
   StateParams state_params(const Setup& st, const Problem& p, const Inputs& in, const Outputs& out) const;
+  // The forward's state stage: folded for gdn with 16-bit inputs, else from w and u.
+  // KCP_CUDA_STATE_GROUPS=1|2 overrides the automatic choice (diagnostics, like the stage times).
+  void launch_state(const StateParams& sp, int dtype) const {
+    static const int env_groups = [] {
+      const char* e = std::getenv("KCP_CUDA_STATE_GROUPS");
+      return e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
+    }();
+    if (state_fold_applies(sp.c, dtype)) launch_chunk_state_fold(sp, dtype, state_groups ? state_groups : env_groups, 0);
+    else launch_chunk_state(sp, dtype, 0, false);
+  }
   void run_front(const Setup& st) const {
     launch_chunk_cumsum(st.c, st.dtype, 0);
     launch_chunk_kkt(st.c, st.dtype, 0);
@@ -177,7 +190,7 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   KCP_CHECK(in.q.dtype == in.k.dtype && in.q.dtype == in.v.dtype, "cuda-chunkwise: q, k, v must share one dtype, got ",
             dtype_name(in.q.dtype), ", ", dtype_name(in.k.dtype), ", ", dtype_name(in.v.dtype));
   KCP_CHECK(c.q.dt != kF64, "cuda-chunkwise: q, k, v must be float32, float16 or bfloat16, got float64");
-  expect_aligned_rows(in.q, "q"), expect_aligned_rows(in.k, "k");
+  expect_aligned_rows(in.q, "q"), expect_aligned_rows(in.k, "k"), expect_aligned_rows(in.v, "v");
   KCP_CHECK(in.q.stride[1] < (int64_t(1) << 24) && in.k.stride[1] < (int64_t(1) << 24),
             "cuda-chunkwise: q, k token strides must be below 2^24 elements (32-bit row offsets in a chunk)");
   c.A_log = scalar_view(in.A_log, "A_log");
@@ -193,7 +206,7 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   c.gate = int(p.gate_formula());
   c.lower_bound = p.flags.lower_bound ? float(*p.flags.lower_bound) : 0.0f;
   build_table(p, seq);
-  size_workspace(p, stages);
+  size_workspace(p, stages, stages || seq >= 0 || !state_fold_applies(c, st.dtype));
   c.N = N, c.NT = NT;
   c.chunks = static_cast<const ChunkInfo*>(d_table);
   c.seq_chunk0 = reinterpret_cast<const int*>(static_cast<const char*>(d_table) + sizeof(ChunkInfo) * NT);
@@ -245,20 +258,27 @@ struct StageTimer {
 void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   check_outputs(p, out);
   const Impl::Setup st = impl_->setup(p, in, -1, false);
+  // gdn with 16-bit inputs: w and u folded into the state kernel (no WY stage).
+  const bool fold = state_fold_applies(st.c, st.dtype);
   StageTimer timer;
   timer.mark();
   launch_chunk_cumsum(st.c, st.dtype, 0);
   timer.mark();
   launch_chunk_kkt(st.c, st.dtype, 0);
   timer.mark();
-  launch_chunk_wy(st.c, st.dtype, 0);
+  if (!fold) launch_chunk_wy(st.c, st.dtype, 0);
   timer.mark();
   StateParams sp = impl_->state_params(st, p, in, out);
   sp.o = rows_view<OutRowsView>(out.o, "o");
-  launch_chunk_state(sp, st.dtype, 0, false);
+  impl_->launch_state(sp, st.dtype);
   timer.mark();
   static const char* const kNames[] = {"cumsum", "kkt", "wy", "state+output"};
   timer.report(kNames);
+}
+
+void Pipeline::set_state_groups(int groups) {
+  KCP_CHECK(groups >= 0 && groups <= 2, "set_state_groups: expected 0 (automatic), 1 or 2, got ", groups);
+  impl_->state_groups = groups;
 }
 
 const StageBuffers& Pipeline::prepare_stages(const Problem& p, const Inputs& in) {
@@ -275,7 +295,8 @@ void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outp
     case Stage::state: {
       StateParams sp = impl_->state_params(st, p, in, out);
       sp.h = static_cast<float*>(impl_->buf.h.data), sp.vnew = static_cast<float*>(impl_->buf.vnew.data);
-      launch_chunk_state(sp, st.dtype, 0, false);
+      if (!out.o.empty()) sp.o = rows_view<OutRowsView>(out.o, "o");
+      impl_->launch_state(sp, st.dtype);
       return;
     }
     case Stage::output: {

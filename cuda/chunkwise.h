@@ -2,6 +2,8 @@
 // and tests in plain C++ can use it). Stages, in order (ALGORITHMS.md 4):
 //   cumsum (chunk_cumsum.cu) -> kkt + solve (chunk_kkt.cu) -> WY (chunk_wy.cu)
 //   -> state recurrence with the output fused in (chunk_state.cu)
+// except for gdn with 16-bit inputs, whose state kernel folds the WY products in
+// (chunk_state_fold.cu): cumsum -> kkt + solve -> state + output (w and u never stored).
 // run_stage() runs one stage on its own, reading earlier results from buffers() (which a test may
 // overwrite with the CPU twin's values first) so that a failure names one kernel; the state stage
 // then also writes h and vnew, and the separate output stage (chunk_output.cu) reads them.
@@ -44,8 +46,14 @@ class Pipeline {
 
   // Sizes the stage buffers for p (including h and vnew) and returns them.
   const StageBuffers& prepare_stages(const Problem& p, const Inputs& in);
-  // One stage; `state` writes out.final_state (when given), `output` writes out.o.
+  // One stage; `state` writes h, vnew, out.final_state (when given) and, when out.o is given, the
+  // fused output; `output` (the separate output kernel) writes out.o. `wy` is the stage that the
+  // folded path (gdn, 16-bit inputs) skips; it still serves the others and transition_forward.
   void run_stage(Stage s, const Problem& p, const Inputs& in, const Outputs& out);
+
+  // Folded state kernel (gdn, 16-bit inputs): 16-column groups per block, 1 or 2; 0 (the default)
+  // picks by the device's multiprocessor count. For tests, which must cover both.
+  void set_state_groups(int groups);
 
   // (S_ext, M) of sequence `seq`: tr.s_ext [HV,K,V], tr.m [HV,K,K], float32 or float64 on the device.
   void transition_forward(const Problem& p, const Inputs& in, int64_t seq, const Transition& tr);

@@ -203,6 +203,37 @@ __device__ __forceinline__ FragA<false> ldm_a_row16_perm(const T* s, int ld, int
   return f;
 }
 
+// Raw 16-bit ldmatrix, four 8x8 matrices: lane l gives the address of row l%8 of matrix l/8 (16-byte
+// aligned); lane 4g+t receives elements (row g; columns 2t, 2t+1) of each, lower address low.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* row_addr) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+// c += a b, m16n8k16 with 16-bit operands (T = __half or __nv_bfloat16) and float32 accumulation:
+// products of 16-bit values are exact in float32, so on 16-bit inputs this equals the TF32 product.
+template <class T>
+__device__ __forceinline__ void mma_16bit(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __half>)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The two 16-bit values of a packed pair as float bits (exact, hence exact TF32 operands).
+template <class T>
+__device__ __forceinline__ uint32_t widen_lo(uint32_t w) {
+  if constexpr (std::is_same_v<T, __half>) return __float_as_uint(__half2float(__ushort_as_half((unsigned short)(w & 0xffffu))));
+  else return w << 16;
+}
+template <class T>
+__device__ __forceinline__ uint32_t widen_hi(uint32_t w) {
+  if constexpr (std::is_same_v<T, __half>) return __float_as_uint(__half2float(__ushort_as_half((unsigned short)(w >> 16))));
+  else return w & 0xffff0000u;
+}
+
 // Storage position inside an 8-row k block that makes plain B fragments match ldm_a_col16_perm.
 __device__ __forceinline__ int perm_pos(int k) { return (k & ~7) + ((k & 7) >> 1) + ((k & 1) << 2); }
 

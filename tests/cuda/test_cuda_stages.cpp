@@ -1,7 +1,10 @@
 // Each CUDA stage against its CPU chunkwise twin (reference/chunkwise.h, float64) on the same
 // inputs: before a stage runs, the buffers it reads are overwritten with the twin's values, so a
 // failure names one kernel: cumsum (gcum, beta, rstd), kkt + solve (P, Aqk), WY (w, u, kg, qg),
-// state (h, vnew, final state), output (o). Every buffer a stage writes is NaN-poisoned first and
+// state (h, vnew, final state), output (o). For gdn with 16-bit inputs the forward's state kernel
+// is the folded one (chunk_state_fold.cu: reads P, k, v instead of w, u, and fuses the output): it
+// runs with 1 and 2 column groups per block and its fused o is checked too; WY is still checked (it
+// serves the other cases and the CP transition). Every buffer a stage writes is NaN-poisoned first and
 // must come back without NaN (every element written). Bars (validation/tolerance.h): float32
 // inputs kFloatVsDouble (3xTF32 products); 16-bit inputs kCudaTf32; the cumsum is float32 for every
 // input type: kFloatVsDouble. Skipped where no CUDA device is present.
@@ -118,16 +121,26 @@ TEST_CASE("each CUDA stage matches its CPU chunkwise twin on the same inputs" * 
       check_stage("wy u", *gpu, b.u, tw.u, bar);
       if (kda) check_stage("wy kg", *gpu, b.kg, tw.kg, bar), check_stage("wy qg", *gpu, b.qg, tw.qg, bar);
 
-      feed(*gpu, b.w, tw.w), feed(*gpu, b.u, tw.u);
+      feed(*gpu, b.w, tw.w), feed(*gpu, b.u, tw.u), feed(*gpu, b.Aqk, tw.Aqk);
       if (kda) feed(*gpu, b.kg, tw.kg), feed(*gpu, b.qg, tw.qg);
-      test::poison(*gpu, b.h), test::poison(*gpu, b.vnew);
-      test::DeviceTensor ht = test::poisoned(*gpu, DType::f32, shape_state(p));
-      pipe.run_stage(cuda::Stage::state, p, din.views, {{}, ht.view});
-      check_stage("state h", *gpu, b.h, tw.h, bar);
-      check_stage("state vnew", *gpu, b.vnew, tw.vnew, bar);
-      check_stage("state ht", *gpu, ht.view, tw.ht, bar);
+      // gdn with 16-bit inputs: the folded kernel (reads P, not w and u), with 1 and 2 column groups
+      // per block, and its fused output; the others: the state kernel from w and u.
+      const bool fold = !kda && sc.qkv != DType::f32;
+      for (int groups : fold ? std::vector<int>{1, 2} : std::vector<int>{0}) {
+        std::printf(" state kernel: %s\n", fold ? (groups == 1 ? "folded, 1 group" : "folded, 2 groups") : "from w, u");
+        pipe.set_state_groups(groups);
+        test::poison(*gpu, b.h), test::poison(*gpu, b.vnew);
+        test::DeviceTensor ht = test::poisoned(*gpu, DType::f32, shape_state(p));
+        test::DeviceTensor of = fold ? test::poisoned(*gpu, DType::f32, shape_v(p)) : test::DeviceTensor{};
+        pipe.run_stage(cuda::Stage::state, p, din.views, {of.view, ht.view});
+        check_stage("state h", *gpu, b.h, tw.h, bar);
+        check_stage("state vnew", *gpu, b.vnew, tw.vnew, bar);
+        check_stage("state ht", *gpu, ht.view, tw.ht, bar);
+        if (fold) check_stage("state o", *gpu, of.view, tw.o, bar);
+      }
+      pipe.set_state_groups(0);
 
-      feed(*gpu, b.h, tw.h), feed(*gpu, b.vnew, tw.vnew), feed(*gpu, b.Aqk, tw.Aqk);
+      feed(*gpu, b.h, tw.h), feed(*gpu, b.vnew, tw.vnew);
       test::DeviceTensor o = test::poisoned(*gpu, DType::f32, shape_v(p));
       pipe.run_stage(cuda::Stage::output, p, din.views, {o.view, {}});
       check_stage("output o", *gpu, o.view, tw.o, bar);

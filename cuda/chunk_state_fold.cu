@@ -1,0 +1,331 @@
+// Stage "state recurrence + output" for gdn with 16-bit q, k, v and the WY products folded in
+// (ALGORITHMS.md 4.3: u - w S = P (beta (v - Gamma k S))). Per chunk c of L rows, S entering it:
+//   X_s  = k_s @ S                                  [64,BV]  (raw k, exact 16-bit operands)
+//   Y_s  = beta_s (v_s - 2^(b_s) rk_s X_s)          rows >= L are 0 (beta = 0 there)
+//   vnew = P_c @ Y                                  = u - w S of the unfolded pipeline
+//   o_r  = scale 2^(b_r) rq_r (q_r @ S) + sum_{s<=r} Aqk[r,s] vnew_s
+//   S    = 2^(b_{L-1}) S + k_c^T @ (vnew_s 2^(b_{L-1} - b_s) rk_s)
+// One block = one warpgroup per (sequence n, value head hv, BV = 16 or 32 state columns); every
+// product is a wgmma (wgmma.cuh) with its operands in shared memory as core matrices:
+//   k @ S, q @ S      A = k, q tiles (K-major), B = S split into 16-bit hi + lo parts (N-major)
+//   P @ Y, Aqk @ vnew TF32: A = P, Aqk tiles, B = Y, vnew (K-major, TF32-rounded)
+//   k^T @ Vt          A = the same k tile read M-major, B = Vt = vnew E split into hi + lo
+// The state S [K,BV] stays float32 in the accumulators; its 16-bit hi + lo split carries about 16
+// significant bits into the products (TF32 would carry 11). Rows of S past K (K = 32: one m64 tile
+// covers 64 rows) are computed from neighbouring data and never stored.
+// Tiles of chunk c+1 (k, q, v columns, lower 8x8 blocks of P and Aqk, gates) load by cp.async
+// while chunk c computes; rows >= L of k, q, v are zero-filled; the upper blocks of the P and Aqk
+// tiles are zeroed once and never written.
+// Covered by tests/cuda/test_cuda_stages.cpp ("state", BV = 16 and 32) and test_cuda_forward.cpp.
+#include "cuda/chunk_state_fold.cuh"
+
+#include <type_traits>
+
+#include "cuda/chunk_state_fold_tiles.cuh"
+#include "cuda/cuda_check.cuh"
+#include "cuda/dispatch.cuh"
+
+namespace kcp::cuda {
+namespace {
+
+using namespace fold;
+
+// Per-row factors of this thread's two accumulator rows r = acc_row(0), acc_row(2).
+struct RowFactors {
+  float beta[2], fb[2], e[2], f[2];  // fb = beta 2^b rk, e = 2^(b_end - b) rk (0 past L), f = scale 2^b rq
+};
+template <class Sm>
+__device__ RowFactors row_factors(const ChunkParams& p, int L, int st, const Sm& s) {
+  RowFactors rf;
+  const float b_end = s.gate(st, 0)[L - 1];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = wg::acc_row(2 * hh);
+    const float b = s.gate(st, 0)[r], gam = exp2f(b);
+    const float rk = p.l2norm ? s.gate(st, 2)[r] : 1.0f, rq = p.l2norm ? s.gate(st, 3)[r] : 1.0f;
+    rf.beta[hh] = s.gate(st, 1)[r];
+    rf.fb[hh] = rf.beta[hh] * gam * rk;
+    rf.e[hh] = r < L ? exp2f(b_end - b) * rk : 0.0f;
+    rf.f[hh] = p.scale * gam * rq;
+  }
+  return rf;
+}
+
+// Accumulator pairs (x, x+1) as 16-bit hi + lo parts into N-major blocked tiles: entry x of m64 tile
+// mh sits at op16 + ((8 mh + h) CGV + j) 128 (row 64 mh + acc_row(x), columns acc_col(x), acc_col(x)+1).
+template <class Tin, int BV, int NA>
+__device__ __forceinline__ void store_split(char* hi, char* lo, int op16, int mh, const float (&d)[NA], float f0, float f1) {
+#pragma unroll
+  for (int x = 0; x < NA; x += 2) {
+    const int h = (x >> 1) & 1, j = x >> 2, off = op16 + ((8 * mh + h) * (BV / 8) + j) * 128;
+    uint32_t a, b;
+    wg::split_pair<Tin>(d[x] * (h ? f1 : f0), d[x + 1] * (h ? f1 : f0), a, b);
+    *reinterpret_cast<uint32_t*>(hi + off) = a;
+    *reinterpret_cast<uint32_t*>(lo + off) = b;
+  }
+}
+
+// TF32-rounded accumulator values into a K-major blocked float tile (rows = v, columns = chunk rows):
+// entry x at op32 + (16 j + 2 h) 128 + 16 e.
+template <int NA>
+__device__ __forceinline__ void store_tf32_t(char* dst, int op32, const float (&d)[NA]) {
+#pragma unroll
+  for (int x = 0; x < NA; ++x)
+    *reinterpret_cast<float*>(dst + op32 + (16 * (x >> 2) + 2 * ((x >> 1) & 1)) * 128 + 16 * (x & 1)) = tf32_round(d[x]);
+}
+
+// Shared-memory descriptors of every operand tile (stage 0 for the loaded tiles; stage 1 is
+// + bytes_stage / 16). Advancing by a byte offset adds offset / 16: shared addresses stay below
+// 2^18, so the 14-bit address field never carries into LBO.
+struct FoldDescs {
+  uint64_t k, q, km, p, a, sb0, sb1, y, n, vt0, vt1;
+};
+template <class Tin, int KD, int BV>
+__device__ FoldDescs make_descs(const FoldSmem<Tin, KD, BV>& s) {
+  constexpr uint32_t kB = (BV / 8) * 128;
+  FoldDescs d;
+  d.k = wg::desc(s.Ks(0), 16, 1024, true), d.q = wg::desc(s.Qs(0), 16, 1024, true);  // K-major A, swizzled
+  d.km = wg::desc(s.Ks(0), kChunk * 128, 1024, true);  // M-major A: the k tile read as k^T (regions of 64 i)
+  d.p = wg::desc(s.Ps(0), 16, 1024, true), d.a = wg::desc(s.As(0), 16, 1024, true);
+  d.sb0 = wg::desc(s.Sb(0), kB, 128), d.sb1 = wg::desc(s.Sb(1), kB, 128);  // N-major B, interleaved
+  d.y = wg::desc(s.Yb(), 128, 16 * 128), d.n = wg::desc(s.Nb(), 128, 16 * 128);
+  d.vt0 = wg::desc(s.Vt(0), kB, 128), d.vt1 = wg::desc(s.Vt(1), kB, 128);
+  return d;
+}
+__device__ __forceinline__ uint64_t adv(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
+// Start offset of K step ks (32 bytes: 16 16-bit or 8 TF32 values) in a swizzled K-major tile of 64
+// rows: 4 steps per 128-byte row, then the next region.
+constexpr uint32_t kStepK(int ks) { return (ks / 4) * kChunk * 128 + (ks % 4) * 32; }
+
+// X = k @ S and QX = q @ S (two commit groups: X first). `so`: stage offset / 16.
+template <class Tin, int KD, int BV>
+__device__ void issue_state_products(const FoldDescs& d, uint64_t so, float (&X)[BV / 2], float (&QX)[BV / 2]) {
+  constexpr uint32_t kB = (BV / 8) * 128;
+  wg::pin(X), wg::pin(QX);
+  wg::fence();
+#pragma unroll
+  for (int part = 0; part < 2; ++part)  // A = k (K-major), B = S hi, then S lo (N-major)
+#pragma unroll
+    for (int kk = 0; kk < KD / 16; ++kk)
+      wg::mma16<Tin, BV, 0, 1>(X, adv(d.k + so, kStepK(kk)), adv(part ? d.sb1 : d.sb0, 2 * kk * kB), part + kk > 0);
+  wg::commit();
+#pragma unroll
+  for (int part = 0; part < 2; ++part)
+#pragma unroll
+    for (int kk = 0; kk < KD / 16; ++kk)
+      wg::mma16<Tin, BV, 0, 1>(QX, adv(d.q + so, kStepK(kk)), adv(part ? d.sb1 : d.sb0, 2 * kk * kB), part + kk > 0);
+  wg::commit();
+}
+
+// D (+)= T @ B over the 64 chunk rows: T a blocked float tile (P or Aqk), B a blocked [BV][64] tile.
+template <int BV>
+__device__ __forceinline__ void tf32_chunk_product(float (&d)[BV / 2], uint64_t dt, uint64_t db, bool accumulate) {
+#pragma unroll
+  for (int ks = 0; ks < kChunk / 8; ++ks) wg::mma_tf32<BV>(d, adv(dt, kStepK(ks)), adv(db, 256 * ks), accumulate || ks > 0);
+}
+
+// S += k^T @ Vt (A = the k tile read M-major, one m64 tile per 64 key rows; B = Vt hi, lo).
+template <class Tin, int KD, int BV>
+__device__ void issue_update(const FoldDescs& d, uint64_t so, float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
+  constexpr uint32_t kB = (BV / 8) * 128;
+#pragma unroll
+  for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
+#pragma unroll
+    for (int part = 0; part < 2; ++part)
+#pragma unroll
+      for (int ks = 0; ks < kChunk / 16; ++ks)
+        wg::mma16<Tin, BV, 1, 1>(S[mh], adv(d.km + so, 2 * ks * 1024 + mh * kChunk * 128), adv(part ? d.vt1 : d.vt0, 2 * ks * kB), true);
+}
+
+// o rows acc_row(0) and acc_row(0) + 8 (those < L), column pairs stored together.
+template <class To, int NA>
+__device__ void store_o(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, const float (&o)[NA]) {
+  const int r0 = wg::acc_row(0);
+  To* row = static_cast<To*>(sp.o.p) + (int64_t(ck.t0) + r0) * sp.o.st + int64_t(hv) * sp.o.sx + v0 + wg::acc_col(0);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    if (r0 + 8 * hh >= ck.len) continue;
+    To* dst = row + 8 * hh * sp.o.st;
+#pragma unroll
+    for (int x = 2 * hh; x < NA; x += 4) {
+      To* d = dst + 8 * (x >> 2);
+      if constexpr (std::is_same_v<To, __nv_bfloat16>) *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(o[x], o[x + 1]);
+      else if constexpr (std::is_same_v<To, __half>) *reinterpret_cast<__half2*>(d) = __floats2half2_rn(o[x], o[x + 1]);
+      else if constexpr (std::is_same_v<To, float>) *reinterpret_cast<float2*>(d) = make_float2(o[x], o[x + 1]);
+      else d[0] = To(o[x]), d[1] = To(o[x + 1]);
+    }
+  }
+}
+template <int NA>
+__device__ void store_output(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, const float (&o)[NA]) {
+  switch (sp.o.dt) {
+    case kBF16: store_o<__nv_bfloat16>(sp, ck, hv, v0, o); break;
+    case kF16: store_o<__half>(sp, ck, hv, v0, o); break;
+    case kF64: store_o<double>(sp, ck, hv, v0, o); break;
+    default: store_o<float>(sp, ck, hv, v0, o); break;
+  }
+}
+
+// Stage tests only: h[c] (the state entering chunk c) and vnew (rows < L).
+template <int KD, int NA>
+__device__ void write_h(const StateParams& sp, int c, int hv, int v0, const float (&S)[KD >= 64 ? KD / 64 : 1][NA]) {
+#pragma unroll
+  for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
+#pragma unroll
+    for (int x = 0; x < NA; ++x) {
+      const int i = 64 * mh + wg::acc_row(x);
+      if (i < KD) sp.h[((int64_t(c) * sp.c.HV + hv) * KD + i) * sp.Vw + v0 + wg::acc_col(x)] = S[mh][x];
+    }
+}
+template <int NA>
+__device__ void write_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, const float (&VN)[NA]) {
+#pragma unroll
+  for (int x = 0; x < NA; ++x) {
+    const int r = wg::acc_row(x);
+    if (r < ck.len) sp.vnew[(int64_t(ck.t0 + r) * sp.c.HV + hv) * sp.Vw + v0 + wg::acc_col(x)] = VN[x];
+  }
+}
+
+// Y = beta v - fb X for this thread's accumulator entries (v from its row-major tile), into the TF32
+// operand tile of P @ Y.
+template <class Tin, int KD, int BV>
+__device__ void form_y(const FoldSmem<Tin, KD, BV>& s, int st, const ThreadPlan<Tin, KD, BV>& tp, const RowFactors& rf,
+                       const float (&X)[BV / 2]) {
+  float y[BV / 2];
+  const char* vs = s.Vs(st) + 2 * (wg::acc_row(0) * BV + wg::acc_col(0));
+#pragma unroll
+  for (int x = 0; x < BV / 2; x += 2) {
+    const int hh = (x >> 1) & 1;
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(vs + 2 * (8 * hh * BV + 8 * (x >> 2)));
+    y[x] = rf.beta[hh] * __uint_as_float(widen_lo<Tin>(w)) - rf.fb[hh] * X[x];
+    y[x + 1] = rf.beta[hh] * __uint_as_float(widen_hi<Tin>(w)) - rf.fb[hh] * X[x + 1];
+  }
+  store_tf32_t(s.Yb(), tp.op32, y);
+}
+
+template <class Tin, int KD, int BV>
+__global__ void __launch_bounds__(kThreads, 1) chunk_state_fold_kernel(const StateParams sp) {
+  using Sm = FoldSmem<Tin, KD, BV>;
+  constexpr int NA = BV / 2, MH = KD >= 64 ? KD / 64 : 1;
+  constexpr uint64_t kStageDesc = Sm::bytes_stage >> 4;
+  extern __shared__ float4 smem_f4[];
+  const Sm s(reinterpret_cast<char*>(smem_f4));
+  const ChunkParams& p = sp.c;
+  const int v0 = blockIdx.x * BV, n = blockIdx.y / p.HV, hv = blockIdx.y % p.HV;
+  const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
+  if (static_cast<uint32_t>(__cvta_generic_to_shared(smem_f4)) % 1024 != 0) __trap();  // swizzle atoms need it
+  for (int i = threadIdx.x; i < int(2 * Sm::bytes_stage / 16); i += kThreads)  // never-copied parts stay 0
+    smem_f4[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);                          // (P, Aqk upper blocks; K = 32 pad)
+  __syncthreads();  // the zeros land before any copy into the same tiles
+  const ThreadPlan<Tin, KD, BV> tp;
+  const FoldDescs dsc = make_descs(s);
+  float S[MH][NA];  // S(i = 64 mh + acc_row(x), v0 + acc_col(x)); rows i >= K unused
+#pragma unroll
+  for (int mh = 0; mh < MH; ++mh)
+#pragma unroll
+    for (int x = 0; x < NA; ++x) {
+      const int i = 64 * mh + wg::acc_row(x), v = v0 + wg::acc_col(x);
+      const StateView& h0 = sp.h0;
+      S[mh][x] = sp.init == kInitGiven && i < KD ? load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + i * h0.si + v * h0.sj) : 0.0f;
+    }
+  ChunkInfo ck = c_begin < c_end ? p.chunks[c_begin] : ChunkInfo{};
+  ChunkInfo next = c_begin + 1 < c_end ? p.chunks[c_begin + 1] : ck;  // the chunk table runs two ahead
+  if (c_begin < c_end) issue_loads(sp, tp, ck, c_begin, hv, v0, s.stage(0));
+  cp_async_commit();
+  for (int c = c_begin; c < c_end; ++c) {
+    const int st = (c - c_begin) & 1;
+    const uint64_t so = st ? kStageDesc : 0;
+    const ChunkInfo after = c + 2 < c_end ? p.chunks[c + 2] : next;
+    cp_async_wait<0>();
+#pragma unroll
+    for (int mh = 0; mh < MH; ++mh)  // S -> hi + lo operand tiles (rows past K: K = 32 only, never read)
+      if (KD >= 64 || wg::acc_row(0) < KD) store_split<Tin, BV>(s.Sb(0), s.Sb(1), tp.op16, mh, S[mh], 1.0f, 1.0f);
+    if (sp.h) write_h<KD, NA>(sp, c, hv, v0, S);
+    wg::fence_proxy_async();
+    __syncthreads();  // chunk c's tiles and the S operands visible to wgmma; chunk c-1 done by all
+    float X[NA], QX[NA], VN[NA];
+    issue_state_products<Tin, KD, BV>(dsc, so, X, QX);
+    if (c + 1 < c_end) issue_loads(sp, tp, next, c + 1, hv, v0, s.stage(st ^ 1));
+    cp_async_commit();
+    const RowFactors rf = row_factors(p, ck.len, st, s);
+    wg::wait<1>();  // X
+    wg::pin(X);
+    form_y(s, st, tp, rf, X);
+    wg::fence_proxy_async();
+    __syncthreads();
+    wg::pin(VN);
+    wg::fence();
+    tf32_chunk_product<BV>(VN, dsc.p + so, dsc.y, false);
+    wg::commit();
+    wg::wait<0>();  // VN and QX
+    wg::pin(VN), wg::pin(QX);
+    store_split<Tin, BV>(s.Vt(0), s.Vt(1), tp.op16, 0, VN, rf.e[0], rf.e[1]);  // Vt = vnew E for the update
+    store_tf32_t(s.Nb(), tp.op32, VN);                                         // vnew for the output
+    if (sp.vnew) write_vnew(sp, ck, hv, v0, VN);
+    const float decay = exp2f(s.gate(st, 0)[ck.len - 1]);
+#pragma unroll
+    for (int x = 0; x < NA; ++x) {
+      QX[x] *= rf.f[(x >> 1) & 1];
+#pragma unroll
+      for (int mh = 0; mh < MH; ++mh) S[mh][x] *= decay;
+    }
+    wg::fence_proxy_async();
+    __syncthreads();
+    wg::pin(QX);
+#pragma unroll
+    for (int mh = 0; mh < MH; ++mh) wg::pin(S[mh]);
+    wg::fence();
+    issue_update<Tin, KD, BV>(dsc, so, S);
+    tf32_chunk_product<BV>(QX, dsc.a + so, dsc.n, true);
+    wg::commit();
+    wg::wait<0>();
+    wg::pin(QX);
+#pragma unroll
+    for (int mh = 0; mh < MH; ++mh) wg::pin(S[mh]);
+    if (sp.o.p) store_output(sp, ck, hv, v0, QX);
+    ck = next, next = after;
+  }
+  const StateView& f = sp.final_state;
+  if (f.p)
+#pragma unroll
+    for (int mh = 0; mh < MH; ++mh)
+#pragma unroll
+      for (int x = 0; x < NA; ++x) {
+        const int i = 64 * mh + wg::acc_row(x), v = v0 + wg::acc_col(x);
+        if (i < KD) store_any(f.p, f.dt, n * f.sn + hv * f.shv + i * f.si + v * f.sj, S[mh][x]);
+      }
+}
+
+template <class Tin, int KD, int BV>
+void launch(const StateParams& sp, cudaStream_t stream) {
+  using Sm = FoldSmem<Tin, KD, BV>;
+  static_assert(Sm::bytes <= 227 * 1024, "folded state tiles exceed shared memory");
+  auto kernel = chunk_state_fold_kernel<Tin, KD, BV>;
+  KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Sm::bytes)));
+  kernel<<<dim3(sp.c.V / BV, sp.c.N * sp.c.HV), kThreads, Sm::bytes, stream>>>(sp);
+  KCP_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void launch_chunk_state_fold(const StateParams& sp, int input_dtype, int groups, cudaStream_t stream) {
+  const ChunkParams& p = sp.c;
+  KCP_CHECK(state_fold_applies(p, input_dtype) && sp.Vw == p.V && sp.u == p.u && sp.init != kInitIdentity &&
+                p.V % 32 == 0 && groups >= 0 && groups <= 2,
+            "cuda-chunkwise: the folded state kernel serves the gdn forward with 16-bit inputs only");
+  if (p.N * p.HV == 0) return;
+  static int sms = 0;
+  if (!sms) KCP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int G = groups ? groups : (int64_t(p.V / 16) * p.N * p.HV <= sms ? 1 : 2);
+  dispatch_input_type(input_dtype, [&](auto tag) {
+    using Tin = typename decltype(tag)::type;
+    if constexpr (sizeof(Tin) == 2)
+      dispatch_key_dim(p.K, [&](auto kd) {
+        constexpr int KD = decltype(kd)::value;
+        if (G == 1) launch<Tin, KD, 16>(sp, stream);
+        else launch<Tin, KD, 32>(sp, stream);
+      });
+  });
+}
+
+}  // namespace kcp::cuda

@@ -1,0 +1,130 @@
+// Shared-memory plan of the folded state kernel (chunk_state_fold.cu) and its cp.async loads.
+//   Per stage (two, chunk c+1 loads while chunk c computes), 128-byte-swizzled (wg::sw128_offset):
+//   k, q [64][max(K,64)] 16-bit; P, Aqk [64][64] float32 (only the 8x8 blocks on and below the
+//   diagonal are copied; the rest is zeroed once); v [64][BV] row-major; gates b, beta, rstd_k,
+//   rstd_q [4][64]. Written by the threads each chunk, interleaved core matrices (wg::blocked_offset):
+//   S hi/lo [K][BV] and Vt hi/lo [64][BV] (16-bit, N-major), Y and vnew [BV][64] (TF32, K-major).
+// ThreadPlan: the per-thread constants of the copies and operand stores, computed once; 8
+// consecutive threads copy one 128-byte global line into one swizzled row (whole sectors, no bank
+// conflicts), so every address in the chunk loop is a base plus a compile-time offset.
+// Covered by tests/cuda/test_cuda_stages.cpp ("state") and test_cuda_forward.cpp.
+#pragma once
+
+#include "cuda/chunk_params.cuh"
+#include "cuda/tile_mma.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace kcp::cuda::fold {
+
+constexpr int kThreads = 128;  // one warpgroup
+constexpr int kTileT = 4 * kChunk * kChunk;  // bytes of a 64x64 float tile (P, Aqk)
+
+template <class Tin, int KD, int BV>
+struct FoldSmem {
+  static constexpr int KP = KD < 64 ? 64 : KD;  // k, q tiles at least one 128-byte region wide
+  static constexpr size_t bytes_k = 2 * kChunk * KP, bytes_v = 2 * kChunk * BV, bytes_g = 4 * 4 * kChunk;
+  static constexpr size_t bytes_stage = 2 * bytes_k + 2 * kTileT + bytes_v + bytes_g;  // a multiple of 1024
+  static constexpr size_t bytes_s = 2 * KD * BV, bytes_t = 4 * kChunk * BV, bytes_vt = 2 * kChunk * BV;
+  static constexpr size_t bytes = 2 * bytes_stage + 2 * bytes_s + 2 * bytes_t + 2 * bytes_vt;
+  static_assert(bytes_stage % 1024 == 0, "swizzled tiles need 1024-byte aligned stages");
+  char* base;
+  __device__ explicit FoldSmem(char* b) : base(b) {}
+  __device__ char* stage(int st) const { return base + st * bytes_stage; }
+  __device__ char* Ks(int st) const { return stage(st); }                       // 128B-swizzled [64][KP]
+  __device__ char* Qs(int st) const { return stage(st) + bytes_k; }             // 128B-swizzled [64][KP]
+  __device__ char* Ps(int st) const { return stage(st) + 2 * bytes_k; }         // 128B-swizzled [64][64] f32
+  __device__ char* As(int st) const { return Ps(st) + kTileT; }                 // 128B-swizzled [64][64] f32
+  __device__ char* Vs(int st) const { return As(st) + kTileT; }                 // row-major [64][BV]
+  // gates of the chunk: 0 b (log2 cumsum), 1 beta, 2 rstd_k, 3 rstd_q
+  __device__ const float* gate(int st, int a) const { return reinterpret_cast<const float*>(Vs(st) + bytes_v) + a * kChunk; }
+  __device__ char* ops() const { return base + 2 * bytes_stage; }
+  __device__ char* Sb(int part) const { return ops() + part * bytes_s; }                     // blocked [K][BV], hi / lo
+  __device__ char* Yb() const { return ops() + 2 * bytes_s; }                                // blocked [BV][64] f32
+  __device__ char* Nb() const { return Yb() + bytes_t; }                                     // blocked [BV][64] f32
+  __device__ char* Vt(int part) const { return Nb() + bytes_t + part * bytes_vt; }           // blocked [64][BV], hi / lo
+};
+
+// Per-thread constants of the chunk loop (computed once): where this thread's cp.async copies and
+// operand stores go. Copies into swizzled tiles: 8 consecutive threads copy one 128-byte global line
+// into one swizzled 128-byte row (whole sectors, no bank conflicts); copy i lands at dst + i * step.
+template <class Tin, int KD, int BV>
+struct ThreadPlan {
+  static constexpr int kCpr = KD / 8, kRowStep = kThreads / kCpr;  // k, q: 16-byte chunks per row
+  static constexpr int vCpr = BV / 8, vRowStep = kThreads / vCpr;
+  int kq_row, kq_col, kq_dst;  // row of copy 0, element column, smem offset (copy i: + kRowStep * 128 i)
+  int v_row, v_col;            // smem offset 16 tid (copy i: + 2048 i)
+  int t_src, t_ch, t_dst;      // P, Aqk: float offset in the global tile, 16-byte chunk, smem offset (+ 1024 i)
+  int op16, op32;              // blocked offsets of accumulator entry 0: 16-bit N-major, float K-major
+  __device__ ThreadPlan() {
+    const int tid = threadIdx.x, w = tid >> 5, l = tid & 31, g = l >> 2, t = l & 3;
+    kq_row = tid / kCpr, kq_col = 8 * (tid % kCpr);
+    kq_dst = wg::sw128_offset<Tin>(kq_row, kq_col, kChunk);
+    v_row = tid / vCpr, v_col = 8 * (tid % vCpr);
+    t_ch = tid & 15, t_src = (tid >> 4) * kChunk + 4 * t_ch, t_dst = wg::sw128_offset<float>(tid >> 4, 4 * t_ch, kChunk);
+    op16 = 2 * w * (BV / 8) * 128 + g * 16 + 4 * t;
+    op32 = (4 * w + g / 4) * 128 + 2 * t * 16 + (g % 4) * 4;
+  }
+};
+
+// Chunk `ck`'s tiles into `stage`: k, q, the v columns [v0, v0+BV) (rows >= L zero-filled), the
+// 8x8 blocks of P and Aqk on and below the diagonal, and the gates. Full chunks (all but the last
+// of a sequence) take the copies without row predicates.
+template <bool kFull, class Tin, int KD, int BV>
+__device__ __forceinline__ void copy_rows(const StateParams& sp, const ThreadPlan<Tin, KD, BV>& tp, const ChunkInfo& ck,
+                                          int hv, int v0, char* stage) {
+  using Sm = FoldSmem<Tin, KD, BV>;
+  using Tp = ThreadPlan<Tin, KD, BV>;
+  const ChunkParams& p = sp.c;
+  const int h = hv / p.G, L = ck.len;
+  const Tin* k0 = static_cast<const Tin*>(p.k.p) + row_off(p.k, ck.t0, h);  // row 0: valid for any L
+  const Tin* q0 = static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0, h);
+  const Tin* k = k0 + tp.kq_row * p.k.st + tp.kq_col;
+  const Tin* q = q0 + tp.kq_row * p.q.st + tp.kq_col;
+#pragma unroll
+  for (int i = 0; i < kChunk / Tp::kRowStep; ++i) {
+    const bool valid = kFull || tp.kq_row + Tp::kRowStep * i < L;
+    const int64_t dk = Tp::kRowStep * i * p.k.st, dq = Tp::kRowStep * i * p.q.st;
+    cp_async16(stage + tp.kq_dst + Tp::kRowStep * 128 * i, valid ? k + dk : k0, valid);
+    cp_async16(stage + Sm::bytes_k + tp.kq_dst + Tp::kRowStep * 128 * i, valid ? q + dq : q0, valid);
+  }
+  const Tin* v0p = static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + v0;
+  const Tin* v = v0p + tp.v_row * p.v.st + tp.v_col;
+#pragma unroll
+  for (int i = 0; i < kChunk / Tp::vRowStep; ++i) {
+    const bool valid = kFull || tp.v_row + Tp::vRowStep * i < L;
+    cp_async16(stage + 2 * Sm::bytes_k + 2 * kTileT + 16 * threadIdx.x + 2048 * i, valid ? v + Tp::vRowStep * i * p.v.st : v0p,
+               valid);
+  }
+}
+
+template <class Tin, int KD, int BV>
+__device__ void issue_loads(const StateParams& sp, const ThreadPlan<Tin, KD, BV>& tp, const ChunkInfo& ck, int ci, int hv,
+                            int v0, char* stage) {
+  using Sm = FoldSmem<Tin, KD, BV>;
+  const ChunkParams& p = sp.c;
+  const int h = hv / p.G, L = ck.len;
+  if (L == kChunk) copy_rows<true>(sp, tp, ck, hv, v0, stage);
+  else copy_rows<false>(sp, tp, ck, hv, v0, stage);
+  const float* P = p.P + (int64_t(ci) * p.HV + hv) * kChunk * kChunk + tp.t_src;
+  const float* A = p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk + tp.t_src;
+  char* pt = stage + 2 * Sm::bytes_k + tp.t_dst;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)  // rows 8i..8i+7: the chunks of the 8x8 blocks 0..i
+    if (tp.t_ch < 2 * (i + 1)) {
+      cp_async16(pt + 1024 * i, P + 512 * i, true);
+      cp_async16(pt + kTileT + 1024 * i, A + 512 * i, true);
+    }
+  float* gates = reinterpret_cast<float*>(stage + 2 * Sm::bytes_k + 2 * kTileT + Sm::bytes_v);
+  const int r = threadIdx.x & 63;  // threads 0-63: b, beta; 64-127: rstd
+  const bool valid = r < L;
+  const int64_t tt = ck.t0 + (valid ? r : 0);
+  if (threadIdx.x < 64) {
+    cp_async4(gates + r, p.gcum + tt * p.HV + hv, valid);
+    cp_async4(gates + kChunk + r, p.beta_e + tt * p.HV + hv, valid);
+  } else if (p.l2norm) {
+    cp_async4(gates + 2 * kChunk + r, p.rstd_k + tt * p.H + h, valid);
+    cp_async4(gates + 3 * kChunk + r, p.rstd_q + tt * p.H + h, valid);
+  }
+}
+
+}  // namespace kcp::cuda::fold
