@@ -41,6 +41,9 @@ class Backend {
   virtual std::string_view name() const = 0;
   virtual Device device() const = 0;  // where every view passed in must live
   virtual Support supports(const Problem& p) const = 0;
+  // Whether backward and transition_backward run for p (a forward-only backend says why not here,
+  // so callers such as `kcp check` can judge its outputs and skip the gradients).
+  virtual Support supports_backward(const Problem& p) const { return supports(p); }
 
   virtual void forward(const Problem& p, const Inputs& in, const Outputs& out) = 0;
   virtual void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) = 0;

@@ -26,6 +26,8 @@ class CudaChunkwiseBackend final : public Backend {
     return {};
   }
 
+  Support supports_backward(const Problem&) const override { return Support::no(kNoBackward); }
+
   void forward(const Problem& p, const Inputs& in, const Outputs& out) override {
     require_support(*this, p);
     pipeline_.forward(p, in, out);

@@ -21,6 +21,8 @@ namespace {
 // o / y of a chunkwise CP shard need only the earlier ranks' states; a final state or a gradient
 // also depends on later ranks (a sequence that continues there).
 bool is_output_tensor(std::string_view name) { return name == "o" || name == "y"; }
+// Results of the forward pass (the rest are gradients).
+bool is_forward_result(std::string_view name) { return is_output_tensor(name) || name == "final_state"; }
 
 // One dataset of a result group against the oracle's result of the same name.
 void check_dataset(const io::Dump& d, const DumpRun& run, const io::DumpGroup& g, Producer prod,
@@ -28,6 +30,8 @@ void check_dataset(const io::Dump& d, const DumpRun& run, const io::DumpGroup& g
   if (!io::result_name_known(d.op, ds.name))
     return report_skip(g.name, ds.name, "not a result of " + d.op + " (nothing to compare with)", t);
   auto it = run.results.find(ds.name);
+  if (it == run.results.end() && !run.backward_skipped.empty() && !is_forward_result(ds.name))
+    return report_skip(g.name, ds.name, "gradient not computed: " + run.backward_skipped, t);
   if (it == run.results.end())
     return report_skip(g.name, ds.name, "not computed: its input or /inputs/do is absent", t);
   const bool fwd = is_output_tensor(ds.name);

@@ -72,7 +72,7 @@ Grads grad_outputs(Staging& st, const Problem& p, const Inputs& in) {
 
 }  // namespace
 
-Results run_op_call(Backend& be, const io::OpCall& call) {
+Results run_op_call(Backend& be, const io::OpCall& call, std::string* backward_skipped) {
   const Problem& p = call.problem;
   require_support(be, p);
   Staging st(be);
@@ -82,8 +82,12 @@ Results run_op_call(Backend& be, const io::OpCall& call) {
   const Outputs out{st.out("o", p.compute, shape_v(p)), st.out("final_state", p.compute, shape_state(p))};
   be.forward(p, in, out);
   if (!call.cotangents.d_o.empty()) {
-    const Cotangents d{st.in(call.cotangents.d_o), st.in(call.cotangents.d_final_state)};
-    be.backward(p, in, d, grad_outputs(st, p, in));
+    if (const Support bwd = be.supports_backward(p); bwd) {
+      const Cotangents d{st.in(call.cotangents.d_o), st.in(call.cotangents.d_final_state)};
+      be.backward(p, in, d, grad_outputs(st, p, in));
+    } else if (backward_skipped) {
+      *backward_skipped = bwd.reason;
+    }
   }
   return st.collect();
 }
@@ -124,7 +128,7 @@ DumpRun run_dump(Backend& be, const io::Dump& d, DType compute) {
     return r;
   }
   const io::OpCall c = io::dump_op_call(d, compute);
-  r.results = run_op_call(be, c);
+  r.results = run_op_call(be, c, &r.backward_skipped);
   r.group = std::string(be.name());
   r.description = c.problem.describe() + " on " + r.group;
   r.input_dtype = c.input_dtype, r.placement = c.placement;

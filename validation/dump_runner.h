@@ -17,7 +17,9 @@ namespace kcp::val {
 
 using Results = std::map<std::string, io::Array>;
 
-Results run_op_call(Backend& backend, const io::OpCall& call);
+// When the dump holds do but the backend has no backward for the problem (supports_backward), only
+// the forward runs and *backward_skipped (when given) receives the backend's reason.
+Results run_op_call(Backend& backend, const io::OpCall& call, std::string* backward_skipped = nullptr);
 Results run_conv1d_call(const io::Conv1dCall& call, DType compute);
 
 // Either of the above for a whole dump: ops run on `backend`, conv1d on the reference.
@@ -27,6 +29,7 @@ struct DumpRun {
   std::string description;  // the problem, e.g. "gdn(B=2,T=128,...,float64)"
   DType input_dtype = DType::f32;
   io::Placement placement;
+  std::string backward_skipped;  // why the gradients were not computed, when the backend has no backward
 };
 DumpRun run_dump(Backend& backend, const io::Dump& d, DType compute);
 

@@ -46,6 +46,9 @@ TEST_CASE("backward and transition_backward are not implemented and say so") {
     return val::make_case(s);
   }();
   const Problem p = c.problem(DType::f32);
+  CHECK(be->supports(p));
+  CHECK_FALSE(be->supports_backward(p));
+  CHECK(be->supports_backward(p).reason == "cuda-chunkwise: backward is not implemented yet");
   auto g = val::make_grads<float>(p, c.inputs());
   CHECK_THROWS_WITH_AS(be->backward(p, c.inputs(), c.cotangents(), g.views()),
                        "cuda-chunkwise: backward is not implemented yet", Error);

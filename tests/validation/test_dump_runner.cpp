@@ -21,6 +21,10 @@ namespace {
 class TrackedBackend final : public Backend {
  public:
   TrackedBackend() : inner_(val::backend_create("cpu-recurrent")) {}
+  bool forward_only = false;  // then supports_backward() says no, like a backend without a backward
+  Support supports_backward(const Problem& p) const override {
+    return forward_only ? Support::no("tracked-recurrent: forward only in this test") : inner_->supports(p);
+  }
   ~TrackedBackend() override { CHECK(live_.empty()); }
   std::string_view name() const override { return "tracked-recurrent"; }
   Device device() const override { return Device::host; }
@@ -30,6 +34,7 @@ class TrackedBackend final : public Backend {
     inner_->forward(p, in, out);
   }
   void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& g) override {
+    CHECK_FALSE(forward_only);  // the runner must not call a backward the backend disowns
     for (const TensorView* v : {&d.d_o, &g.dq, &g.dk, &g.dv, &g.dg, &g.dbeta, &g.d_initial_state}) owned(*v);
     inner_->backward(p, in, d, g);
   }
@@ -121,4 +126,19 @@ TEST_CASE("run_conv1d_call equals the conv1d reference called directly") {
   CHECK(std::memcmp(r.at("dx").data(), dx.data(), dx.numel() * sizeof(double)) == 0);
   CHECK(std::memcmp(r.at("dweight").data(), dw.data(), dw.numel() * sizeof(double)) == 0);
   CHECK(r.count("dbias") == 0);
+}
+
+TEST_CASE("a backend without a backward: run_dump computes the forward and says why gradients are absent") {
+  test::TempDir dir("runner_no_bwd");
+  val::CaseSpec s;
+  s.variant = Variant::kda, s.seed = val::seed_from_env(11);
+  io::dump_write(dir.file("c.h5"), test::dump_from_case(val::make_case(s)));
+  TrackedBackend tracked;
+  tracked.forward_only = true;
+  const val::DumpRun run = val::run_dump(tracked, io::dump_read(dir.file("c.h5")), DType::f64);
+  CHECK(run.backward_skipped == "tracked-recurrent: forward only in this test");
+  CHECK(run.results.count("o") == 1);
+  CHECK(run.results.count("final_state") == 1);
+  CHECK(run.results.count("dq") == 0);
+  CHECK(run.results.count("dg") == 0);
 }
