@@ -22,6 +22,11 @@ inline constexpr double kExactF64 = 1e-10;
 // float64 (kda with equal gates vs gdn, packed vs one by one, GVA vs repeated heads).
 inline constexpr double kIdentityF64 = 1e-12;
 
+// Element-wise float64 comparisons of values computed along two paths of a few dozen operations on
+// unit-scale numbers (hand-worked steps, closed forms, a conv split at a halo): rounding is ~1e-16
+// per operation, ~1e-15 accumulated; 1e-13 leaves margin and still fails on any wrong term.
+inline constexpr double kElementF64 = 1e-13;
+
 // float32 vs float64 of the same recurrence on inputs of unit scale: float32 rounding (6e-8)
 // accumulated over the short test sequences gives ~1e-6 observed; 1e-4 still fails on any error
 // larger than float rounding (a dropped term is O(1)).

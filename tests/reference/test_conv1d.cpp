@@ -82,8 +82,8 @@ TEST_CASE("conv1d: a split sequence with the previous part's tail as halo equals
   ref::conv1d_backward(part, x2.view(), w.view(), {}, halo.view(), dy2.view(), dx2.view(), {}, {}, dhalo.view());
   for (int64_t t = 0; t < T - cut; ++t)
     for (int64_t d = 0; d < D; ++d) {
-      CHECK(y2(0, t, d) == doctest::Approx(y(0, cut + t, d)).epsilon(1e-14));
-      CHECK(dx2(0, t, d) == doctest::Approx(dx(0, cut + t, d)).epsilon(1e-14));
+      CHECK(y2(0, t, d) == doctest::Approx(y(0, cut + t, d)).epsilon(val::tol::kElementF64));
+      CHECK(dx2(0, t, d) == doctest::Approx(dx(0, cut + t, d)).epsilon(val::tol::kElementF64));
     }
   // the halo gradient is the second part's share of dx on the first part's tail
   Tensor<double> dy1({1, cut, D}), x1({1, cut, D}), dx1({1, cut, D});
@@ -93,5 +93,5 @@ TEST_CASE("conv1d: a split sequence with the previous part's tail as halo equals
   ref::conv1d_backward(first, x1.view(), w.view(), {}, {}, dy1.view(), dx1.view(), {}, {}, {});
   for (int64_t t = 0; t < W - 1; ++t)
     for (int64_t d = 0; d < D; ++d)
-      CHECK(dx1(0, cut - (W - 1) + t, d) + dhalo(t, d) == doctest::Approx(dx(0, cut - (W - 1) + t, d)).epsilon(1e-13));
+      CHECK(dx1(0, cut - (W - 1) + t, d) + dhalo(t, d) == doctest::Approx(dx(0, cut - (W - 1) + t, d)).epsilon(val::tol::kElementF64));
 }

@@ -157,7 +157,7 @@ TEST_CASE("transitions reproduce the recurrence: M S_in + S_ext and dM dht + dS_
             double a = s_ext(hv, i, j), b = ds_ext(hv, i, j);
             for (int64_t l = 0; l < K; ++l) a += m(hv, i, l) * c.h0(seq, hv, l, j), b += mt(hv, i, l) * c.dht(seq, hv, l, j);
             fwd(0, hv, i, j) = a, bwd(0, hv, i, j) = b;
-            CHECK(mt(hv, i, j % K) == doctest::Approx(m(hv, j % K, i)).epsilon(1e-15));  // dM = M^T
+            CHECK(mt(hv, i, j % K) == doctest::Approx(m(hv, j % K, i)).epsilon(val::tol::kElementF64));  // dM = M^T
           }
       CHECK(rel(fwd.view(), slice_first(r.out.final_state, seq).view()) < val::tol::kIdentityF64);
       CHECK(rel(bwd.view(), slice_first(r.grads.dh0, seq).view()) < val::tol::kIdentityF64);

@@ -63,8 +63,8 @@ TEST_CASE("hand-worked two-token examples (K = V = 2, scale 1)") {
       auto be = oracle();
       const auto r = val::run_case<double>(*be, c, false);
       for (int i = 0; i < 4; ++i) {
-        CHECK(r.out.o.data()[i] == doctest::Approx(e.o[i]).epsilon(1e-15));
-        CHECK(r.out.final_state.data()[i] == doctest::Approx(e.ht[i]).epsilon(1e-15));
+        CHECK(r.out.o.data()[i] == doctest::Approx(e.o[i]).epsilon(val::tol::kElementF64));
+        CHECK(r.out.final_state.data()[i] == doctest::Approx(e.ht[i]).epsilon(val::tol::kElementF64));
       }
     }
   }
@@ -86,12 +86,12 @@ TEST_CASE("beta = 0 only decays the state") {
           for (int64_t j = 0; j < s.V; ++j) {
             double o = 0;
             for (int64_t i = 0; i < s.K; ++i) o += std::exp(decay[size_t(i)]) * c.h0(0, hv, i, j) * c.q(0, t, hv / (s.HV / s.H), i);
-            CHECK(r.out.o(0, t, hv, j) == doctest::Approx(o * c.problem().scale).epsilon(1e-13));
+            CHECK(r.out.o(0, t, hv, j) == doctest::Approx(o * c.problem().scale).epsilon(val::tol::kElementF64));
           }
         }
         for (int64_t i = 0; i < s.K; ++i)
           for (int64_t j = 0; j < s.V; ++j)
-            CHECK(r.out.final_state(0, hv, i, j) == doctest::Approx(std::exp(decay[size_t(i)]) * c.h0(0, hv, i, j)).epsilon(1e-13));
+            CHECK(r.out.final_state(0, hv, i, j) == doctest::Approx(std::exp(decay[size_t(i)]) * c.h0(0, hv, i, j)).epsilon(val::tol::kElementF64));
       }
     }
   }
@@ -114,7 +114,7 @@ TEST_CASE("gla with g = 0 is causal linear attention") {
           for (int64_t i = 0; i < s.K; ++i) qk += c.q(0, t, hv, i) * c.k(0, u, hv, i);
           o += scale * qk * c.v(0, u, hv, j);
         }
-        CHECK(r.out.o(0, t, hv, j) == doctest::Approx(o).epsilon(1e-13));
+        CHECK(r.out.o(0, t, hv, j) == doctest::Approx(o).epsilon(val::tol::kElementF64));
       }
 }
 
