@@ -272,10 +272,7 @@ __global__ void __launch_bounds__(kThreads) chunk_kkt_kernel(const ChunkParams p
 template <class Tin, int KD, bool kKDA>
 void launch(const ChunkParams& p, cudaStream_t stream) {
   const size_t smem = KktSmem<Tin, KD, kKDA>::bytes;
-  auto kernel = chunk_kkt_kernel<Tin, KD, kKDA>;
-  KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  kernel<<<dim3(p.NT, p.HV), kThreads, smem, stream>>>(p);
-  KCP_CUDA_LAUNCH_CHECK();
+  launch_kernel(chunk_kkt_kernel<Tin, KD, kKDA>, dim3(p.NT, p.HV), kThreads, smem, stream, p);
 }
 
 }  // namespace

@@ -111,10 +111,7 @@ void launch_chunk_output(const OutputParams& op, int input_dtype, cudaStream_t s
       auto run = [&](auto kda) {
         constexpr bool kKDA = decltype(kda)::value;
         const size_t smem = OutputSmem<Tin, KD, kKDA>::bytes;
-        auto kernel = chunk_output_kernel<Tin, KD, kKDA>;
-        KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        kernel<<<dim3(p.NT, p.HV, p.V / kBV), kThreads, smem, stream>>>(op);
-        KCP_CUDA_LAUNCH_CHECK();
+        launch_kernel(chunk_output_kernel<Tin, KD, kKDA>, dim3(p.NT, p.HV, p.V / kBV), kThreads, smem, stream, op);
       };
       if (p.kda) run(std::true_type{});
       else run(std::false_type{});

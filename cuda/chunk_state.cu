@@ -255,10 +255,8 @@ void launch_chunk_state(const StateParams& sp, int input_dtype, cudaStream_t str
         constexpr int BV = decltype(bv)::value;
         const size_t smem = StateSmem<Tin, KD, BV, kKDA, !kKDA && !kSplit && sizeof(Tin) == 2>::bytes;
         static_assert(StateSmem<Tin, KD, BV, kKDA, true>::bytes <= kMaxSmem, "state tiles exceed shared memory");
-        auto kernel = chunk_state_kernel<Tin, KD, BV, kKDA, kSplit>;
-        KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        kernel<<<dim3(sp.Vw / BV, p.N * p.HV), kThreads, smem, stream>>>(sp);
-        KCP_CUDA_LAUNCH_CHECK();
+        launch_kernel(chunk_state_kernel<Tin, KD, BV, kKDA, kSplit>, dim3(sp.Vw / BV, p.N * p.HV), kThreads, smem,
+                      stream, sp);
       };
       auto run_bv = [&](auto kda, auto spl) {
         if constexpr (KD >= 64)

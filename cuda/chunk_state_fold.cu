@@ -300,10 +300,8 @@ template <class Tin, int KD, int BV>
 void launch(const StateParams& sp, cudaStream_t stream) {
   using Sm = FoldSmem<Tin, KD, BV>;
   static_assert(Sm::bytes <= 227 * 1024, "folded state tiles exceed shared memory");
-  auto kernel = chunk_state_fold_kernel<Tin, KD, BV>;
-  KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Sm::bytes)));
-  kernel<<<dim3(sp.c.V / BV, sp.c.N * sp.c.HV), kThreads, Sm::bytes, stream>>>(sp);
-  KCP_CUDA_LAUNCH_CHECK();
+  launch_kernel(chunk_state_fold_kernel<Tin, KD, BV>, dim3(sp.c.V / BV, sp.c.N * sp.c.HV), kThreads, Sm::bytes,
+                stream, sp);
 }
 
 }  // namespace

@@ -156,11 +156,8 @@ __global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p)
 template <class Tin, bool kKDA>
 void launch(const ChunkParams& p, cudaStream_t stream) {
   const size_t smem = WySmem<Tin, kKDA>::bytes;
-  auto kernel = chunk_wy_kernel<Tin, kKDA>;
-  KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const int slabs = (p.K + kSlab - 1) / kSlab + (p.V + kSlab - 1) / kSlab;
-  kernel<<<dim3(slabs, p.NT, p.HV), kThreads, smem, stream>>>(p);
-  KCP_CUDA_LAUNCH_CHECK();
+  launch_kernel(chunk_wy_kernel<Tin, kKDA>, dim3(slabs, p.NT, p.HV), kThreads, smem, stream, p);
 }
 
 }  // namespace

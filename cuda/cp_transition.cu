@@ -61,11 +61,9 @@ void merge_transitions(const TensorView& m, const TensorView& s_ext, int64_t fir
   }
   if (HV == 0) return;
   const size_t smem = sizeof(float) * 2 * size_t(K) * kCols;
-  KCP_CUDA_CHECK(cudaFuncSetAttribute(merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  merge_kernel<<<dim3(unsigned(HV), unsigned(V / kCols)), kThreads, smem>>>(
-      static_cast<const float*>(m.data), static_cast<const float*>(s_ext.data), first, count,
-      static_cast<const float*>(s0.data), static_cast<float*>(out.data), int(HV), int(K), int(V));
-  KCP_CUDA_LAUNCH_CHECK();
+  launch_kernel(merge_kernel, dim3(unsigned(HV), unsigned(V / kCols)), kThreads, smem, cudaStream_t{},
+                static_cast<const float*>(m.data), static_cast<const float*>(s_ext.data), first, count,
+                static_cast<const float*>(s0.data), static_cast<float*>(out.data), int(HV), int(K), int(V));
 }
 
 }  // namespace kcp::cuda

@@ -17,3 +17,17 @@
   } while (0)
 
 #define KCP_CUDA_LAUNCH_CHECK() KCP_CUDA_CHECK(cudaGetLastError())
+
+namespace kcp::cuda {
+
+// Launches `kernel` with `smem` bytes of dynamic shared memory and checks the launch. The kernel's
+// limit is raised first: past 48 KB a launch fails unless the attribute allows it.
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   Args&&... args) {
+  KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  kernel<<<grid, block, smem, stream>>>(static_cast<Args&&>(args)...);
+  KCP_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace kcp::cuda

@@ -165,6 +165,21 @@ __device__ __forceinline__ FragB<S> ldm_b_nk(const float* s, int ld, int k0, int
   return b;
 }
 
+// The A fragment from one x2 ldmatrix of a 16-bit tile in the permuted k order: each 16-bit value
+// widened to float bits (exact, hence exact in TF32); position t from the low halves, t+2 (of each
+// register pair) from the high halves.
+template <class T>
+__device__ __forceinline__ FragA<false> frag_a_from_x2(const uint32_t (&r)[2]) {
+  auto widen = [](uint32_t bits16) {
+    if constexpr (std::is_same_v<T, __half>) return __float_as_uint(__half2float(__ushort_as_half((unsigned short)bits16)));
+    else return bits16 << 16;
+  };
+  FragA<false> f;
+  f.hi[0] = widen(r[0] & 0xffffu), f.hi[2] = widen(r[0] >> 16);
+  f.hi[1] = widen(r[1] & 0xffffu), f.hi[3] = widen(r[1] >> 16);
+  return f;
+}
+
 // A[16x8] at (m0,k0) with A(m,k) = s[k*ld + m] from a 16-bit tile (k^T out of row-major k) by one
 // ldmatrix.trans, with the k positions permuted: fragment position t holds k0+2t and position t+4
 // holds k0+2t+1. Only valid with B fragments stored under the same permutation (perm_pos below).
@@ -175,14 +190,7 @@ __device__ __forceinline__ FragA<false> ldm_a_col16_perm(const T* s, int ld, int
   uint32_t r[2];
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(s + (k0 + (l & 7)) * ld + m0 + ((l >> 3) & 1) * 8));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
-  auto widen = [](uint32_t bits16) {  // 16-bit value -> float bits (exact, hence exact in TF32)
-    if constexpr (std::is_same_v<T, __half>) return __float_as_uint(__half2float(__ushort_as_half((unsigned short)bits16)));
-    else return bits16 << 16;
-  };
-  FragA<false> f;
-  f.hi[0] = widen(r[0] & 0xffffu), f.hi[2] = widen(r[0] >> 16);
-  f.hi[1] = widen(r[1] & 0xffffu), f.hi[3] = widen(r[1] >> 16);
-  return f;
+  return frag_a_from_x2<T>(r);
 }
 // A[16x8] at (m0,k0) of a row-major 16-bit tile with the same permuted k order: fragment position t
 // holds column k0+2t and t+4 holds k0+2t+1 (one ldmatrix, no transpose).
@@ -193,14 +201,7 @@ __device__ __forceinline__ FragA<false> ldm_a_row16_perm(const T* s, int ld, int
   uint32_t r[2];
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(s + (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + k0));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
-  auto widen = [](uint32_t bits16) {
-    if constexpr (std::is_same_v<T, __half>) return __float_as_uint(__half2float(__ushort_as_half((unsigned short)bits16)));
-    else return bits16 << 16;
-  };
-  FragA<false> f;
-  f.hi[0] = widen(r[0] & 0xffffu), f.hi[2] = widen(r[0] >> 16);
-  f.hi[1] = widen(r[1] & 0xffffu), f.hi[3] = widen(r[1] >> 16);
-  return f;
+  return frag_a_from_x2<T>(r);
 }
 
 // Raw 16-bit ldmatrix, four 8x8 matrices: lane l gives the address of row l%8 of matrix l/8 (16-byte
