@@ -15,6 +15,7 @@
 // columns >= L are zero (P: identity there).
 // Covered by tests/cuda/test_cuda_stages.cpp ("kkt").
 #include "cuda/chunk_kkt.cuh"
+#include "cuda/chunk_rows.cuh"
 
 #include <algorithm>
 
@@ -65,17 +66,7 @@ __device__ void load_tiles(const ChunkParams& p, const ChunkInfo& ck, int hv, co
       cp_async16(s.gs + r * Sm::ldg + 4 * sg, p.gcum + (int64_t(ck.t0 + min(r, L - 1)) * p.HV + hv) * KD + 4 * sg, true);
     }
   }
-  for (int r = threadIdx.x; r < kChunk; r += kThreads) {
-    const int64_t tt = ck.t0 + min(r, L - 1);
-    if constexpr (!kKDA) cp_async4(s.gs + r, p.gcum + tt * p.HV + hv, true);
-    cp_async4(s.bet + r, p.beta_e + tt * p.HV + hv, r < L);
-    if (p.l2norm) {
-      cp_async4(s.rk + r, p.rstd_k + tt * p.H + h, r < L);
-      cp_async4(s.rq + r, p.rstd_q + tt * p.H + h, r < L);
-    } else {
-      s.rk[r] = s.rq[r] = 1.0f;
-    }
-  }
+  load_chunk_row_scalars<kKDA>(p, ck, hv, h, s.gs, s.bet, s.rk, s.rq);
   for (int idx = threadIdx.x; idx < kChunk * kLdL / 4; idx += kThreads)
     reinterpret_cast<float4*>(s.Ls)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   cp_async_commit();

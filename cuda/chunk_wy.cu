@@ -9,6 +9,7 @@
 // Not run by the gdn forward with 16-bit inputs, whose state kernel folds w and u in
 // (chunk_state_fold.cu). Covered by tests/cuda/test_cuda_stages.cpp ("wy").
 #include "cuda/chunk_wy.cuh"
+#include "cuda/chunk_rows.cuh"
 
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
@@ -71,17 +72,7 @@ __device__ void load_slab(const ChunkParams& p, const ChunkInfo& ck, int ci, int
       const int r = idx / (sl.W / 4), sg = idx % (sl.W / 4);
       cp_async16(s.F + r * kLdF + 4 * sg, p.gcum + (int64_t(ck.t0 + min(r, L - 1)) * p.HV + hv) * p.K + sl.c0 + 4 * sg, true);
     }
-  for (int r = threadIdx.x; r < kChunk; r += kThreads) {
-    const int64_t tt = ck.t0 + min(r, L - 1);
-    if (!kKDA) cp_async4(s.gs + r, p.gcum + tt * p.HV + hv, true);
-    cp_async4(s.bet + r, p.beta_e + tt * p.HV + hv, r < L);
-    if (p.l2norm) {
-      cp_async4(s.rk + r, p.rstd_k + tt * p.H + h, r < L);
-      cp_async4(s.rq + r, p.rstd_q + tt * p.H + h, r < L);
-    } else {
-      s.rk[r] = s.rq[r] = 1.0f;
-    }
-  }
+  load_chunk_row_scalars<kKDA>(p, ck, hv, h, s.gs, s.bet, s.rk, s.rq);
   cp_async_commit();
   cp_async_wait<0>();
 }

@@ -1,0 +1,30 @@
+// The per-row scalars of one chunk into shared memory, shared by the kkt and WY stages: the gdn gate
+// cumsum (kda's per-channel gates are tiles, loaded by each stage), the effective beta, and the L2
+// norm's rstd of k and q (1 without the fused norm). Rows past the chunk's length L repeat the last
+// valid gate (so exp2 of differences stays finite) and leave beta/rstd unwritten (cp_async zero fill).
+// Covered by tests/cuda/test_cuda.cpp (stage tests of kkt and WY).
+#pragma once
+
+#include "cuda/chunk_params.cuh"
+#include "cuda/tile_mma.cuh"
+
+namespace kcp::cuda {
+
+template <bool kKDA>
+__device__ __forceinline__ void load_chunk_row_scalars(const ChunkParams& p, const ChunkInfo& ck, int hv, int h,
+                                                       float* gs, float* bet, float* rk, float* rq) {
+  const int L = ck.len;
+  for (int r = threadIdx.x; r < kChunk; r += blockDim.x) {
+    const int64_t tt = ck.t0 + min(r, L - 1);
+    if constexpr (!kKDA) cp_async4(gs + r, p.gcum + tt * p.HV + hv, true);
+    cp_async4(bet + r, p.beta_e + tt * p.HV + hv, r < L);
+    if (p.l2norm) {
+      cp_async4(rk + r, p.rstd_k + tt * p.H + h, r < L);
+      cp_async4(rq + r, p.rstd_q + tt * p.H + h, r < L);
+    } else {
+      rk[r] = rq[r] = 1.0f;
+    }
+  }
+}
+
+}  // namespace kcp::cuda
