@@ -1,7 +1,9 @@
 // Host-side view access: element get/set and row load/store with dtype conversion.
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <sstream>
+#include <type_traits>
 
 namespace kcp {
 
@@ -57,7 +59,12 @@ template <class S>
 void view_load(const TensorView& v, int64_t off, int64_t n, int64_t step, S* out) {
   KCP_CHECK(v.device == Device::host, "view_load on a device view");
   dispatch(v, [&](auto* p, auto widen, auto) {
-    for (int64_t i = 0; i < n; ++i) out[i] = S(widen(p[off + i * step]));
+    const auto* src = p + off;
+    if (step == 1) {  // the common contiguous row: a loop the compiler vectorizes
+      for (int64_t i = 0; i < n; ++i) out[i] = S(widen(src[i]));
+      return;
+    }
+    for (int64_t i = 0; i < n; ++i) out[i] = S(widen(src[i * step]));
   });
 }
 
@@ -65,7 +72,15 @@ template <class S>
 void view_store(const TensorView& v, int64_t off, int64_t n, int64_t step, const S* in) {
   KCP_CHECK(v.device == Device::host, "view_store on a device view");
   dispatch(v, [&](auto* p, auto, auto narrow) {
-    for (int64_t i = 0; i < n; ++i) p[off + i * step] = narrow(double(in[i]));
+    auto* dst = p + off;
+    using Elem = std::remove_reference_t<decltype(*dst)>;
+    if constexpr (std::is_same_v<Elem, S>) {  // same type: no rounding, a plain copy
+      if (step == 1) {
+        std::copy(in, in + n, dst);
+        return;
+      }
+    }
+    for (int64_t i = 0; i < n; ++i) dst[i * step] = narrow(double(in[i]));
   });
 }
 

@@ -11,8 +11,11 @@
 #include <ctime>
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <vector>
 
 #include "reference/chunkwise.h"
+#include "validation/bench_products.h"
 #include "validation/cases.h"
 #include "validation/cli_args.h"
 #include "validation/commands.h"
@@ -62,11 +65,6 @@ double peak_rss_mib() {
   return double(u.ru_maxrss) / 1024.0;
 }
 
-size_t tensor_bytes(const CaseData& c) {
-  size_t n = 0;
-  for (const Tensor<double>* t : {&c.q, &c.k, &c.v, &c.g, &c.beta, &c.h0, &c.d_o, &c.dht}) n += size_t(t->numel());
-  return n * sizeof(double);
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -117,33 +115,129 @@ struct Timing {
   Time fwd, fwd_bwd;
 };
 
+// An absent (empty) tensor stays absent.
 template <class S>
-bool bench_one(Backend& be, const CaseData& c, DType dt, int repeat, double peak, Timing& tm) {
-  const Problem p = c.problem(dt);
-  const std::string name(be.name());
-  if (const Support sup = be.supports(p); !sup) {
-    std::printf("%-14s %-8s unsupported: %s\n", name.c_str(), std::string(dtype_name(dt)).c_str(), sup.reason.c_str());
-    return false;
+Tensor<S> cast_tensor(const Tensor<double>& t) {
+  return t.empty() ? Tensor<S>() : to_tensor<S>(t.view());
+}
+
+// The case's tensors held in S, as a caller computing in S passes them: a float32 run reading
+// float64 inputs would time a float64 -> float32 conversion of every row (memory-bound here).
+template <class S>
+struct CaseIn {
+  Tensor<S> q, k, v, g, beta, A_log, dt_bias, h0, d_o, dht;
+  explicit CaseIn(const CaseData& c)
+      : q(cast_tensor<S>(c.q)), k(cast_tensor<S>(c.k)), v(cast_tensor<S>(c.v)), g(cast_tensor<S>(c.g)),
+        beta(cast_tensor<S>(c.beta)), A_log(cast_tensor<S>(c.A_log)), dt_bias(cast_tensor<S>(c.dt_bias)),
+        h0(cast_tensor<S>(c.h0)), d_o(cast_tensor<S>(c.d_o)), dht(cast_tensor<S>(c.dht)) {}
+  Inputs inputs() const {
+    return {q.view(), k.view(), v.view(), g.view(), beta.view(), A_log.view(), dt_bias.view(), h0.view()};
   }
-  auto out = make_outputs<S>(p, true);
-  auto gr = make_grads<S>(p, c.inputs());
-  tm.fwd = best_time(repeat, [&] { be.forward(p, c.inputs(), out.views()); });
-  tm.fwd_bwd = best_time(repeat, [&] {
-    be.forward(p, c.inputs(), out.views());
-    be.backward(p, c.inputs(), c.cotangents(), gr.views());
-  });
-  const double ff = total_flops(name, p, false), fb = ff + total_flops(name, p, true), tok = double(p.T * p.B);
-  const double wf = tm.fwd.wall, wb = tm.fwd_bwd.wall;
+  Cotangents cotangents() const { return {d_o.view(), dht.view()}; }
+  int64_t bytes_elems() const {
+    int64_t n = 0;
+    for (const Tensor<S>* t : {&q, &k, &v, &g, &beta, &h0, &d_o, &dht}) n += t->numel();
+    return n;
+  }
+};
+
+// One backend at one precision, set up once and timed round after round.
+template <class S>
+struct Contestant {
+  Backend& be;
+  Problem p;
+  const CaseIn<S>& in;
+  OutputSet<S> out;
+  GradSet<S> gr;
+  Timing best{{1e300, 0}, {1e300, 0}};
+  std::vector<double> fwd_bwd;  // wall time of each round
+  Contestant(Backend& b, const Problem& pr, const CaseIn<S>& i)
+      : be(b), p(pr), in(i), out(make_outputs<S>(pr, true)), gr(make_grads<S>(pr, i.inputs())) {}
+  void round() {
+    const Time f = best_time(1, [&] { be.forward(p, in.inputs(), out.views()); });
+    const Time fb = best_time(1, [&] {
+      be.forward(p, in.inputs(), out.views());
+      be.backward(p, in.inputs(), in.cotangents(), gr.views());
+    });
+    if (f.wall < best.fwd.wall) best.fwd = f;
+    if (fb.wall < best.fwd_bwd.wall) best.fwd_bwd = fb;
+    fwd_bwd.push_back(fb.wall);
+  }
+};
+
+template <class S>
+void print_contestant(const Contestant<S>& c, double peak) {
+  const std::string name(c.be.name()), dt(dtype_name(c.p.compute));
+  const double ff = total_flops(name, c.p, false), fb = ff + total_flops(name, c.p, true), tok = double(c.p.T * c.p.B);
+  const Time &f = c.best.fwd, &b = c.best.fwd_bwd;
   std::printf("%-14s %-8s fwd %7.3f s (cpu %6.3f) %8.0f tok/s %6.2f GFLOP/s %3.0f%% | fwd+bwd %7.3f s (cpu %6.3f) "
               "%8.0f tok/s %6.2f GFLOP/s %3.0f%%\n",
-              name.c_str(), std::string(dtype_name(dt)).c_str(), wf, tm.fwd.cpu, tok / wf, ff / wf * 1e-9,
-              100 * ff / wf * 1e-9 / peak, wb, tm.fwd_bwd.cpu, tok / wb, fb / wb * 1e-9, 100 * fb / wb * 1e-9 / peak);
-  std::printf("%-14s %-8s peak RSS so far %.0f MiB (inputs+outputs+grads of this case: %.0f MiB)\n", name.c_str(),
-              std::string(dtype_name(dt)).c_str(), peak_rss_mib(),
-              double(tensor_bytes(c) + sizeof(S) * size_t(out.o.numel() + gr.dq.numel() + gr.dk.numel() +
-                                                            gr.dv.numel() + gr.dg.numel())) / 1048576.0);
+              name.c_str(), dt.c_str(), f.wall, f.cpu, tok / f.wall, ff / f.wall * 1e-9, 100 * ff / f.wall * 1e-9 / peak,
+              b.wall, b.cpu, tok / b.wall, fb / b.wall * 1e-9, 100 * fb / b.wall * 1e-9 / peak);
+}
+
+// Median of the per-round ratios a[r] / b[r]: rounds minutes apart see different machine load,
+// but the two runs of one round are adjacent, so their ratio is the steadier figure.
+double median_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) r.push_back(a[i] / b[i]);
+  if (r.empty()) return 0;
+  std::sort(r.begin(), r.end());
+  return r.size() % 2 ? r[r.size() / 2] : 0.5 * (r[r.size() / 2 - 1] + r[r.size() / 2]);
+}
+
+// Every CPU backend (and, for gdn, the chunkwise products floor of bench_products.h) at precision S,
+// interleaved round by round so that all see the same machine.
+template <class S>
+void bench_precision(const CaseData& c, const std::string& which, int repeat, double peak) {
+  const DType dt = dtype_of<S>();
+  const CaseIn<S> in(c);
+  const Problem p = c.problem(dt);
+  std::vector<std::unique_ptr<Backend>> owned;
+  std::vector<Contestant<S>> cs;
+  cs.reserve(4);
+  for (const std::string& name : backend_names()) {
+    if ((which != "all" && which != name) || name.rfind("cpu-", 0) != 0) continue;
+    owned.push_back(backend_create(name));
+    if (const Support sup = owned.back()->supports(p); !sup) {
+      std::printf("%-14s %-8s unsupported: %s\n", name.c_str(), dtype_name(dt).data(), sup.reason.c_str());
+      continue;
+    }
+    cs.emplace_back(*owned.back(), p, in);
+  }
+  const CaseSpec& s = c.spec;
+  const bool floor = s.variant == Variant::gdn && (which == "all" || which == "cpu-chunkwise");
+  ProductsTime pt{1e300, 1e300};
+  std::vector<double> floor_rounds;
+  for (int r = 0; r < repeat; ++r) {
+    for (Contestant<S>& x : cs) x.round();
+    if (!floor) continue;
+    const ProductsTime t = chunkwise_products_time<S>(s.HV, ref::chunk_count(s.T, s.chunk_size), s.chunk_size, s.K, s.V, 1);
+    pt.fwd = std::min(pt.fwd, t.fwd), pt.fwd_bwd = std::min(pt.fwd_bwd, t.fwd_bwd);
+    floor_rounds.push_back(t.fwd_bwd);
+  }
+  for (const Contestant<S>& x : cs) print_contestant(x, peak);
+  std::printf("%-8s peak RSS so far %.0f MiB (this case's inputs, outputs and grads in %s: %.0f MiB, plus the "
+              "float64 case they were cast from)\n",
+              dtype_name(dt).data(), peak_rss_mib(), dtype_name(dt).data(),
+              cs.empty() ? 0.0 : double(sizeof(S) * size_t(in.bytes_elems() + cs[0].out.o.numel() +
+                                                            cs[0].gr.dq.numel() + cs[0].gr.dk.numel() +
+                                                            cs[0].gr.dv.numel() + cs[0].gr.dg.numel())) / 1048576.0);
+  if (floor)
+    std::printf("cpu-chunkwise  %-8s its matrix products alone (a floor, bench_products.h): fwd %7.3f s | fwd+bwd "
+                "%7.3f s\n", dtype_name(dt).data(), pt.fwd, pt.fwd_bwd);
+  if (cs.size() < 2) return;
+  const Contestant<S>&rec = cs[0], &chk = cs[1];
+  std::printf("speedup cpu-chunkwise over cpu-recurrent, %s: fwd %.2fx (cpu time %.2fx), fwd+bwd %.2fx (cpu time "
+              "%.2fx); median of the %d rounds' fwd+bwd ratios %.2fx",
+              dtype_name(dt).data(), rec.best.fwd.wall / chk.best.fwd.wall, rec.best.fwd.cpu / chk.best.fwd.cpu,
+              rec.best.fwd_bwd.wall / chk.best.fwd_bwd.wall, rec.best.fwd_bwd.cpu / chk.best.fwd_bwd.cpu, repeat,
+              median_ratio(rec.fwd_bwd, chk.fwd_bwd));
+  if (floor)
+    std::printf("; cpu-recurrent over the products floor: %.2fx (median %.2fx)", rec.best.fwd_bwd.wall / pt.fwd_bwd,
+                median_ratio(rec.fwd_bwd, floor_rounds));
+  std::printf("\n");
   std::fflush(stdout);
-  return true;
 }
 
 }  // namespace
@@ -167,23 +261,8 @@ int cmd_bench_oracle(int argc, char** argv) {
   std::printf("machine GEMM peak (Eigen, %d threads, 256^3 each):", omp_get_max_threads());
   for (const auto& [k, v] : peak) std::printf(" %s %.1f GFLOP/s", k == "f64" ? "float64" : "float32", v);
   std::printf(" (%% columns below are of this peak)\n");
-  std::map<std::string, Timing> times;  // "backend/dtype"
-  for (const std::string& name : backend_names()) {
-    if (which != "all" && which != name) continue;
-    if (name.rfind("cpu-", 0) != 0) continue;
-    auto be = backend_create(name);
-    if (peak.count("f64")) bench_one<double>(*be, c, DType::f64, repeat, peak["f64"], times[name + "/f64"]);
-    if (peak.count("f32")) bench_one<float>(*be, c, DType::f32, repeat, peak["f32"], times[name + "/f32"]);
-  }
-  for (const char* dt : {"f64", "f32"}) {
-    const std::string r = std::string("cpu-recurrent/") + dt, k = std::string("cpu-chunkwise/") + dt;
-    if (!times.count(r) || !times.count(k) || times[k].fwd.wall == 0 || times[r].fwd.wall == 0) continue;
-    const Timing &R = times[r], &Kt = times[k];
-    std::printf("speedup cpu-chunkwise over cpu-recurrent, %s: fwd %.2fx (cpu time %.2fx), "
-                "fwd+bwd %.2fx (cpu time %.2fx)\n",
-                std::string(dt) == "f64" ? "float64" : "float32", R.fwd.wall / Kt.fwd.wall, R.fwd.cpu / Kt.fwd.cpu,
-                R.fwd_bwd.wall / Kt.fwd_bwd.wall, R.fwd_bwd.cpu / Kt.fwd_bwd.cpu);
-  }
+  if (peak.count("f64")) bench_precision<double>(c, which, repeat, peak["f64"]);
+  if (peak.count("f32")) bench_precision<float>(c, which, repeat, peak["f32"]);
   return 0;
 }
 
