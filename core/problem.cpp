@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <vector>
 
 namespace kcp {
 
@@ -71,19 +72,30 @@ void expect_float(const char* name, const TensorView& t) {
             dtype_name(t.dtype));
 }
 
-// First non-finite element of a host view, reported with its multi-index.
+// First non-finite element of a host view, reported with its multi-index. Walks the view row by
+// row along its last axis (no copy of the tensor: this runs on every backward call).
 void expect_finite(const char* name, const TensorView& t) {
-  if (t.empty() || t.device != Device::host) return;
-  Tensor<double> x = to_tensor<double>(t);
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    if (std::isfinite(x.data()[i])) continue;
-    Shape idx(t.shape.size());
-    for (int64_t r = i, d = int64_t(idx.size()) - 1; d >= 0; --d) {
-      idx[size_t(d)] = r % t.shape[size_t(d)];
-      r /= t.shape[size_t(d)];
+  if (t.empty() || t.device != Device::host || shape_numel(t.shape) == 0) return;
+  const int r = t.rank();
+  const int64_t inner = r ? t.shape[size_t(r - 1)] : 1, step = r ? t.stride[size_t(r - 1)] : 1;
+  std::vector<double> row(static_cast<size_t>(inner));
+  for (int64_t ri = 0, rows = shape_numel(t.shape) / inner; ri < rows; ++ri) {
+    int64_t off = 0;
+    for (int64_t rem = ri, d = r - 2; d >= 0; --d) {
+      off += (rem % t.shape[size_t(d)]) * t.stride[size_t(d)];
+      rem /= t.shape[size_t(d)];
     }
-    throw Error(detail::concat(name, ": non-finite value ", x.data()[i], " at index ",
-                               shape_str(idx), " (inputs must be finite)"));
+    view_load<double>(t, off, inner, step, row.data());
+    for (int64_t j = 0; j < inner; ++j) {
+      if (std::isfinite(row[size_t(j)])) continue;
+      Shape idx(t.shape.size());
+      for (int64_t rem = ri * inner + j, d = int64_t(idx.size()) - 1; d >= 0; --d) {
+        idx[size_t(d)] = rem % t.shape[size_t(d)];
+        rem /= t.shape[size_t(d)];
+      }
+      throw Error(detail::concat(name, ": non-finite value ", row[size_t(j)], " at index ", shape_str(idx),
+                                 " (inputs must be finite)"));
+    }
   }
 }
 

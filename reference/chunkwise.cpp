@@ -36,16 +36,18 @@ ChunkGate<S> chunk_gate_cumsum(const Mat<S>& a) {
   Mat<double> B(L, Kg);  // float64 whatever S is (see chunkwise.h)
   B.row(0) = a.row(0).template cast<double>();
   for (int64_t r = 1; r < L; ++r) B.row(r) = B.row(r - 1) + a.row(r).template cast<double>();
-  auto exp_s = [](const auto& x) { return Mat<S>(x.array().exp().template cast<S>()); };
+  // exp in float64, then rounded to S (Eigen vectorizes exp only when no cast is fused into it)
+  auto exp_s = [](const auto& x) { return Mat<S>(Mat<double>(x.array().exp()).template cast<S>()); };
   ChunkGate<S> g;
   g.B = B.template cast<S>();
   g.gamma = exp_s(B);
   g.gamma_end = g.gamma.row(L - 1);
   g.e = exp_s(-(B.rowwise() - B.row(L - 1)));  // exp(B_end - B_r) <= 1
-  if (Kg == 1) {
-    g.decay = Mat<S>::Zero(L, L);
-    for (int64_t r = 0; r < L; ++r)
-      for (int64_t s = 0; s <= r; ++s) g.decay(r, s) = S(std::exp(B(r, 0) - B(s, 0)));
+  if (Kg == 1) {  // decay(r, s) = exp(B_r - B_s) for s <= r, row by row (vectorized float64 exp)
+    const Eigen::Map<const Eigen::ArrayXd> b(B.data(), L);  // Kg = 1: the column is contiguous
+    Mat<double> D = Mat<double>::Zero(L, L);
+    for (int64_t r = 0; r < L; ++r) D.row(r).head(r + 1) = (b(r) - b.head(r + 1)).exp().matrix().transpose();
+    g.decay = D.template cast<S>();
     return g;
   }
   const int64_t nsub = (L + kSubChunk - 1) / kSubChunk;
@@ -66,12 +68,16 @@ ChunkGate<S> chunk_gate_cumsum(const Mat<S>& a) {
 
 template <class S>
 Mat<S> chunk_kkt(const Mat<S>& k, const Vec<S>& beta, const ChunkGate<S>& g) {
-  return beta.asDiagonal() * gated_gram(k, k, g, false);
+  Mat<S> A = gated_gram(k, k, g, false);
+  A.array().colwise() *= beta.array();  // row r times beta_r, in place
+  return A;
 }
 
 template <class S>
 Mat<S> chunk_aqk(const Mat<S>& q, const Mat<S>& k, const ChunkGate<S>& g, S scale) {
-  return scale * gated_gram(q, k, g, true);
+  Mat<S> A = gated_gram(q, k, g, true);
+  A *= scale;
+  return A;
 }
 
 template <class S>

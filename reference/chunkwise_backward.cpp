@@ -173,11 +173,11 @@ void backward_head(const Problem& p, const HeadData<S>& d, const Mat<S>& d_o, co
   const std::string err = chunkwise_chunk_size_error(p.chunk_size);
   KCP_CHECK(err.empty(), err);
   const int64_t L = d.seq.len, C = p.chunk_size, NT = chunk_count(L, C);
-  g.dq = Mat<S>::Zero(L, p.K);
-  g.dk = Mat<S>::Zero(L, p.K);
-  g.dv = Mat<S>::Zero(L, p.V);
-  g.da = Mat<S>::Zero(L, d.a.cols());
-  g.dbeta = Vec<S>::Zero(p.delta_rule() ? L : 0);
+  g.dq.resize(L, p.K);  // every row is written by its chunk below
+  g.dk.resize(L, p.K);
+  g.dv.resize(L, p.V);
+  g.da.resize(L, d.a.cols());
+  g.dbeta.resize(p.delta_rule() ? L : 0);
   // recompute the forward: local pieces, entering states, vnew
   std::vector<ChunkLocal<S>> loc(static_cast<size_t>(NT));
   std::vector<Mat<S>> h(static_cast<size_t>(NT)), vnew(static_cast<size_t>(NT));

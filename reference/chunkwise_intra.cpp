@@ -166,10 +166,13 @@ GramGrads<S> gram_backward_scalar(const Mat<S>& M, const Mat<S>& X, const Mat<S>
 template <class S>
 Mat<S> gated_gram(const Mat<S>& X, const Mat<S>& Y, const ChunkGate<S>& g, bool diagonal) {
   if (g.B.cols() > 1) return gram_channels(X, Y, g, diagonal);
-  Mat<S> A = Mat<S>::Zero(X.rows(), Y.rows());  // only the lower triangle is formed
+  Mat<S> A(X.rows(), Y.rows());  // only the lower triangle is formed; decay is zero above the diagonal
   if (diagonal) A.template triangularView<Eigen::Lower>() = X * Y.transpose();
   else A.template triangularView<Eigen::StrictlyLower>() = X * Y.transpose();
-  return A.cwiseProduct(g.decay);
+  if (diagonal) A.template triangularView<Eigen::StrictlyUpper>().setZero();
+  else A.template triangularView<Eigen::Upper>().setZero();
+  A.array() *= g.decay.array();
+  return A;
 }
 
 template <class S>
