@@ -97,10 +97,15 @@ void chunk_wy(const ChunkInputs<S>& x, ChunkLocal<S>& loc) {
     loc.w.resize(0, 0);
     return;
   }
-  const int64_t K = x.k.cols(), V = x.v.cols();
-  Mat<S> rhs(x.k.rows(), K + V);  // [beta k Gamma | beta v], one triangular product for both
-  rhs.leftCols(K) = x.beta.asDiagonal() * gate_mul(x.k, g.gamma);
-  rhs.rightCols(V) = x.beta.asDiagonal() * x.v;
+  const int64_t L = x.k.rows(), K = x.k.cols(), V = x.v.cols();
+  Mat<S> rhs(L, K + V);  // [beta k Gamma | beta v], one triangular product for both
+  if (g.gamma.cols() == 1) {  // scalar gate: row r of k scaled by beta_r Gamma_r in one pass
+    const Eigen::Map<const Eigen::Array<S, Eigen::Dynamic, 1>> gamma(g.gamma.data(), L);
+    rhs.leftCols(K) = x.k.array().colwise() * (x.beta.array() * gamma);
+  } else {
+    rhs.leftCols(K) = (x.k.array() * g.gamma.array()).colwise() * x.beta.array();
+  }
+  rhs.rightCols(V) = x.v.array().colwise() * x.beta.array();
   const Mat<S> wu = loc.P.template triangularView<Eigen::UnitLower>() * rhs;
   loc.w = wu.leftCols(K);
   loc.u = wu.rightCols(V);
@@ -123,6 +128,29 @@ template <class S>
 void chunk_state(const ChunkLocal<S>& loc, const Mat<S>& h, Mat<S>& vnew, Mat<S>& h_next) {
   vnew = loc.u;
   if (loc.w.size()) vnew.noalias() -= loc.w * h;
+  const RowVec<S>& ge = loc.gate.gamma_end;
+  if (ge.size() == 1) h_next = ge(0) * h;
+  else h_next = ge.transpose().asDiagonal() * h;
+  h_next.noalias() += loc.kg.transpose() * vnew;
+}
+
+template <class S>
+void chunk_state_output(const ChunkLocal<S>& loc, const Mat<S>& h, S scale, Mat<S>& vnew, Mat<S>& h_next,
+                        Eigen::Ref<Mat<S>> o, Mat<S>& work) {
+  const int64_t L = loc.u.rows();
+  if (loc.w.size()) {
+    work.resize(2 * L, h.rows());  // [w; qg]: one product reads h once for both
+    work.topRows(L) = loc.w;
+    work.bottomRows(L) = loc.qg;
+    const Mat<S> wq_h = work * h;
+    vnew = loc.u - wq_h.topRows(L);
+    o = scale * wq_h.bottomRows(L);
+  } else {
+    vnew = loc.u;
+    o.noalias() = loc.qg * h;
+    o *= scale;
+  }
+  o.noalias() += loc.Aqk.template triangularView<Eigen::Lower>() * vnew;
   const RowVec<S>& ge = loc.gate.gamma_end;
   if (ge.size() == 1) h_next = ge(0) * h;
   else h_next = ge.transpose().asDiagonal() * h;
@@ -161,13 +189,15 @@ ChunkwiseTrace<S> chunkwise_forward_trace(const Problem& p, const HeadData<S>& d
   const int64_t L = d.seq.len, C = p.chunk_size, NT = chunk_count(L, C);
   ChunkwiseTrace<S> t;
   t.ht = d.h0;
-  for (int64_t c = 0; c < NT; ++c) {
-    const ChunkInputs<S> x = chunk_inputs(d, chunk_span(L, C, c));
-    t.chunk.push_back(chunk_local_forward(p, x));
+  Mat<S> h_next, work;
+  for (int64_t c = 0; c < NT; ++c) {  // the per-head forward's code path, keeping every piece
+    const ChunkSpan s = chunk_span(L, C, c);
+    t.chunk.push_back(chunk_local_forward(p, chunk_inputs(d, s)));
     t.h.push_back(t.ht);
     t.vnew.emplace_back();
-    chunk_state(t.chunk.back(), t.h.back(), t.vnew.back(), t.ht);
-    t.o.push_back(chunk_output(t.chunk.back(), t.h.back(), t.vnew.back(), S(p.scale)));
+    t.o.emplace_back(s.len, p.V);
+    chunk_state_output<S>(t.chunk.back(), t.h.back(), S(p.scale), t.vnew.back(), h_next, t.o.back(), work);
+    t.ht.swap(h_next);
   }
   return t;
 }
@@ -178,12 +208,11 @@ void chunkwise_forward_head(const Problem& p, const HeadData<S>& d, Mat<S>& o, M
   const int64_t L = d.seq.len, C = p.chunk_size, NT = chunk_count(L, C);
   o.resize(L, p.V);
   ht = d.h0;
-  Mat<S> vnew, h_next;
+  Mat<S> vnew, h_next, work;
   for (int64_t c = 0; c < NT; ++c) {
     const ChunkSpan s = chunk_span(L, C, c);
     const ChunkLocal<S> loc = chunk_local_forward(p, chunk_inputs(d, s));
-    chunk_state(loc, ht, vnew, h_next);
-    o.middleRows(s.t0, s.len) = chunk_output(loc, ht, vnew, S(p.scale));
+    chunk_state_output<S>(loc, ht, S(p.scale), vnew, h_next, o.middleRows(s.t0, s.len), work);
     ht.swap(h_next);
   }
 }
@@ -198,6 +227,8 @@ void chunkwise_forward_head(const Problem& p, const HeadData<S>& d, Mat<S>& o, M
   template ChunkLocal<S> chunk_local_forward<S>(const Problem&, const ChunkInputs<S>&);                  \
   template void chunk_state<S>(const ChunkLocal<S>&, const Mat<S>&, Mat<S>&, Mat<S>&);                   \
   template Mat<S> chunk_output<S>(const ChunkLocal<S>&, const Mat<S>&, const Mat<S>&, S);                \
+  template void chunk_state_output<S>(const ChunkLocal<S>&, const Mat<S>&, S, Mat<S>&, Mat<S>&,          \
+                                      Eigen::Ref<Mat<S>>, Mat<S>&);                                      \
   template Mat<S> chunk_transition_matrix<S>(const ChunkLocal<S>&);                                      \
   template ChunkwiseTrace<S> chunkwise_forward_trace<S>(const Problem&, const HeadData<S>&);             \
   template void chunkwise_forward_head<S>(const Problem&, const HeadData<S>&, Mat<S>&, Mat<S>&);

@@ -111,6 +111,12 @@ template <class S>
 void chunk_state(const ChunkLocal<S>& loc, const Mat<S>& h, Mat<S>& vnew, Mat<S>& h_next);
 // Stage output (FLA chunk_fwd_o / chunk_gla_fwd_o_gk): o = scale qg h + Aqk vnew   [len,V]
 template <class S> Mat<S> chunk_output(const ChunkLocal<S>& loc, const Mat<S>& h, const Mat<S>& vnew, S scale);
+// Stages state and output together, as the per-head forward runs them: the same vnew, h_next and o,
+// with w h and qg h taken as one product [w; qg] h (one pass over h, a GEMM twice as tall).
+// `work` is scratch the caller keeps across chunks.
+template <class S>
+void chunk_state_output(const ChunkLocal<S>& loc, const Mat<S>& h, S scale, Mat<S>& vnew, Mat<S>& h_next,
+                        Eigen::Ref<Mat<S>> o, Mat<S>& work);
 // M_c = Diag(gamma_end) - kg^T w  [K,K]: the chunk's affine map on the entering state (5.2).
 template <class S> Mat<S> chunk_transition_matrix(const ChunkLocal<S>& loc);
 
@@ -142,8 +148,15 @@ template <class S>
 void chunk_state_backward(const ChunkLocal<S>& loc, const Mat<S>& dv_loc, const Mat<S>& d_o, const Mat<S>& dh,
                           S scale, Mat<S>& dvnew, Mat<S>& dh_in);
 
+// The two products of one chunk's backward that read h^T, as one product [scale do; dXu] h^T:
+//   do_hT = scale do h^T [len,K] (feeds dq_inter) ; dXu = P^T dvnew ; dXw = -dXu h^T (delta rule only,
+//   for chunk_wy_backward; gla leaves both empty).
+template <class S> struct ChunkHtProducts { Mat<S> do_hT, dXu, dXw; };
+template <class S>
+ChunkHtProducts<S> chunk_bwd_ht_products(const ChunkLocal<S>& loc, const Mat<S>& h, const Mat<S>& d_o,
+                                         const Mat<S>& dvnew, S scale);
 // FLA chunk_bwd_dqkwg (inter-chunk part; the first half of chunk_kda_bwd_wy_dqkg_fused), h = h[c]:
-//   dq_inter = scale Gamma * (do h^T) ; dk_inter = E * (vnew dh^T)
+//   dq_inter = scale Gamma * (do h^T) = Gamma * do_hT ; dk_inter = E * (vnew dh^T)
 //   gate pieces: dB_q = q dq_inter (through qg), dB_kg = k dk_inter (through kg = k exp(B_end - B_r)),
 //   dB_all = gamma_end rowsum(h * dh) (through the chunk decay of h); see chunk_gate_cumsum_backward.
 //   FLA's single dB_inter = dB_q - dB_kg + [r == end] (dB_all + sum_r dB_kg_r): fla_dB_inter().
@@ -154,22 +167,23 @@ template <class S> struct ChunkInterGrads {
 };
 template <class S>
 ChunkInterGrads<S> chunk_inter_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& h,
-                                        const Mat<S>& vnew, const Mat<S>& d_o, const Mat<S>& dh, S scale);
+                                        const Mat<S>& vnew, const Mat<S>& do_hT, const Mat<S>& dh);
 template <class S> Mat<S> fla_dB_inter(const ChunkInterGrads<S>& in);
 // FLA's dw = -dvnew h^T [len,K] (the gradient w.r.t. w). The head backward never forms it: it needs
 // only P^T dw = -(P^T dvnew) h^T and dw (beta k Gamma)^T, both cheaper from dvnew (below).
 template <class S> Mat<S> chunk_dw(const Mat<S>& dvnew, const Mat<S>& h);
 
 // FLA prepare_wy_repr_bwd (second half of chunk_kda_bwd_wy_dqkg_fused), delta rule only:
-//   dXu = P^T dvnew ; dXw = P^T dw = -dXu h^T ; dv = beta dXu ; dbeta_wy = v.dXu + (k Gamma).dXw ;
+//   dXu = P^T dvnew ; dXw = P^T dw = -dXu h^T (both taken from `hp`, chunk_bwd_ht_products) ;
+//   dv = beta dXu ; dbeta_wy = v.dXu + (k Gamma).dXw ;
 //   dk_wy = beta Gamma dXw ; dB_wy = beta k Gamma dXw ;
 //   dP = strict_lower(dw (beta k Gamma)^T + dvnew (beta v)^T) = strict_lower(dvnew ((I + Lmat) vnew)^T)
 //        (as (I + Lmat) vnew = beta v - beta k Gamma h) ; dL = -strict_lower(P^T dP P^T) (w.r.t. Lmat).
 // gla: dv = dvnew, the rest empty.
 template <class S> struct ChunkWYGrads { Mat<S> dXu, dXw, dv, dk_wy, dB_wy, dP, dL; Vec<S> dbeta_wy; };
 template <class S>
-ChunkWYGrads<S> chunk_wy_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& h,
-                                  const Mat<S>& vnew, const Mat<S>& dvnew);
+ChunkWYGrads<S> chunk_wy_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& vnew,
+                                  const Mat<S>& dvnew, ChunkHtProducts<S>&& hp);
 
 // FLA chunk_kda_bwd_intra (GDN: the intra parts of chunk_bwd_dqkwg and prepare_wy_repr_bwd):
 // the gradients through Aqk (from dAqk) and Lmat (from dL), D_rs = exp(B_r - B_s):

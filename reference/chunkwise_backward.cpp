@@ -27,18 +27,43 @@ void chunk_state_backward(const ChunkLocal<S>& loc, const Mat<S>& dv_loc, const 
   const RowVec<S>& ge = loc.gate.gamma_end;
   if (ge.size() == 1) dh_in = ge(0) * dh;
   else dh_in = ge.transpose().asDiagonal() * dh;
-  dh_in.noalias() += loc.qg.transpose() * (scale * d_o);
-  if (loc.w.size()) dh_in.noalias() -= loc.w.transpose() * dvnew;
+  if (loc.w.size() == 0) {
+    dh_in.noalias() += loc.qg.transpose() * (scale * d_o);
+    return;
+  }
+  // qg^T (scale do) - w^T dvnew as one product [qg; w]^T [scale do; -dvnew] (depth 2 len)
+  const int64_t L = d_o.rows();
+  Mat<S> a(2 * L, loc.qg.cols()), b(2 * L, d_o.cols());
+  a.topRows(L) = loc.qg, a.bottomRows(L) = loc.w;
+  b.topRows(L) = scale * d_o, b.bottomRows(L) = -dvnew;
+  dh_in.noalias() += a.transpose() * b;
+}
+
+template <class S>
+ChunkHtProducts<S> chunk_bwd_ht_products(const ChunkLocal<S>& loc, const Mat<S>& h, const Mat<S>& d_o,
+                                         const Mat<S>& dvnew, S scale) {
+  ChunkHtProducts<S> r;
+  const int64_t L = d_o.rows();
+  if (loc.w.size() == 0) {  // gla: no WY backward
+    r.do_hT.noalias() = (scale * d_o) * h.transpose();
+    return r;
+  }
+  r.dXu.noalias() = loc.P.template triangularView<Eigen::UnitLower>().transpose() * dvnew;
+  Mat<S> a(2 * L, d_o.cols());  // [scale do; dXu] h^T: one read of h for both
+  a.topRows(L) = scale * d_o, a.bottomRows(L) = r.dXu;
+  const Mat<S> prod = a * h.transpose();
+  r.do_hT = prod.topRows(L);
+  r.dXw = -prod.bottomRows(L);
+  return r;
 }
 
 template <class S>
 ChunkInterGrads<S> chunk_inter_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& h,
-                                        const Mat<S>& vnew, const Mat<S>& d_o, const Mat<S>& dh, S scale) {
+                                        const Mat<S>& vnew, const Mat<S>& do_hT, const Mat<S>& dh) {
   const ChunkGate<S>& g = loc.gate;
   const int64_t Kg = g.B.cols();
   ChunkInterGrads<S> r;
-  r.dq_inter.noalias() = (scale * d_o) * h.transpose();
-  r.dq_inter = gate_mul(r.dq_inter, g.gamma);
+  r.dq_inter = gate_mul(do_hT, g.gamma);
   r.dk_inter.noalias() = vnew * dh.transpose();
   r.dk_inter = gate_mul(r.dk_inter, g.e);
   r.dB_q = gate_reduce(Mat<S>(x.q.cwiseProduct(r.dq_inter)), Kg);
@@ -61,8 +86,8 @@ Mat<S> chunk_dw(const Mat<S>& dvnew, const Mat<S>& h) {
 }
 
 template <class S>
-ChunkWYGrads<S> chunk_wy_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& h,
-                                  const Mat<S>& vnew, const Mat<S>& dvnew) {
+ChunkWYGrads<S> chunk_wy_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& loc, const Mat<S>& vnew,
+                                  const Mat<S>& dvnew, ChunkHtProducts<S>&& hp) {
   ChunkWYGrads<S> r;
   if (loc.w.size() == 0) {  // gla: vnew = v
     r.dv = dvnew;
@@ -71,8 +96,8 @@ ChunkWYGrads<S> chunk_wy_backward(const ChunkInputs<S>& x, const ChunkLocal<S>& 
   const ChunkGate<S>& g = loc.gate;
   const int64_t L = dvnew.rows();
   const auto Pt = loc.P.template triangularView<Eigen::UnitLower>().transpose();
-  r.dXu.noalias() = Pt * dvnew;
-  r.dXw.noalias() = -r.dXu * h.transpose();  // the sign folds into the product (no temporary)
+  r.dXu = std::move(hp.dXu);
+  r.dXw = std::move(hp.dXw);
   const Mat<S> kG = gate_mul(x.k, g.gamma);
   r.dv = x.beta.asDiagonal() * r.dXu;
   r.dbeta_wy = x.v.cwiseProduct(r.dXu).rowwise().sum() + kG.cwiseProduct(r.dXw).rowwise().sum();
@@ -142,8 +167,9 @@ void backward_chunk(const Problem& p, const HeadData<S>& d, ChunkSpan s, const C
   ChunkDAv<S> dav = chunk_bwd_dAv(loc, vnew, do_c, scale);
   b.dAqk = std::move(dav.dAqk), b.dv_loc = std::move(dav.dv_loc);
   chunk_state_backward(loc, b.dv_loc, do_c, dh, scale, b.dvnew, b.dh_in);
-  ChunkInterGrads<S> in = chunk_inter_backward(x, loc, h, vnew, do_c, dh, scale);
-  ChunkWYGrads<S> wy = chunk_wy_backward(x, loc, h, vnew, b.dvnew);
+  ChunkHtProducts<S> hp = chunk_bwd_ht_products(loc, h, do_c, b.dvnew, scale);
+  ChunkInterGrads<S> in = chunk_inter_backward(x, loc, h, vnew, hp.do_hT, dh);
+  ChunkWYGrads<S> wy = chunk_wy_backward(x, loc, vnew, b.dvnew, std::move(hp));
   ChunkIntraGrads<S> ia = chunk_intra_backward(x, loc, b.dAqk, wy.dL, scale);
   g.dq.middleRows(s.t0, s.len) = in.dq_inter + ia.dq_intra;
   Mat<S> dk = in.dk_inter + ia.dk_intra;
@@ -224,12 +250,14 @@ void chunkwise_backward_head(const Problem& p, const HeadData<S>& d, const Mat<S
   template ChunkDAv<S> chunk_bwd_dAv<S>(const ChunkLocal<S>&, const Mat<S>&, const Mat<S>&, S);                \
   template void chunk_state_backward<S>(const ChunkLocal<S>&, const Mat<S>&, const Mat<S>&, const Mat<S>&, S,  \
                                         Mat<S>&, Mat<S>&);                                                     \
+  template ChunkHtProducts<S> chunk_bwd_ht_products<S>(const ChunkLocal<S>&, const Mat<S>&, const Mat<S>&,    \
+                                                       const Mat<S>&, S);                                      \
   template ChunkInterGrads<S> chunk_inter_backward<S>(const ChunkInputs<S>&, const ChunkLocal<S>&,             \
                                                       const Mat<S>&, const Mat<S>&, const Mat<S>&,             \
-                                                      const Mat<S>&, S);                                       \
+                                                      const Mat<S>&);                                          \
   template Mat<S> chunk_dw<S>(const Mat<S>&, const Mat<S>&);                                                   \
   template ChunkWYGrads<S> chunk_wy_backward<S>(const ChunkInputs<S>&, const ChunkLocal<S>&, const Mat<S>&,    \
-                                                const Mat<S>&, const Mat<S>&);                                 \
+                                                const Mat<S>&, ChunkHtProducts<S>&&);                          \
   template ChunkIntraGrads<S> chunk_intra_backward<S>(const ChunkInputs<S>&, const ChunkLocal<S>&,             \
                                                       const Mat<S>&, const Mat<S>&, S);                        \
   template Mat<S> fla_dB_inter<S>(const ChunkInterGrads<S>&);                                                 \

@@ -30,7 +30,8 @@ GramGrads<S> gated_gram_backward(const Mat<S>& M, const Mat<S>& X, const Mat<S>&
 // X * G for a gate-shaped G [len,Kg]: per-channel product, or each row scaled when Kg = 1.
 template <class S>
 Mat<S> gate_mul(const Mat<S>& X, const Mat<S>& G) {
-  if (G.cols() == 1) return X.array().colwise() * G.col(0).array();
+  if (G.cols() == 1)  // a one-column row-major G is contiguous: map it so the row scaling vectorizes
+    return X.array().colwise() * Eigen::Map<const Eigen::Array<S, Eigen::Dynamic, 1>>(G.data(), G.rows());
   return X.array() * G.array();
 }
 // A channel-resolved gate gradient [len,K] reduced to the gate's width Kg (sum over d when Kg = 1).

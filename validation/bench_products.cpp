@@ -19,53 +19,59 @@ using ref::Mat;
 // grow at most linearly over a run: no overflow, no denormals (only the shapes matter for the time).
 template <class S>
 struct ChunkOperands {
-  Mat<S> q, k, kg, qg, w, u, vnew, d_o, dvnew, dXu, rhs;  // [C,K] / [C,V]
-  Mat<S> h, dh, h_next, dh_in;                            // [K,V]
-  Mat<S> Lmat, Aqk, P, dAqk, dP, T, dL, W;                // [C,C]
-  Mat<S> wu_in, wu, o, dv_loc, dq, dk, dXw, dX, dY;              // results
+  Mat<S> q, k, kg, w, u, vnew, dvnew, dXu, rhs, dk;  // [C,K] / [C,V]
+  Mat<S> h, dh, h_next, dh_in;                      // [K,V]
+  Mat<S> Lmat, Aqk, P, dAqk, dP, T, dL, W;          // [C,C]
+  Mat<S> wu_in, wu;                                 // [C,K+V]
+  Mat<S> wq, wq_h, qw, do_dvnew, do_dXu, do_dXu_hT;  // stacked [2C,K] / [2C,V]
+  Mat<S> o, dv_loc, dX, dY;                         // results
   ChunkOperands(int64_t C, int64_t K, int64_t V) {
-    for (Mat<S>* m : {&q, &k, &kg, &qg, &w, &dXw, &dq, &dk, &dX, &dY}) *m = Mat<S>::Random(C, K);
-    for (Mat<S>* m : {&u, &vnew, &d_o, &dvnew, &dXu, &rhs, &o, &dv_loc}) *m = Mat<S>::Random(C, V);
+    for (Mat<S>* m : {&q, &k, &kg, &w, &dk, &dX, &dY}) *m = Mat<S>::Random(C, K);
+    for (Mat<S>* m : {&u, &vnew, &dvnew, &dXu, &rhs, &o, &dv_loc}) *m = Mat<S>::Random(C, V);
     for (Mat<S>* m : {&h, &dh, &h_next, &dh_in}) *m = Mat<S>::Random(K, V);
     for (Mat<S>* m : {&Lmat, &Aqk, &P, &dAqk, &dP, &T, &dL, &W}) *m = Mat<S>::Random(C, C);
+    for (Mat<S>* m : {&wq, &qw, &do_dXu_hT}) *m = Mat<S>::Random(2 * C, K);
+    for (Mat<S>* m : {&wq_h, &do_dvnew, &do_dXu}) *m = Mat<S>::Random(2 * C, V);
     Lmat *= S(1) / S(C);  // keeps (I + Lmat)^-1 well scaled
     wu_in = Mat<S>::Random(C, K + V), wu = wu_in;
   }
 };
 
-// Stages kkt, Aqk (gated_gram), solve_tril, WY (one triangular product for [w|u]), state.
+// Stages kkt, Aqk (gated_gram), solve_tril, WY (one triangular product for [w|u]).
 template <class S>
-void local_and_state(ChunkOperands<S>& x) {
+void local_products(ChunkOperands<S>& x) {
   x.Lmat.template triangularView<Eigen::StrictlyLower>() = x.k * x.k.transpose();
   x.Aqk.template triangularView<Eigen::Lower>() = x.q * x.k.transpose();
   x.P.setIdentity();
   x.Lmat.template triangularView<Eigen::UnitLower>().solveInPlace(x.P);
   x.wu.noalias() = x.P.template triangularView<Eigen::UnitLower>() * x.wu_in;
-  x.vnew.noalias() -= x.w * x.h;
+}
+
+// chunkwise_forward_head: local stages, then chunk_state_output ([w; qg] h as one product).
+template <class S>
+void forward_chunk(ChunkOperands<S>& x) {
+  local_products(x);
+  x.wq_h.noalias() = x.wq * x.h;
+  x.o.noalias() += x.Aqk.template triangularView<Eigen::Lower>() * x.vnew;
   x.h_next.noalias() += x.kg.transpose() * x.vnew;
 }
 
-template <class S>
-void forward_chunk(ChunkOperands<S>& x) {
-  local_and_state(x);
-  x.o.noalias() = x.qg * x.h;  // chunk_output
-  x.o.noalias() += x.Aqk.template triangularView<Eigen::Lower>() * x.vnew;
-}
-
-// backward_chunk: dAv, state backward, inter, WY backward, intra (scalar gate: two gram backwards).
+// backward_head: the recompute (local stages, chunk_state), then backward_chunk: dAv, state
+// backward ([qg; w]^T [scale do; -dvnew]), the h^T products ([scale do; dXu] h^T), inter, WY
+// backward, intra (scalar gate: two gram backwards, two products each).
 template <class S>
 void backward_chunk(ChunkOperands<S>& x) {
-  local_and_state(x);  // the head backward recomputes the forward first
-  x.dAqk.template triangularView<Eigen::Lower>() = x.d_o * x.vnew.transpose();
-  x.dv_loc.noalias() = x.Aqk.template triangularView<Eigen::Lower>().transpose() * x.d_o;
+  local_products(x);
+  x.vnew.noalias() -= x.w * x.h;
+  x.h_next.noalias() += x.kg.transpose() * x.vnew;
+  x.dAqk.template triangularView<Eigen::Lower>() = x.u * x.vnew.transpose();
+  x.dv_loc.noalias() = x.Aqk.template triangularView<Eigen::Lower>().transpose() * x.u;
   x.dvnew.noalias() += x.kg * x.dh;
-  x.dh_in.noalias() += x.qg.transpose() * x.d_o;
-  x.dh_in.noalias() -= x.w.transpose() * x.dvnew;
-  x.dq.noalias() = x.d_o * x.h.transpose();
-  x.dk.noalias() = x.vnew * x.dh.transpose();
+  x.dh_in.noalias() += x.qw.transpose() * x.do_dvnew;
   const auto Pt = x.P.template triangularView<Eigen::UnitLower>().transpose();
   x.dXu.noalias() = Pt * x.dvnew;
-  x.dXw.noalias() = -x.dXu * x.h.transpose();
+  x.do_dXu_hT.noalias() = x.do_dXu * x.h.transpose();
+  x.dk.noalias() = x.vnew * x.dh.transpose();
   x.rhs.noalias() += x.Lmat.template triangularView<Eigen::StrictlyLower>() * x.vnew;
   x.dP.template triangularView<Eigen::StrictlyLower>() = x.dvnew * x.rhs.transpose();
   x.T.noalias() = Pt * x.dP;

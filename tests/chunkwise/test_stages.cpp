@@ -93,6 +93,13 @@ TEST_CASE("chunkwise stages: P inverts I + Lmat, h[c] and dh[c] match the recurr
         Mat<double> o, ht;  // the recurrence over the first c*C tokens, and over the rest
         recurrent_forward_head(p, head_rows(d, 0, sp.t0, d.h0), o, ht);
         CHECK(rel(t.h[size_t(c)], ht) < val::tol::kExactF64);
+        {  // the separate stages state and output give what the fused chunk_state_output gave
+          Mat<double> vnew, h_out;
+          chunk_state(loc, t.h[size_t(c)], vnew, h_out);
+          CHECK(rel(vnew, t.vnew[size_t(c)]) < val::tol::kExactF64);
+          CHECK(rel(h_out, c + 1 < NT ? t.h[size_t(c + 1)] : t.ht) < val::tol::kExactF64);
+          CHECK(rel(chunk_output(loc, t.h[size_t(c)], vnew, p.scale), t.o[size_t(c)]) < val::tol::kExactF64);
+        }
         HeadGrads<double> g;
         const int64_t rest = L - sp.t0 - sp.len;
         const Mat<double> h_next = c + 1 < NT ? t.h[size_t(c + 1)] : t.ht;
