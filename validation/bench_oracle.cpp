@@ -2,7 +2,10 @@
 // the speedup of cpu-chunkwise over cpu-recurrent, and each algorithm's FLOP rate against the
 // machine's measured GEMM peak (Eigen, every thread, timed in the same command).
 // FLOP counts are each algorithm's own operation count (below), so rates compare efficiency and
-// times compare algorithms. A benchmark, never a test: figures go to docs/ with date, machine, commit.
+// times compare algorithms. The backends (and, for gdn, the chunkwise products floor of
+// bench_products.h) run interleaved round by round on inputs held in the measured precision; the
+// speedup is printed best-of-rounds and as the median of per-round ratios (a shared VM's load moves
+// between rounds). A benchmark, never a test: figures go to docs/ with date, machine, commit.
 #include <omp.h>
 #include <sys/resource.h>
 
