@@ -203,6 +203,101 @@ __device__ void form_y(const FoldSmem<Tin, KD, BV>& s, int st, const ThreadPlan<
   store_tf32_t(s.Yb(), tp.op32, y);
 }
 
+// S entering the sequence: h0 where given (rows i < K), else zero.
+template <int KD, int NA>
+__device__ __forceinline__ void load_initial_state(const StateParams& sp, int n, int hv, int v0,
+                                                   float (&S)[KD >= 64 ? KD / 64 : 1][NA]) {
+  const StateView& h0 = sp.h0;
+#pragma unroll
+  for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
+#pragma unroll
+    for (int x = 0; x < NA; ++x) {
+      const int i = 64 * mh + wg::acc_row(x), v = v0 + wg::acc_col(x);
+      S[mh][x] = sp.init == kInitGiven && i < KD ? load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + i * h0.si + v * h0.sj) : 0.0f;
+    }
+}
+
+template <int KD, int NA>
+__device__ __forceinline__ void store_final_state(const StateParams& sp, int n, int hv, int v0,
+                                                  const float (&S)[KD >= 64 ? KD / 64 : 1][NA]) {
+  const StateView& f = sp.final_state;
+  if (!f.p) return;
+#pragma unroll
+  for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
+#pragma unroll
+    for (int x = 0; x < NA; ++x) {
+      const int i = 64 * mh + wg::acc_row(x), v = v0 + wg::acc_col(x);
+      if (i < KD) store_any(f.p, f.dt, n * f.sn + hv * f.shv + i * f.si + v * f.sj, S[mh][x]);
+    }
+}
+
+// The state of chunk c as the hi + lo operand tiles of k @ S and q @ S (rows past K: K = 32 only,
+// never read), published to wgmma and to every thread.
+template <class Tin, int KD, int BV>
+__device__ __forceinline__ void publish_state(const StateParams& sp, const FoldSmem<Tin, KD, BV>& s,
+                                              const ThreadPlan<Tin, KD, BV>& tp, int c, int hv, int v0,
+                                              const float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
+#pragma unroll
+  for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
+    if (KD >= 64 || wg::acc_row(0) < KD) store_split<Tin, BV>(s.Sb(0), s.Sb(1), tp.op16, mh, S[mh], 1.0f, 1.0f);
+  if (sp.h) write_h<KD, BV / 2>(sp, c, hv, v0, S);
+  wg::fence_proxy_async();
+  __syncthreads();  // chunk c's tiles and the S operands visible to wgmma; chunk c-1 done by all
+}
+
+// vnew = P @ (beta v - fb X) once X = k @ S has landed; leaves the operand tiles of the update
+// (Vt = vnew E) and of the output (TF32 vnew). QX = q @ S lands here too.
+template <class Tin, int KD, int BV>
+__device__ __forceinline__ void compute_vnew(const StateParams& sp, const FoldSmem<Tin, KD, BV>& s, int st, uint64_t so,
+                                             const ThreadPlan<Tin, KD, BV>& tp, const FoldDescs& dsc,
+                                             const RowFactors& rf, const ChunkInfo& ck, int hv, int v0,
+                                             float (&X)[BV / 2], float (&QX)[BV / 2], float (&VN)[BV / 2]) {
+  wg::wait<1>();  // X
+  wg::pin(X);
+  form_y(s, st, tp, rf, X);
+  wg::fence_proxy_async();
+  __syncthreads();
+  wg::pin(VN);
+  wg::fence();
+  tf32_chunk_product<BV>(VN, dsc.p + so, dsc.y, false);
+  wg::commit();
+  wg::wait<0>();  // VN and QX
+  wg::pin(VN), wg::pin(QX);
+  store_split<Tin, BV>(s.Vt(0), s.Vt(1), tp.op16, 0, VN, rf.e[0], rf.e[1]);  // Vt = vnew E for the update
+  store_tf32_t(s.Nb(), tp.op32, VN);                                         // vnew for the output
+  if (sp.vnew) write_vnew(sp, ck, hv, v0, VN);
+}
+
+// S = 2^(b_end) S + k^T @ Vt and o = f QX + Aqk @ vnew (both on wgmma), then o to memory.
+template <class Tin, int KD, int BV>
+__device__ __forceinline__ void update_and_output(const StateParams& sp, const FoldSmem<Tin, KD, BV>& s, int st,
+                                                  uint64_t so, const FoldDescs& dsc, const RowFactors& rf,
+                                                  const ChunkInfo& ck, int hv, int v0, float (&QX)[BV / 2],
+                                                  float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
+  constexpr int MH = KD >= 64 ? KD / 64 : 1;
+  const float decay = exp2f(s.gate(st, 0)[ck.len - 1]);
+#pragma unroll
+  for (int x = 0; x < BV / 2; ++x) {
+    QX[x] *= rf.f[(x >> 1) & 1];
+#pragma unroll
+    for (int mh = 0; mh < MH; ++mh) S[mh][x] *= decay;
+  }
+  wg::fence_proxy_async();
+  __syncthreads();
+  wg::pin(QX);
+#pragma unroll
+  for (int mh = 0; mh < MH; ++mh) wg::pin(S[mh]);
+  wg::fence();
+  issue_update<Tin, KD, BV>(dsc, so, S);
+  tf32_chunk_product<BV>(QX, dsc.a + so, dsc.n, true);
+  wg::commit();
+  wg::wait<0>();
+  wg::pin(QX);
+#pragma unroll
+  for (int mh = 0; mh < MH; ++mh) wg::pin(S[mh]);
+  if (sp.o.p) store_output(sp, ck, hv, v0, QX);
+}
+
 template <class Tin, int KD, int BV>
 __global__ void __launch_bounds__(kThreads, 1) chunk_state_fold_kernel(const StateParams sp) {
   using Sm = FoldSmem<Tin, KD, BV>;
@@ -220,14 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_fold_kernel(const Sta
   const ThreadPlan<Tin, KD, BV> tp;
   const FoldDescs dsc = make_descs(s);
   float S[MH][NA];  // S(i = 64 mh + acc_row(x), v0 + acc_col(x)); rows i >= K unused
-#pragma unroll
-  for (int mh = 0; mh < MH; ++mh)
-#pragma unroll
-    for (int x = 0; x < NA; ++x) {
-      const int i = 64 * mh + wg::acc_row(x), v = v0 + wg::acc_col(x);
-      const StateView& h0 = sp.h0;
-      S[mh][x] = sp.init == kInitGiven && i < KD ? load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + i * h0.si + v * h0.sj) : 0.0f;
-    }
+  load_initial_state<KD, NA>(sp, n, hv, v0, S);
   ChunkInfo ck = c_begin < c_end ? p.chunks[c_begin] : ChunkInfo{};
   ChunkInfo next = c_begin + 1 < c_end ? p.chunks[c_begin + 1] : ck;  // the chunk table runs two ahead
   if (c_begin < c_end) issue_loads(sp, tp, ck, c_begin, hv, v0, s.stage(0));
@@ -237,63 +325,17 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_fold_kernel(const Sta
     const uint64_t so = st ? kStageDesc : 0;
     const ChunkInfo after = c + 2 < c_end ? p.chunks[c + 2] : next;
     cp_async_wait<0>();
-#pragma unroll
-    for (int mh = 0; mh < MH; ++mh)  // S -> hi + lo operand tiles (rows past K: K = 32 only, never read)
-      if (KD >= 64 || wg::acc_row(0) < KD) store_split<Tin, BV>(s.Sb(0), s.Sb(1), tp.op16, mh, S[mh], 1.0f, 1.0f);
-    if (sp.h) write_h<KD, NA>(sp, c, hv, v0, S);
-    wg::fence_proxy_async();
-    __syncthreads();  // chunk c's tiles and the S operands visible to wgmma; chunk c-1 done by all
+    publish_state(sp, s, tp, c, hv, v0, S);
     float X[NA], QX[NA], VN[NA];
     issue_state_products<Tin, KD, BV>(dsc, so, X, QX);
     if (c + 1 < c_end) issue_loads(sp, tp, next, c + 1, hv, v0, s.stage(st ^ 1));
     cp_async_commit();
     const RowFactors rf = row_factors(p, ck.len, st, s);
-    wg::wait<1>();  // X
-    wg::pin(X);
-    form_y(s, st, tp, rf, X);
-    wg::fence_proxy_async();
-    __syncthreads();
-    wg::pin(VN);
-    wg::fence();
-    tf32_chunk_product<BV>(VN, dsc.p + so, dsc.y, false);
-    wg::commit();
-    wg::wait<0>();  // VN and QX
-    wg::pin(VN), wg::pin(QX);
-    store_split<Tin, BV>(s.Vt(0), s.Vt(1), tp.op16, 0, VN, rf.e[0], rf.e[1]);  // Vt = vnew E for the update
-    store_tf32_t(s.Nb(), tp.op32, VN);                                         // vnew for the output
-    if (sp.vnew) write_vnew(sp, ck, hv, v0, VN);
-    const float decay = exp2f(s.gate(st, 0)[ck.len - 1]);
-#pragma unroll
-    for (int x = 0; x < NA; ++x) {
-      QX[x] *= rf.f[(x >> 1) & 1];
-#pragma unroll
-      for (int mh = 0; mh < MH; ++mh) S[mh][x] *= decay;
-    }
-    wg::fence_proxy_async();
-    __syncthreads();
-    wg::pin(QX);
-#pragma unroll
-    for (int mh = 0; mh < MH; ++mh) wg::pin(S[mh]);
-    wg::fence();
-    issue_update<Tin, KD, BV>(dsc, so, S);
-    tf32_chunk_product<BV>(QX, dsc.a + so, dsc.n, true);
-    wg::commit();
-    wg::wait<0>();
-    wg::pin(QX);
-#pragma unroll
-    for (int mh = 0; mh < MH; ++mh) wg::pin(S[mh]);
-    if (sp.o.p) store_output(sp, ck, hv, v0, QX);
+    compute_vnew(sp, s, st, so, tp, dsc, rf, ck, hv, v0, X, QX, VN);
+    update_and_output(sp, s, st, so, dsc, rf, ck, hv, v0, QX, S);
     ck = next, next = after;
   }
-  const StateView& f = sp.final_state;
-  if (f.p)
-#pragma unroll
-    for (int mh = 0; mh < MH; ++mh)
-#pragma unroll
-      for (int x = 0; x < NA; ++x) {
-        const int i = 64 * mh + wg::acc_row(x), v = v0 + wg::acc_col(x);
-        if (i < KD) store_any(f.p, f.dt, n * f.sn + hv * f.shv + i * f.si + v * f.sj, S[mh][x]);
-      }
+  store_final_state<KD, NA>(sp, n, hv, v0, S);
 }
 
 template <class Tin, int KD, int BV>
