@@ -2,6 +2,7 @@
 //   solve_tril: P (I + Lmat) = I for every chunk; WY backward: FLA's dw and dP forms agree;
 //   state:      h[c] equals the recurrence's state after c*C tokens, and dh[c] equals the
 //               recurrence's gradient w.r.t. the state after chunk c (its backward over the rest);
+//               the separate stages state and output equal the fused chunk_state_output;
 //   gate:       the reverse cumsum of FLA's single dB equals the assembled da (mild gates);
 //   intra:      gated_gram / gated_gram_backward equal direct sums with exp(B_r - B_s), including da
 //               as rectangle sums, with decays strong enough to overflow a naive factorization;
@@ -70,6 +71,16 @@ HeadCase head_case(const val::CaseData& c) {
   return h;
 }
 
+// The separate stages state and output give what the fused chunk_state_output gave the trace.
+void check_separate_state_output(const Problem& p, const ChunkwiseTrace<double>& t, int64_t c) {
+  const size_t ci = size_t(c);
+  Mat<double> vnew, h_out;
+  chunk_state(t.chunk[ci], t.h[ci], vnew, h_out);
+  CHECK(rel(vnew, t.vnew[ci]) < val::tol::kExactF64);
+  CHECK(rel(h_out, ci + 1 < t.h.size() ? t.h[ci + 1] : t.ht) < val::tol::kExactF64);
+  CHECK(rel(chunk_output(t.chunk[ci], t.h[ci], vnew, p.scale), t.o[ci]) < val::tol::kExactF64);
+}
+
 }  // namespace
 
 TEST_CASE("chunkwise stages: P inverts I + Lmat, h[c] and dh[c] match the recurrence, FLA's dB") {
@@ -93,13 +104,7 @@ TEST_CASE("chunkwise stages: P inverts I + Lmat, h[c] and dh[c] match the recurr
         Mat<double> o, ht;  // the recurrence over the first c*C tokens, and over the rest
         recurrent_forward_head(p, head_rows(d, 0, sp.t0, d.h0), o, ht);
         CHECK(rel(t.h[size_t(c)], ht) < val::tol::kExactF64);
-        {  // the separate stages state and output give what the fused chunk_state_output gave
-          Mat<double> vnew, h_out;
-          chunk_state(loc, t.h[size_t(c)], vnew, h_out);
-          CHECK(rel(vnew, t.vnew[size_t(c)]) < val::tol::kExactF64);
-          CHECK(rel(h_out, c + 1 < NT ? t.h[size_t(c + 1)] : t.ht) < val::tol::kExactF64);
-          CHECK(rel(chunk_output(loc, t.h[size_t(c)], vnew, p.scale), t.o[size_t(c)]) < val::tol::kExactF64);
-        }
+        check_separate_state_output(p, t, c);
         HeadGrads<double> g;
         const int64_t rest = L - sp.t0 - sp.len;
         const Mat<double> h_next = c + 1 < NT ? t.h[size_t(c + 1)] : t.ht;
