@@ -221,7 +221,7 @@ void bench_precision(const CaseData& c, const std::string& which, int repeat, do
   }
   for (const Contestant<S>& x : cs) print_contestant(x, peak);
   std::printf("%-8s peak RSS so far %.0f MiB (this case's inputs, outputs and grads in %s: %.0f MiB, plus the "
-              "float64 case they were cast from)\n",
+              "float64 case they come from)\n",
               dtype_name(dt).data(), peak_rss_mib(), dtype_name(dt).data(),
               cs.empty() ? 0.0 : double(sizeof(S) * size_t(in.bytes_elems() + cs[0].out.o.numel() +
                                                             cs[0].gr.dq.numel() + cs[0].gr.dk.numel() +
