@@ -137,7 +137,7 @@ struct CaseIn {
     return {q.view(), k.view(), v.view(), g.view(), beta.view(), A_log.view(), dt_bias.view(), h0.view()};
   }
   Cotangents cotangents() const { return {d_o.view(), dht.view()}; }
-  int64_t bytes_elems() const {
+  int64_t numel() const {
     int64_t n = 0;
     for (const Tensor<S>* t : {&q, &k, &v, &g, &beta, &h0, &d_o, &dht}) n += t->numel();
     return n;
@@ -223,7 +223,7 @@ void bench_precision(const CaseData& c, const std::string& which, int repeat, do
   std::printf("%-8s peak RSS so far %.0f MiB (this case's inputs, outputs and grads in %s: %.0f MiB, plus the "
               "float64 case they come from)\n",
               dtype_name(dt).data(), peak_rss_mib(), dtype_name(dt).data(),
-              cs.empty() ? 0.0 : double(sizeof(S) * size_t(in.bytes_elems() + cs[0].out.o.numel() +
+              cs.empty() ? 0.0 : double(sizeof(S) * size_t(in.numel() + cs[0].out.o.numel() +
                                                             cs[0].gr.dq.numel() + cs[0].gr.dk.numel() +
                                                             cs[0].gr.dv.numel() + cs[0].gr.dg.numel())) / 1048576.0);
   if (floor)
