@@ -18,6 +18,11 @@ std::string chunkwise_chunk_size_error(int64_t C) {
   return os.str();
 }
 
+void check_chunkwise_chunk_size(const Problem& p) {
+  const std::string err = chunkwise_chunk_size_error(p.chunk_size);
+  KCP_CHECK(err.empty(), err);
+}
+
 template <class S>
 ChunkInputs<S> chunk_inputs(const HeadData<S>& d, ChunkSpan s) {
   ChunkInputs<S> x;
@@ -174,18 +179,9 @@ Mat<S> chunk_transition_matrix(const ChunkLocal<S>& loc) {
   return M;
 }
 
-namespace {
-
-void check_chunk_size(const Problem& p) {
-  const std::string err = chunkwise_chunk_size_error(p.chunk_size);
-  KCP_CHECK(err.empty(), err);
-}
-
-}  // namespace
-
 template <class S>
 ChunkwiseTrace<S> chunkwise_forward_trace(const Problem& p, const HeadData<S>& d) {
-  check_chunk_size(p);
+  check_chunkwise_chunk_size(p);
   const int64_t L = d.seq.len, C = p.chunk_size, NT = chunk_count(L, C);
   ChunkwiseTrace<S> t;
   t.ht = d.h0;
@@ -204,7 +200,7 @@ ChunkwiseTrace<S> chunkwise_forward_trace(const Problem& p, const HeadData<S>& d
 
 template <class S>
 void chunkwise_forward_head(const Problem& p, const HeadData<S>& d, Mat<S>& o, Mat<S>& ht) {
-  check_chunk_size(p);
+  check_chunkwise_chunk_size(p);
   const int64_t L = d.seq.len, C = p.chunk_size, NT = chunk_count(L, C);
   o.resize(L, p.V);
   ht = d.h0;

@@ -40,6 +40,8 @@ inline constexpr std::array<int64_t, 3> kChunkwiseChunkSizes = {16, 32, 64};
 inline constexpr int64_t kSubChunk = 16;
 // Empty when C is supported, else the reason ("chunk_size 48: cpu-chunkwise supports 16, 32, 64").
 std::string chunkwise_chunk_size_error(int64_t C);
+// Throws that reason when p.chunk_size is not supported (every per-head entry point calls it).
+void check_chunkwise_chunk_size(const Problem& p);
 
 struct ChunkSpan {
   int64_t t0 = 0, len = 0;  // first token (inside the sequence), rows

@@ -196,8 +196,7 @@ void backward_chunk(const Problem& p, const HeadData<S>& d, ChunkSpan s, const C
 template <class S>
 void backward_head(const Problem& p, const HeadData<S>& d, const Mat<S>& d_o, const Mat<S>& dht, HeadGrads<S>& g,
                    ChunkwiseBackwardTrace<S>* trace) {
-  const std::string err = chunkwise_chunk_size_error(p.chunk_size);
-  KCP_CHECK(err.empty(), err);
+  check_chunkwise_chunk_size(p);
   const int64_t L = d.seq.len, C = p.chunk_size, NT = chunk_count(L, C);
   g.dq.resize(L, p.K);  // every row is written by its chunk below
   g.dk.resize(L, p.K);

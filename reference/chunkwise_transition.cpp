@@ -11,8 +11,7 @@ namespace kcp::ref {
 
 template <class S>
 void chunkwise_transition_forward_head(const Problem& p, const HeadData<S>& d, Mat<S>& s_ext, Mat<S>& m) {
-  const std::string err = chunkwise_chunk_size_error(p.chunk_size);
-  KCP_CHECK(err.empty(), err);
+  check_chunkwise_chunk_size(p);
   const int64_t L = d.seq.len, C = p.chunk_size;
   s_ext = Mat<S>::Zero(p.K, p.V);
   m = Mat<S>::Identity(p.K, p.K);
@@ -28,8 +27,7 @@ void chunkwise_transition_forward_head(const Problem& p, const HeadData<S>& d, M
 template <class S>
 void chunkwise_transition_backward_head(const Problem& p, const HeadData<S>& d, const Mat<S>& d_o,
                                         Mat<S>& ds_ext, Mat<S>& m_t) {
-  const std::string err = chunkwise_chunk_size_error(p.chunk_size);
-  KCP_CHECK(err.empty(), err);
+  check_chunkwise_chunk_size(p);
   const int64_t L = d.seq.len, C = p.chunk_size;
   ds_ext = Mat<S>::Zero(p.K, p.V);
   m_t = Mat<S>::Identity(p.K, p.K);
