@@ -7,7 +7,7 @@
 
 #include "core/rng.h"
 #include "cp/context_parallel.h"
-#include "cp/sweep_run.h"
+#include "app/cp_sweep_run.h"
 #include "tests/cp/mpi_world.h"
 #include "validation/compare.h"
 #include "validation/registry.h"
@@ -119,9 +119,9 @@ TEST_CASE("linear and log-depth merges agree through the CP layer (h0, ht, uneve
       const val::CaseData c = val::make_case(s);
       std::vector<int64_t> bounds = cp::equal_bounds(c.cu_seqlens.back(), w.size());
       if (w.size() > 2) bounds[2] = bounds[1];  // rank 1 holds nothing
-      const auto a = cp::run_cp_case<double>(w, *be, c, bounds, cp::MergeAlgorithm::linear);
-      const auto b = cp::run_cp_case<double>(w, *be, c, bounds, cp::MergeAlgorithm::log_depth);
-      const cp::NamedViews na = a.named(), nb = b.named();
+      const auto a = app::run_cp_case<double>(w, *be, c, bounds, cp::MergeAlgorithm::linear);
+      const auto b = app::run_cp_case<double>(w, *be, c, bounds, cp::MergeAlgorithm::log_depth);
+      const app::NamedViews na = a.named(), nb = b.named();
       REQUIRE(na.size() == nb.size());
       for (size_t i = 0; i < na.size(); ++i) {
         INFO(na[i].first);

@@ -18,7 +18,7 @@
 
 #include "core/problem.h"
 
-namespace kcp::cp {
+namespace kcp::app {
 
 struct SweepLayout {
   std::string name;
@@ -36,4 +36,4 @@ struct SweepFlags {
 std::vector<SweepLayout> sweep_layouts(int P, int64_t unit);
 std::vector<SweepFlags> sweep_flag_sets(Variant v);
 
-}  // namespace kcp::cp
+}  // namespace kcp::app

@@ -20,10 +20,13 @@
 #include "core/backend.h"
 #include "cp/comm.h"
 #include "cp/context_parallel.h"
-#include "cp/sweep_cases.h"
+#include "app/cp_sweep_cases.h"
 #include "validation/cases.h"
 
-namespace kcp::cp {
+namespace kcp::app {
+
+using cp::Comm;
+using cp::MergeAlgorithm;
 
 using NamedViews = std::vector<std::pair<std::string, TensorView>>;
 
@@ -70,4 +73,4 @@ RowVerdict sweep_cp_row(Comm& comm, Backend& backend, const val::CaseData& c, co
 RowVerdict sweep_conv_row(Comm& comm, const SweepLayout& layout, int64_t W, bool silu_bias, DType compute,
                           uint64_t seed);
 
-}  // namespace kcp::cp
+}  // namespace kcp::app

@@ -1,5 +1,5 @@
 // The cp-sweep rows (see sweep_run.h).
-#include "cp/sweep_run.h"
+#include "app/cp_sweep_run.h"
 
 #include <cmath>
 #include <cstdio>
@@ -10,7 +10,9 @@
 #include "validation/compare.h"
 #include "validation/tolerance.h"
 
-namespace kcp::cp {
+namespace kcp::app {
+using namespace kcp::val;
+using namespace kcp::cp;
 namespace {
 
 template <class S>
@@ -204,4 +206,4 @@ RowVerdict sweep_conv_row(Comm& comm, const SweepLayout& L, int64_t W, bool silu
   return v;
 }
 
-}  // namespace kcp::cp
+}  // namespace kcp::app

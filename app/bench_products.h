@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-namespace kcp::val {
+namespace kcp::app {
 
 struct ProductsTime {
   double fwd = 0, fwd_bwd = 0;  // seconds, best of `repeat`, all heads in parallel over the OpenMP threads
@@ -17,4 +17,4 @@ struct ProductsTime {
 template <class S>
 ProductsTime chunkwise_products_time(int64_t heads, int64_t NT, int64_t C, int64_t K, int64_t V, int repeat);
 
-}  // namespace kcp::val
+}  // namespace kcp::app

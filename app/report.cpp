@@ -1,5 +1,5 @@
 // Table rows of kcp check / compare (see report.h).
-#include "validation/report.h"
+#include "app/report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,8 @@
 #include "core/error.h"
 #include "validation/compare.h"
 
-namespace kcp::val {
+namespace kcp::app {
+using namespace kcp::val;
 namespace {
 
 constexpr int kShownMismatches = 5;
@@ -111,4 +112,4 @@ DType parse_precision(const std::string& s) {
   throw Error("--precision: expected f64 or f32, got '" + s + "'");
 }
 
-}  // namespace kcp::val
+}  // namespace kcp::app

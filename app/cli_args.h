@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace kcp::val {
+namespace kcp::app {
 
 class Args {
  public:
@@ -25,4 +25,4 @@ class Args {
   std::vector<std::string> positional_;
 };
 
-}  // namespace kcp::val
+}  // namespace kcp::app

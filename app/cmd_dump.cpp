@@ -11,14 +11,15 @@
 
 #include "io/dump.h"
 #include "io/dump_assemble.h"
-#include "validation/cli_args.h"
-#include "validation/commands.h"
+#include "app/cli_args.h"
+#include "app/commands.h"
 #include "validation/compare.h"
 #include "validation/dump_runner.h"
 #include "validation/registry.h"
-#include "validation/report.h"
+#include "app/report.h"
 
-namespace kcp::val {
+namespace kcp::app {
+using namespace kcp::val;
 namespace {
 
 std::string group_attr(const io::DumpGroup& g, const char* key) {
@@ -166,4 +167,4 @@ int cmd_assemble(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace kcp::val
+}  // namespace kcp::app

@@ -1,12 +1,13 @@
 // The cp-sweep layouts and flag sets (see sweep_cases.h).
-#include "cp/sweep_cases.h"
+#include "app/cp_sweep_cases.h"
 
 #include <numeric>
 #include <sstream>
 
 #include "cp/context.h"
 
-namespace kcp::cp {
+namespace kcp::app {
+using namespace kcp::cp;
 namespace {
 
 // Repeats `pattern` until the lengths sum to `total`, shortening the last one to fit.
@@ -94,4 +95,4 @@ std::vector<SweepFlags> sweep_flag_sets(Variant v) {
   return out;
 }
 
-}  // namespace kcp::cp
+}  // namespace kcp::app

@@ -1,7 +1,7 @@
 // The product list of cpu-chunkwise (gdn) per chunk, run alone (see bench_products.h). Each line
 // below names the stage in reference/chunkwise*.cpp it mirrors and uses the same Eigen expression
 // (triangular views included), so the floor has the algorithm's shapes and FLOPs.
-#include "validation/bench_products.h"
+#include "app/bench_products.h"
 
 #include <omp.h>
 
@@ -10,7 +10,7 @@
 
 #include "reference/eigen_types.h"
 
-namespace kcp::val {
+namespace kcp::app {
 namespace {
 
 using ref::Mat;
@@ -117,4 +117,4 @@ ProductsTime chunkwise_products_time(int64_t heads, int64_t NT, int64_t C, int64
 template ProductsTime chunkwise_products_time<float>(int64_t, int64_t, int64_t, int64_t, int64_t, int);
 template ProductsTime chunkwise_products_time<double>(int64_t, int64_t, int64_t, int64_t, int64_t, int);
 
-}  // namespace kcp::val
+}  // namespace kcp::app

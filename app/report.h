@@ -11,7 +11,10 @@
 #include "core/tensor.h"
 #include "validation/policy.h"
 
-namespace kcp::val {
+namespace kcp::app {
+
+using val::Bar;
+using val::Verdict;
 
 struct Tally {
   int64_t pass = 0, warn = 0, fail = 0, skip = 0;
@@ -32,4 +35,4 @@ void report_fail(const std::string& group, const std::string& tensor, const std:
 std::vector<std::string> expand_dump_paths(const std::vector<std::string>& args);
 DType parse_precision(const std::string& s);
 
-}  // namespace kcp::val
+}  // namespace kcp::app

@@ -1,11 +1,11 @@
 // Args: see cli_args.h.
-#include "validation/cli_args.h"
+#include "app/cli_args.h"
 
 #include <cstdlib>
 
 #include "core/error.h"
 
-namespace kcp::val {
+namespace kcp::app {
 
 Args::Args(int argc, char** argv, std::set<std::string> options, std::set<std::string> flags) {
   for (int i = 0; i < argc; ++i) {
@@ -52,4 +52,4 @@ double Args::get_double(const std::string& key, double fallback) const {
   return v;
 }
 
-}  // namespace kcp::val
+}  // namespace kcp::app

@@ -10,13 +10,15 @@
 #include <cstdio>
 
 #include "cp/comm_mpi.h"
-#include "cp/sweep_run.h"
-#include "validation/cli_args.h"
-#include "validation/commands.h"
+#include "app/cp_sweep_run.h"
+#include "app/cli_args.h"
+#include "app/commands.h"
 #include "validation/registry.h"
 #include "validation/tolerance.h"
 
-namespace kcp::cp {
+namespace kcp::app {
+using namespace kcp::val;
+using namespace kcp::cp;
 namespace {
 
 struct SweepOptions {
@@ -180,14 +182,14 @@ int sweep(Comm& comm, const SweepOptions& o) {
 }
 
 }  // namespace
-}  // namespace kcp::cp
+}  // namespace kcp::app
 
-namespace kcp::val {
+namespace kcp::app {
 
 int cmd_cp_sweep(int argc, char** argv) {
   return cp::run_mpi_command("kcp cp-sweep", [&](cp::Comm& comm) {
     Args a(argc, argv, {"backend", "seed", "filter", "merge", "precision"}, {"quick"});
-    cp::SweepOptions o;
+    SweepOptions o;
     o.quick = a.has("quick");
     o.backend = a.get("backend", "all");
     o.seed = uint64_t(a.get_int("seed", 0));
@@ -198,8 +200,8 @@ int cmd_cp_sweep(int argc, char** argv) {
               "--merge: expected linear, log-depth or both, got '", o.merge, "'");
     KCP_CHECK(o.precision == "both" || o.precision == "f64" || o.precision == "f32",
               "--precision: expected f64, f32 or both, got '", o.precision, "'");
-    return cp::sweep(comm, o);
+    return sweep(comm, o);
   });
 }
 
-}  // namespace kcp::val
+}  // namespace kcp::app

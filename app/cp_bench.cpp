@@ -19,11 +19,13 @@
 #include "cp/comm_mpi.h"
 #include "cp/context_parallel.h"
 #include "validation/cases.h"
-#include "validation/cli_args.h"
-#include "validation/commands.h"
+#include "app/cli_args.h"
+#include "app/commands.h"
 #include "validation/registry.h"
 
-namespace kcp::cp {
+namespace kcp::app {
+using namespace kcp::val;
+using namespace kcp::cp;
 namespace {
 
 // float32 transitions multiply hundreds of decays: entries of M fall below 1e-38 and x86 computes
@@ -127,15 +129,15 @@ void print_row(int P, int threads, const Row& r) {
 }
 
 }  // namespace
-}  // namespace kcp::cp
+}  // namespace kcp::app
 
-namespace kcp::val {
+namespace kcp::app {
 
 int cmd_cp_bench(int argc, char** argv) {
   return cp::run_mpi_command("kcp cp-bench", [&](cp::Comm& world) {
     Args a(argc, argv, {"T", "H", "K", "V", "variant", "backend", "precision", "ranks", "seqs", "merge", "chunk", "repeat"},
            {"keep-denormals"});
-    if (!a.has("keep-denormals")) cp::flush_denormals();
+    if (!a.has("keep-denormals")) flush_denormals();
     CaseSpec s;
     s.variant = variant_parse(a.get("variant", "gdn"));
     s.T = a.get_int("T", 65536), s.H = s.HV = a.get_int("H", 4), s.K = a.get_int("K", 128), s.V = a.get_int("V", 128);
@@ -156,7 +158,7 @@ int cmd_cp_bench(int argc, char** argv) {
       note = " (cpu-chunkwise unavailable: " + std::string(e.what()) + "; using cpu-recurrent)";
       be = backend_create(name = "cpu-recurrent");
     }
-    const std::vector<int> ranks = cp::parse_ranks(a.get("ranks", ""), world.size());
+    const std::vector<int> ranks = parse_ranks(a.get("ranks", ""), world.size());
     if (world.rank() == 0)
       std::printf("cp-bench: %s %s, backend %s%s, merge %s, %s, %d ranks in the job on %d cores; seconds, max over "
                   "ranks, best of %d (wait: load imbalance before the exchange)\n"
@@ -166,14 +168,14 @@ int cmd_cp_bench(int argc, char** argv) {
                   std::string(cp::merge_name(merge)).c_str(),
                   a.has("keep-denormals") ? "IEEE denormals" : "denormals flushed to zero", world.size(),
                   omp_get_num_procs(), repeat);
-    const cp::BenchData d = cp::make_data(world, s);
+    const BenchData d = make_data(world, s);
     for (int P : ranks) {
       std::unique_ptr<cp::Comm> sub = world.split(world.rank() < P ? 0 : 1);
       if (world.rank() < P) {
         const int threads = std::max(1, omp_get_num_procs() / P);
         omp_set_num_threads(threads);
-        const cp::Row r = cp::run_cp(*sub, *be, d, dt, merge, repeat);
-        if (world.rank() == 0) cp::print_row(P, threads, r);
+        const Row r = run_cp(*sub, *be, d, dt, merge, repeat);
+        if (world.rank() == 0) print_row(P, threads, r);
       }
       world.barrier();
     }
@@ -181,4 +183,4 @@ int cmd_cp_bench(int argc, char** argv) {
   });
 }
 
-}  // namespace kcp::val
+}  // namespace kcp::app

@@ -14,11 +14,12 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "validation/cli_args.h"
-#include "validation/commands.h"
+#include "app/cli_args.h"
+#include "app/commands.h"
 #include "validation/registry.h"
 
-namespace kcp::val {
+namespace kcp::app {
+using namespace kcp::val;
 namespace {
 
 std::vector<long long> int_list(const std::string& s) {
@@ -164,4 +165,4 @@ int cmd_bench(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace kcp::val
+}  // namespace kcp::app

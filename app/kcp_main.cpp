@@ -3,7 +3,7 @@
 #include <cstring>
 #include <exception>
 
-#include "validation/commands.h"
+#include "app/commands.h"
 
 namespace {
 
@@ -14,20 +14,22 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"bench-oracle", kcp::val::cmd_bench_oracle,
+    {"bench-oracle", kcp::app::cmd_bench_oracle,
      "tokens/s of the CPU backends, forward and forward+backward (T=8192 H=4 K=V=128 by default)"},
-    {"check", kcp::val::cmd_check,
+#ifdef KCP_HAS_IO
+    {"check", kcp::app::cmd_check,
      "[--backend NAME] [--precision f64|f32] [--write FILE] PATH...: run the oracle on dumps, judge every result"},
-    {"compare", kcp::val::cmd_compare, "A.h5 B.h5: compare the matching datasets of two dumps"},
-    {"run", kcp::val::cmd_run, "--backend NAME --in X.h5 --out Y.h5: add a backend's results to a dump"},
-    {"info", kcp::val::cmd_info, "FILE: what a dump holds"},
-    {"assemble", kcp::val::cmd_assemble, "--out G.h5 SHARD...: rebuild the global dump of a TP/CP run"},
-    {"bench", kcp::val::cmd_bench,
+    {"compare", kcp::app::cmd_compare, "A.h5 B.h5: compare the matching datasets of two dumps"},
+    {"run", kcp::app::cmd_run, "--backend NAME --in X.h5 --out Y.h5: add a backend's results to a dump"},
+    {"info", kcp::app::cmd_info, "FILE: what a dump holds"},
+    {"assemble", kcp::app::cmd_assemble, "--out G.h5 SHARD...: rebuild the global dump of a TP/CP run"},
+#endif
+    {"bench", kcp::app::cmd_bench,
      "forward ms, GB/s, FLOP/s and roofline fraction of a device backend (default cuda-chunkwise)"},
 #ifdef KCP_HAS_CP
-    {"cp-sweep", kcp::val::cmd_cp_sweep,
+    {"cp-sweep", kcp::app::cmd_cp_sweep,
      "context parallelism vs the single-process oracle over the layout matrix (run under mpirun -np N)"},
-    {"cp-bench", kcp::val::cmd_cp_bench,
+    {"cp-bench", kcp::app::cmd_cp_bench,
      "time of the CP phases per rank count (T=65536 H=4 K=V=128 by default; under mpirun)"},
 #endif
 };

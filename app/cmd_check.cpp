@@ -9,13 +9,14 @@
 #include <filesystem>
 
 #include "io/dump.h"
-#include "validation/cli_args.h"
-#include "validation/commands.h"
+#include "app/cli_args.h"
+#include "app/commands.h"
 #include "validation/dump_runner.h"
 #include "validation/registry.h"
-#include "validation/report.h"
+#include "app/report.h"
 
-namespace kcp::val {
+namespace kcp::app {
+using namespace kcp::val;
 namespace {
 
 // o / y of a chunkwise CP shard need only the earlier ranks' states; a final state or a gradient
@@ -114,4 +115,4 @@ int cmd_check(int argc, char** argv) {
   return unreadable ? 2 : total.fail ? 1 : 0;
 }
 
-}  // namespace kcp::val
+}  // namespace kcp::app

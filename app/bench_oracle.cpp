@@ -18,13 +18,14 @@
 #include <vector>
 
 #include "reference/chunkwise.h"
-#include "validation/bench_products.h"
+#include "app/bench_products.h"
 #include "validation/cases.h"
-#include "validation/cli_args.h"
-#include "validation/commands.h"
+#include "app/cli_args.h"
+#include "app/commands.h"
 #include "validation/registry.h"
 
-namespace kcp::val {
+namespace kcp::app {
+using namespace kcp::val;
 namespace {
 
 // cpu-recurrent, per (token, value head), in units of K*V flops (see reference/recurrent.cpp):
@@ -270,4 +271,4 @@ int cmd_bench_oracle(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace kcp::val
+}  // namespace kcp::app
