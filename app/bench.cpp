@@ -13,7 +13,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/rng.h"
+#include "app/bench_inputs.h"
 #include "app/cli_args.h"
 #include "app/commands.h"
 #include "validation/registry.h"
@@ -35,64 +35,6 @@ std::vector<std::string> str_list(const std::string& s) {
   return v;
 }
 
-// Host values rounded to `dt` and stored as its bit patterns (bf16/f16) or float32.
-std::vector<char> encode(const std::vector<float>& x, DType dt) {
-  std::vector<char> out(x.size() * size_t(dtype_size(dt)));
-#pragma omp parallel for
-  for (int64_t i = 0; i < int64_t(x.size()); ++i) {
-    if (dt == DType::f32) reinterpret_cast<float*>(out.data())[i] = x[size_t(i)];
-    else reinterpret_cast<uint16_t*>(out.data())[i] = dt == DType::bf16 ? float_to_bf16(x[size_t(i)]) : float_to_f16(x[size_t(i)]);
-  }
-  return out;
-}
-
-std::vector<float> draw(int64_t n, uint64_t seed, uint64_t stream, bool normal, double lo = 0, double hi = 1) {
-  std::vector<float> v(static_cast<size_t>(n));
-  const CounterRng rng{seed, stream};
-#pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(normal ? rng.normal(uint64_t(i)) : rng.uniform(uint64_t(i), lo, hi));
-  return v;
-}
-
-void l2normalize_rows(std::vector<float>& x, int64_t D) {
-#pragma omp parallel for
-  for (int64_t r = 0; r < int64_t(x.size()) / D; ++r) {
-    double s = 0;
-    for (int64_t d = 0; d < D; ++d) s += double(x[size_t(r * D + d)]) * x[size_t(r * D + d)];
-    for (int64_t d = 0; d < D; ++d) x[size_t(r * D + d)] = float(x[size_t(r * D + d)] / std::sqrt(s));
-  }
-}
-
-// One input set on the backend's device.
-struct DeviceSet {
-  DeviceBuffer q, k, v, g, beta;
-  Inputs views;
-};
-
-DeviceBuffer put(Backend& be, const std::vector<char>& host) {
-  DeviceBuffer b(be, host.size());
-  be.upload(b.get(), host.data(), host.size());
-  return b;
-}
-
-DeviceSet make_set(Backend& be, Variant var, int64_t T, int64_t H, int64_t K, int64_t V, DType dt, uint64_t seed) {
-  std::vector<float> q = draw(T * H * K, seed, 1, true), k = draw(T * H * K, seed, 2, true);
-  l2normalize_rows(q, K), l2normalize_rows(k, K);
-  const int64_t gw = var == Variant::gdn ? 1 : K;
-  DeviceSet s;
-  s.q = put(be, encode(q, dt)), s.k = put(be, encode(k, dt));
-  s.v = put(be, encode(draw(T * H * V, seed, 3, true), dt));
-  s.g = put(be, encode(draw(T * H * gw, seed, 4, false, -0.3, -0.001), DType::f32));
-  s.beta = put(be, encode(draw(T * H, seed, 5, false, 0.0, 1.0), DType::f32));
-  const Device d = be.device();
-  s.views.q = TensorView(s.q.get(), dt, {1, T, H, K}, d);
-  s.views.k = TensorView(s.k.get(), dt, {1, T, H, K}, d);
-  s.views.v = TensorView(s.v.get(), dt, {1, T, H, V}, d);
-  s.views.g = TensorView(s.g.get(), DType::f32, var == Variant::gdn ? Shape{1, T, H} : Shape{1, T, H, K}, d);
-  s.views.beta = TensorView(s.beta.get(), DType::f32, {1, T, H}, d);
-  return s;
-}
-
 // FLA's Triton forward on the same H100 (PERFORMANCE.md section 8), gdn only.
 double fla_ms(Variant var, int64_t T, int64_t H) {
   if (var != Variant::gdn) return 0;
@@ -108,21 +50,21 @@ struct Row {
 
 Row bench_shape(Backend& be, Variant var, int64_t T, int64_t H, int64_t K, int64_t V, DType dt, int warmup,
                 int repeat, int sets) {
-  std::vector<DeviceSet> in;
-  for (int s = 0; s < sets; ++s) in.push_back(make_set(be, var, T, H, K, V, dt, 1000 + uint64_t(s)));
+  std::vector<BenchInputs> in;
+  for (int s = 0; s < sets; ++s) in.push_back(make_bench_inputs(be, {var, H, K, V, dt}, 0, T, 1000 + uint64_t(s)));
   ProblemOptions opt;
   opt.compute = DType::f32, opt.check_finite = false;
-  const Problem p = make_problem(var, in[0].views, Flags{}, opt);
+  const Problem p = make_problem(var, in[0].in, Flags{}, opt);
   std::ostringstream os;
   os << "| " << variant_name(var) << " | " << T << " | " << H << " | ";
   if (Support sup = be.supports(p); !sup) return {os.str() + "unsupported: " + sup.reason + " |"};
-  DeviceBuffer o(be, size_t(T * H * V) * size_t(dtype_size(dt)));
+  DeviceBuffer o(be.queue(), size_t(T * H * V) * size_t(dtype_size(dt)));
   const Outputs out{TensorView(o.get(), dt, {1, T, H, V}, be.device()), {}};
-  for (int i = 0; i < warmup; ++i) be.forward(p, in[size_t(i % sets)].views, out);
+  for (int i = 0; i < warmup; ++i) be.forward(p, in[size_t(i % sets)].in, out);
   be.synchronize();
-  const BackendTimer timer = backend_timer(be);
   std::vector<double> ms;
-  for (int i = 0; i < repeat; ++i) ms.push_back(timer([&] { be.forward(p, in[size_t(i % sets)].views, out); }));
+  for (int i = 0; i < repeat; ++i)
+    ms.push_back(be.queue().time_ms([&] { be.forward(p, in[size_t(i % sets)].in, out); }));
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2], th = double(T * H), C = 64, es = dtype_size(dt);
   const double Kd = double(K), Vd = double(V), gw = var == Variant::gdn ? 1 : Kd;

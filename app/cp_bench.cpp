@@ -1,12 +1,14 @@
 // kcp cp-bench: where the time of a context-parallel call goes, per rank count. For each P in
-// --ranks, the first P ranks of the job run the CP forward and backward of one problem (default:
-// gdn, one sequence of T = 65536 tokens, H = HV = 4, K = V = 128, float32, backend cpu-chunkwise,
-// falling back to cpu-recurrent while cpu-chunkwise is not built) while the others wait. Each phase
-// (config check, transition, wait for the slowest rank, exchange, merge, local pass, parameter
-// all-reduce) is reported as its maximum over the P ranks. P = 1 is the single-process call.
+// --ranks, the first P ranks of the job run the CP forward and backward of one problem with
+// --T tokens PER RANK (default: gdn, T = 65536 per rank on the host, H = HV = 4, K = V = 128,
+// float32, backend cpu-chunkwise) while the others wait. Each phase (config check, transition, wait
+// for the slowest rank, exchange, merge, local pass, parameter all-reduce) is timed on the backend's
+// queue (CUDA events on a GPU backend) and reported as its maximum over the P ranks, in ms. P = 1 is
+// the single-process call. Inputs are each rank's slice of one regenerable global problem
+// (bench_inputs.h). A backend without a backward times the forward only.
 //   mpirun -np 4 --oversubscribe build/kcp cp-bench [--T 65536] [--H 4] [--K 128] [--V 128]
-//          [--variant gdn] [--backend NAME] [--precision f32|f64] [--ranks 1,2,4] [--seqs 1] [--merge linear]
-//          [--chunk 64] [--repeat 1] [--keep-denormals]
+//          [--variant gdn] [--backend NAME] [--dtype bfloat16|float32] [--ranks 1,2,4] [--seqs 1]
+//          [--merge linear] [--comm auto|mpi|nccl] [--repeat 1] [--keep-denormals]
 // A benchmark, never a test: figures go to docs/CP.md with date, machine and commit.
 #include <omp.h>
 #if defined(__SSE2__)
@@ -16,6 +18,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "app/bench_inputs.h"
+#include "cp/comm_device.h"
 #include "cp/comm_mpi.h"
 #include "cp/context_parallel.h"
 #include "validation/cases.h"
@@ -41,64 +45,54 @@ void flush_denormals() {
 #endif
 }
 
-struct BenchData {  // the global problem in float32 (inputs as passed, cotangent do)
-  val::CaseSpec spec;
-  std::vector<int64_t> cu;
-  Tensor<float> q, k, v, g, beta, d_o;
-};
-
-Tensor<float> narrow(const Tensor<double>& t) {
-  if (t.empty()) return {};
-  Tensor<float> f(t.shape());
-  for (int64_t i = 0; i < t.numel(); ++i) f.data()[i] = float(t.data()[i]);
-  return f;
-}
-
-// Ranks generate one after another so that only one float64 copy exists at a time.
-BenchData make_data(Comm& world, const val::CaseSpec& s) {
-  BenchData d;
-  for (int r = 0; r < world.size(); ++r) {
-    if (r == world.rank()) {
-      const val::CaseData c = val::make_case(s);
-      d = {c.spec, c.cu_seqlens, narrow(c.q), narrow(c.k), narrow(c.v), narrow(c.g), narrow(c.beta), narrow(c.d_o)};
-    }
-    world.barrier();
-  }
-  return d;
-}
-
 struct Row {  // all doubles, reduced as one array
   CpPhaseTimes fwd, bwd;
   double fwd_total = 0, bwd_total = 0;  // max over ranks of each rank's own total
 };
 static_assert(sizeof(Row) == 16 * sizeof(double));
 
-Row run_cp_once(Comm& comm, Backend& be, const BenchData& d, DType dt, MergeAlgorithm merge) {
+struct BenchCase {
+  BenchShape shape;
+  int64_t T_rank = 0, nseq = 1;  // tokens per rank; sequences in the global stream
+  uint64_t seed = 1;
+};
+
+Row run_cp_once(Comm& comm, Backend& be, const BenchCase& bc, MergeAlgorithm merge) {
+  const int P = comm.size();
+  const int64_t T = bc.T_rank * P, H = bc.shape.H, K = bc.shape.K, V = bc.shape.V;
   ProblemOptions po;
-  po.chunk_size = d.spec.chunk_size, po.compute = dt, po.cu_seqlens = d.cu, po.check_finite = false;
-  ContextParallel cp(comm, be, d.spec.variant, d.spec.flags, {po, {}, merge, true});
+  po.compute = DType::f32, po.check_finite = false, po.cu_seqlens = {0};
+  for (int64_t i = 0; i < bc.nseq; ++i) po.cu_seqlens.push_back(po.cu_seqlens.back() + T / bc.nseq + (i < T % bc.nseq));
+  ContextParallel cp(comm, be, bc.shape.variant, Flags{}, {po, {}, merge, true});
   const int64_t lo = cp.context().lo, n = cp.context().tokens();
-  Inputs in{d.q.view().narrow(1, lo, n), d.k.view().narrow(1, lo, n), d.v.view().narrow(1, lo, n),
-            d.g.view().narrow(1, lo, n), d.beta.view().narrow(1, lo, n), {}, {}, {}};
-  const int64_t H = d.spec.H, HV = d.spec.HV, K = d.spec.K, V = d.spec.V;
-  Tensor<float> o({1, n, HV, V}), dq({1, n, H, K}), dk({1, n, H, K}), dv({1, n, HV, V});
-  Tensor<float> dg(d.g.shape().size() == 4 ? Shape{1, n, HV, K} : Shape{1, n, HV});
-  Tensor<float> dbeta = d.beta.empty() ? Tensor<float>() : Tensor<float>({1, n, HV});
-  comm.barrier();
-  cp.forward(in, {o.view(), {}});
-  cp.backward(in, {d.d_o.view().narrow(1, lo, n), {}},
-              {dq.view(), dk.view(), dv.view(), dg.view(), dbeta.view(), {}, {}, {}});
-  Row r{cp.forward_times(), cp.backward_times(), cp.forward_times().total(), cp.backward_times().total()};
-  all_reduce_max(comm, reinterpret_cast<double*>(&r), int64_t(sizeof(Row) / sizeof(double)));
+  const BenchInputs d = make_bench_inputs(be, bc.shape, lo, n, bc.seed, true);
+  const bool backward = be.supports_backward(make_problem(bc.shape.variant, d.in, Flags{}, [&] {
+                                                ProblemOptions lp = po;
+                                                lp.cu_seqlens = {0, n};
+                                                return lp;
+                                              }())).ok;
+  const DType dt = bc.shape.qkv;
+  const int64_t gw = bc.shape.variant == Variant::gdn ? 1 : K;
+  DeviceTensor o(be.queue(), dt, {1, n, H, V}), dq(be.queue(), dt, {1, n, H, K}), dk(be.queue(), dt, {1, n, H, K}),
+      dv(be.queue(), dt, {1, n, H, V}), dg(be.queue(), DType::f32, gw == 1 ? Shape{1, n, H} : Shape{1, n, H, K}),
+      dbeta(be.queue(), DType::f32, {1, n, H});
+  comm.control().barrier();
+  cp.forward(d.in, {o.view, {}});
+  if (backward)
+    cp.backward(d.in, {d.d_o, {}},
+                {dq.view, dk.view, dv.view, dg.view, d.in.beta.empty() ? TensorView() : dbeta.view, {}, {}, {}});
+  Row r{cp.forward_times(), backward ? cp.backward_times() : CpPhaseTimes{}, cp.forward_times().total(),
+        backward ? cp.backward_times().total() : 0.0};
+  all_reduce_max(comm.control(), reinterpret_cast<double*>(&r), int64_t(sizeof(Row) / sizeof(double)));
   return r;
 }
 
 // The repeat with the smallest forward+backward time (the machine is shared: the minimum is the
 // figure least disturbed by other work).
-Row run_cp(Comm& comm, Backend& be, const BenchData& d, DType dt, MergeAlgorithm merge, int repeat) {
+Row run_cp(Comm& comm, Backend& be, const BenchCase& bc, MergeAlgorithm merge, int repeat) {
   Row best;
   for (int i = 0; i < repeat; ++i) {
-    const Row r = run_cp_once(comm, be, d, dt, merge);
+    const Row r = run_cp_once(comm, be, bc, merge);
     if (i == 0 || r.fwd_total + r.bwd_total < best.fwd_total + best.bwd_total) best = r;
   }
   return best;
@@ -121,7 +115,7 @@ std::vector<int> parse_ranks(const std::string& s, int world) {
 }
 
 void print_row(int P, int threads, const Row& r) {
-  std::printf("%3d %4d | %7.3f %7.3f %7.4f %7.4f %7.3f %7.3f | %7.3f %7.3f %7.4f %7.4f %7.3f %7.4f %7.3f | %7.3f\n", P,
+  std::printf("%3d %4d | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f\n", P,
               threads, r.fwd.transition, r.fwd.wait, r.fwd.exchange, r.fwd.merge, r.fwd.local, r.fwd_total,
               r.bwd.transition, r.bwd.wait, r.bwd.exchange, r.bwd.merge, r.bwd.local, r.bwd.reduce, r.bwd_total,
               r.fwd_total + r.bwd_total);
@@ -135,46 +129,42 @@ namespace kcp::app {
 
 int cmd_cp_bench(int argc, char** argv) {
   return cp::run_mpi_command("kcp cp-bench", [&](cp::Comm& world) {
-    Args a(argc, argv, {"T", "H", "K", "V", "variant", "backend", "precision", "ranks", "seqs", "merge", "chunk", "repeat"},
+    Args a(argc, argv, {"T", "H", "K", "V", "variant", "backend", "dtype", "ranks", "seqs", "merge", "comm", "repeat"},
            {"keep-denormals"});
     if (!a.has("keep-denormals")) flush_denormals();
-    CaseSpec s;
-    s.variant = variant_parse(a.get("variant", "gdn"));
-    s.T = a.get_int("T", 65536), s.H = s.HV = a.get_int("H", 4), s.K = a.get_int("K", 128), s.V = a.get_int("V", 128);
-    s.chunk_size = a.get_int("chunk", 64), s.seed = 1, s.initial_state = s.final_state = false;
-    const int64_t nseq = a.get_int("seqs", 1);
-    KCP_CHECK(nseq >= 1 && nseq <= s.T, "--seqs: expected 1 .. T, got ", nseq);
-    for (int64_t i = 0; i < nseq; ++i) s.seqlens.push_back(s.T / nseq + (i < s.T % nseq ? 1 : 0));
-    const DType dt = a.get("precision", "f32") == "f64" ? DType::f64 : DType::f32;
+    const std::string name = a.get("backend", "cpu-chunkwise");
+    const int gpus = gpu_count();
+    std::unique_ptr<Backend> be = backend_create(name, {gpus > 0 ? local_rank() % gpus : -1});
+    const bool host = be->device() == Device::host;
+    BenchCase bc;
+    bc.shape.variant = variant_parse(a.get("variant", "gdn"));
+    bc.shape.H = a.get_int("H", host ? 4 : 16), bc.shape.K = a.get_int("K", 128), bc.shape.V = a.get_int("V", 128);
+    bc.shape.qkv = dtype_parse(a.get("dtype", host ? "float32" : "bfloat16"));
+    bc.T_rank = a.get_int("T", host ? 65536 : 32768), bc.nseq = a.get_int("seqs", 1);
+    KCP_CHECK(bc.T_rank >= 1 && bc.nseq >= 1 && bc.nseq <= bc.T_rank, "--T, --seqs: expected T >= seqs >= 1");
     const int repeat = int(a.get_int("repeat", 1));
     KCP_CHECK(repeat >= 1, "--repeat: expected at least 1, got ", repeat);
-    const cp::MergeAlgorithm merge = cp::merge_parse(a.get("merge", "linear"));
-    std::string name = a.get("backend", "cpu-chunkwise"), note;
-    std::unique_ptr<Backend> be;
-    try {
-      be = backend_create(name);
-    } catch (const std::exception& e) {
-      KCP_CHECK(!a.has("backend"), "--backend ", name, ": ", e.what());
-      note = " (cpu-chunkwise unavailable: " + std::string(e.what()) + "; using cpu-recurrent)";
-      be = backend_create(name = "cpu-recurrent");
-    }
+    const MergeAlgorithm merge = merge_parse(a.get("merge", "linear"));
+    const CommKind kind = comm_kind_parse(a.get("comm", "auto"));
     const std::vector<int> ranks = parse_ranks(a.get("ranks", ""), world.size());
     if (world.rank() == 0)
-      std::printf("cp-bench: %s %s, backend %s%s, merge %s, %s, %d ranks in the job on %d cores; seconds, max over "
-                  "ranks, best of %d (wait: load imbalance before the exchange)\n"
-                  "  P  thr | fwd: trans    wait    exch   merge   local   total | bwd: trans    wait    exch   merge"
-                  "   local  reduce   total | fwd+bwd\n",
-                  s.name().c_str(), std::string(dtype_name(dt)).c_str(), name.c_str(), note.c_str(),
-                  std::string(cp::merge_name(merge)).c_str(),
-                  a.has("keep-denormals") ? "IEEE denormals" : "denormals flushed to zero", world.size(),
-                  omp_get_num_procs(), repeat);
-    const BenchData d = make_data(world, s);
+      std::printf("cp-bench: %s T=%lld per rank H=%lld K=%lld V=%lld %s, %lld sequence(s), backend %s on %s, merge "
+                  "%s, %s, %d ranks in the job; ms, max over ranks, best of %d (wait: load imbalance before the "
+                  "exchange; bwd columns zero when the backend has no backward)\n"
+                  "  P  thr | fwd: trans     wait     exch    merge    local    total | bwd: trans     wait     exch"
+                  "    merge    local   reduce    total |  fwd+bwd\n",
+                  variant_name(bc.shape.variant).data(), (long long)bc.T_rank, (long long)bc.shape.H,
+                  (long long)bc.shape.K, (long long)bc.shape.V, std::string(dtype_name(bc.shape.qkv)).c_str(),
+                  (long long)bc.nseq, name.c_str(), be->queue().describe().c_str(),
+                  std::string(merge_name(merge)).c_str(),
+                  a.has("keep-denormals") ? "IEEE denormals" : "denormals flushed to zero", world.size(), repeat);
     for (int P : ranks) {
-      std::unique_ptr<cp::Comm> sub = world.split(world.rank() < P ? 0 : 1);
+      std::unique_ptr<Comm> sub = world.split(world.rank() < P ? 0 : 1);
       if (world.rank() < P) {
         const int threads = std::max(1, omp_get_num_procs() / P);
         omp_set_num_threads(threads);
-        const Row r = run_cp(*sub, *be, d, dt, merge, repeat);
+        const DataComm data = make_data_comm(*sub, be->queue(), kind, gpus);
+        const Row r = run_cp(data.get(), *be, bc, merge, repeat);
         if (world.rank() == 0) print_row(P, threads, r);
       }
       world.barrier();

@@ -4,12 +4,19 @@
 // code 1 when any row failed on any rank (the verdict is all-reduced, so every rank exits alike).
 //   mpirun -np N [--oversubscribe] build/kcp cp-sweep [--quick] [--backend NAME|all] [--seed S]
 //          [--filter TEXT] [--merge linear|log-depth|both] [--precision f64|f32|both]
+//          [--comm auto|mpi|nccl] [--timeout SECONDS]
+// Device backends run on the GPU of the rank's local rank (ranks share GPUs round-robin under
+// --comm mpi); --comm auto picks NCCL when every rank has its own GPU and NCCL loads, else staged MPI.
+// A backend without a backward for a case runs its forward rows (o, ht) only.
 // --quick halves the matrix (states and merges alternate between cases) on smaller sizes.
 // Covered by tests/cp/CMakeLists.txt (N = 1, 2, 3, 4).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
+#include "cp/comm_device.h"
 #include "cp/comm_mpi.h"
+#include "cp/watchdog.h"
 #include "app/cp_sweep_run.h"
 #include "app/cli_args.h"
 #include "app/commands.h"
@@ -25,6 +32,7 @@ struct SweepOptions {
   bool quick = false;
   std::string backend = "all", filter, merge = "both", precision = "both";
   uint64_t seed = 0;
+  CommKind comm = CommKind::automatic;
 };
 
 struct Tally {
@@ -41,22 +49,33 @@ struct Tally {
 struct BackendSlot {
   std::string name;
   std::unique_ptr<Backend> backend;  // null when it cannot be created (the reason is printed)
+  DataComm data;                     // the communicator on this backend's memory
 };
 
-std::vector<BackendSlot> open_backends(const SweepOptions& o, int rank, Tally& t) {
+// The backends of the sweep: every built backend (or the one asked for). A device backend runs on
+// the GPU of this rank's local rank (shared round-robin when there are fewer GPUs than ranks).
+std::vector<BackendSlot> open_backends(Comm& world, const SweepOptions& o, Tally& t) {
   std::vector<BackendSlot> out;
+  const int gpus = val::gpu_count();
   for (const std::string& name : val::backend_names()) {
-    if (name.rfind("cpu-", 0) != 0 || (o.backend != "all" && o.backend != name)) continue;
+    if (o.backend != "all" && o.backend != name) continue;
+    std::string why;
     try {
-      out.push_back({name, val::backend_create(name)});
+      BackendSlot b{name, val::backend_create(name, {gpus > 0 ? cp::local_rank() % gpus : -1}), {}};
+      b.data = make_data_comm(world, b.backend->queue(), o.comm, gpus);
+      out.push_back(std::move(b));
     } catch (const std::exception& e) {
-      KCP_CHECK(o.backend == "all", "--backend ", name, ": ", e.what());
-      if (rank == 0) std::printf("SKIP  backend %s: %s (its rows are not run)\n", name.c_str(), e.what());
-      ++t.skipped;
+      why = e.what();
     }
+    // every rank must open the same backends, or the collectives of the rows would not match
+    int32_t failed = why.empty() ? 0 : 1;
+    all_reduce_max(world, &failed, 1);
+    if (!failed) continue;
+    if (why.empty()) why = "it could not be opened on another rank", out.pop_back();
+    KCP_CHECK(o.backend == "all", "--backend ", name, ": ", why);
+    if (world.rank() == 0) std::printf("SKIP  backend %s: %s (its rows are not run)\n", name.c_str(), why.c_str());
+    ++t.skipped;
   }
-  KCP_CHECK(!out.empty() || o.backend == "all", "--backend ", o.backend, ": not a CPU backend (",
-            "cp-sweep runs cpu-recurrent and cpu-chunkwise)");
   return out;
 }
 
@@ -75,14 +94,15 @@ void reduce_verdict(Comm& comm, RowVerdict& v) {
   if (fail && v.pass) v.pass = false, v.failure = "failed on another rank";
 }
 
-// The f32 baseline errors of a row: the float32 recurrence's, or the backend's own in one process
-// when larger (sweep_run.h); a backend missing the rule alone is reported as a NOTE.
-std::vector<double> row_baseline(Comm& comm, BackendSlot& b, const val::CaseData& c, const SweepReference& ref,
-                                 const std::string& id, Tally& tally) {
+// The f32 baseline errors of a row: the float32 recurrence's (the oracle backend in float32), or the
+// backend's own in one process when larger (sweep_run.h); a backend missing the rule alone is
+// reported as a NOTE. The oracle's own algorithm is its baseline already.
+std::vector<double> row_baseline(Comm& comm, BackendSlot& b, const Backend& oracle, const val::CaseData& c,
+                                 const SweepReference& ref, const std::string& id, Tally& tally) {
   std::vector<double> base = ref.base_err;
-  if (b.name == "cpu-recurrent" || !b.backend->supports(c.problem(DType::f32))) return base;
+  if (b.backend->name() == oracle.name() || !b.backend->supports(c.problem(DType::f32))) return base;
   const std::vector<double> single = sweep_single_errors(*b.backend, c, ref);
-  for (size_t i = 0; i < base.size(); ++i) base[i] = std::max(base[i], single[i]);
+  for (size_t i = 0; i < single.size(); ++i) base[i] = std::max(base[i], single[i]);
   const std::string notes = sweep_backend_notes(ref, single);
   tally.notes += !notes.empty();
   if (!notes.empty() && comm.rank() == 0)
@@ -92,10 +112,10 @@ std::vector<double> row_baseline(Comm& comm, BackendSlot& b, const val::CaseData
 }
 
 // The rows of one case on one backend: float64/float32 x linear/log-depth, as the options select.
-void run_backend_rows(Comm& comm, const SweepOptions& o, BackendSlot& b, const val::CaseData& c,
+void run_backend_rows(Comm& comm, const SweepOptions& o, BackendSlot& b, const Backend& oracle, const val::CaseData& c,
                       const SweepReference& ref, const std::string& id, const SweepLayout& L, bool log_depth_only,
                       Tally& tally) {
-  const std::vector<double> base = row_baseline(comm, b, c, ref, id, tally);
+  const std::vector<double> base = row_baseline(comm, b, oracle, c, ref, id, tally);
   for (DType dt : {DType::f64, DType::f32})
     for (MergeAlgorithm m : {MergeAlgorithm::linear, MergeAlgorithm::log_depth}) {
       if (o.precision != "both" && o.precision != (dt == DType::f64 ? "f64" : "f32")) continue;
@@ -107,16 +127,33 @@ void run_backend_rows(Comm& comm, const SweepOptions& o, BackendSlot& b, const v
         ++tally.skipped;
         continue;
       }
-      RowVerdict v = sweep_cp_row(comm, *b.backend, c, ref, base, L, m, dt);
+      RowVerdict v = sweep_cp_row(b.data.get(), *b.backend, c, ref, base, L, m, dt);
       reduce_verdict(comm, v);
       tally.add(v, dt);
       print_row(comm.rank(), v, what);
     }
 }
 
-void run_attention(Comm& comm, const SweepOptions& o, std::vector<BackendSlot>& backends, Tally& tally) {
-  auto oracle = val::backend_create("cpu-recurrent");
-  const std::vector<SweepLayout> layouts = sweep_layouts(comm.size(), o.quick ? 21 : 37);
+// The case sizes a backend's rows use: the small default (chunk 16, K = V = 8 or 16), or, for a
+// backend that rejects it (cuda-chunkwise: chunk 64, K in {32, 64, 128}), chunk 64 and K = V = 32.
+// The layout unit is a chunk plus an odd remainder, so rank cuts are not chunk-aligned.
+struct Geometry {
+  int64_t K, V, C, unit;
+  bool operator==(const Geometry&) const = default;
+};
+
+Geometry geometry_for(const Backend& be, bool quick) {
+  const Geometry small{quick ? 8 : 16, quick ? 8 : 16, 16, quick ? 21 : 37};
+  val::CaseSpec s;
+  s.K = small.K, s.V = small.V, s.chunk_size = small.C, s.T = 5;
+  if (be.supports(val::make_case(s).problem(DType::f32))) return small;
+  return {32, 32, 64, quick ? 69 : 133};
+}
+
+// The attention matrix for the backends that share one geometry: the oracle runs once per case.
+void run_attention_group(Comm& comm, const SweepOptions& o, const Geometry& geo, std::vector<BackendSlot*>& backends,
+                         Backend& oracle, Tally& tally) {
+  const std::vector<SweepLayout> layouts = sweep_layouts(comm.size(), geo.unit);
   int index = 0, group = -1;  // group: (variant, flag set)
   for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
     for (const SweepFlags& fs : sweep_flag_sets(var))
@@ -128,19 +165,31 @@ void run_attention(Comm& comm, const SweepOptions& o, std::vector<BackendSlot>& 
           const bool log_depth_only = (int(l) + group / 2) % 2;
           if (o.quick && (int(l) + group + states) % 2) continue;
           val::CaseSpec s;
-          s.variant = var, s.H = 1, s.HV = 2, s.K = s.V = o.quick ? 8 : 16, s.chunk_size = 16;
+          s.variant = var, s.H = 1, s.HV = 2, s.K = geo.K, s.V = geo.V, s.chunk_size = geo.C;
           s.seqlens = L.seqlens, s.flags = fs.flags, s.A_log = fs.A_log, s.dt_bias = fs.dt_bias;
           s.initial_state = s.final_state = states == 0;
           s.seed = o.seed + uint64_t(index);
           const std::string id = s.name() + " " + fs.name + " " + L.describe();
           if (!o.filter.empty() && id.find(o.filter) == std::string::npos) continue;
           const val::CaseData c = val::make_case(s);
-          const SweepReference ref = sweep_reference(c, *oracle);
-          for (BackendSlot& b : backends) run_backend_rows(comm, o, b, c, ref, id, L, log_depth_only, tally);
+          const SweepReference ref = sweep_reference(c, oracle);
+          for (BackendSlot* b : backends) run_backend_rows(comm, o, *b, oracle, c, ref, id, L, log_depth_only, tally);
         }
 }
 
-void run_conv(Comm& comm, const SweepOptions& o, Tally& tally) {
+void run_attention(Comm& comm, const SweepOptions& o, std::vector<BackendSlot>& backends, Tally& tally) {
+  auto oracle = val::backend_create("cpu-recurrent");
+  std::vector<std::pair<Geometry, std::vector<BackendSlot*>>> groups;
+  for (BackendSlot& b : backends) {
+    const Geometry g = geometry_for(*b.backend, o.quick);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == g; });
+    if (it == groups.end()) groups.push_back({g, {&b}});
+    else it->second.push_back(&b);
+  }
+  for (auto& [geo, members] : groups) run_attention_group(comm, o, geo, members, *oracle, tally);
+}
+
+void run_conv(Comm& comm, const SweepOptions& o, std::vector<BackendSlot>& backends, Tally& tally) {
   int index = 0;
   for (const SweepLayout& L : sweep_layouts(comm.size(), o.quick ? 21 : 37))
     for (int64_t W : {2, 3, 4})
@@ -149,13 +198,14 @@ void run_conv(Comm& comm, const SweepOptions& o, Tally& tally) {
         const std::string id = "conv1d(W=" + std::to_string(W) + (silu_bias ? ",silu,bias" : ",identity") + ") " +
                                L.describe();
         if (!o.filter.empty() && id.find(o.filter) == std::string::npos) continue;
-        for (DType dt : {DType::f64, DType::f32}) {
-          if (o.precision != "both" && o.precision != (dt == DType::f64 ? "f64" : "f32")) continue;
-          RowVerdict v = sweep_conv_row(comm, L, W, silu_bias, dt, o.seed + uint64_t(index));
-          reduce_verdict(comm, v);
-          tally.add(v, dt);
-          print_row(comm.rank(), v, std::string(dtype_name(dt)) + " " + id);
-        }
+        for (BackendSlot& b : backends)
+          for (DType dt : {DType::f64, DType::f32}) {
+            if (o.precision != "both" && o.precision != (dt == DType::f64 ? "f64" : "f32")) continue;
+            RowVerdict v = sweep_conv_row(b.data.get(), *b.backend, L, W, silu_bias, dt, o.seed + uint64_t(index));
+            reduce_verdict(comm, v);
+            tally.add(v, dt);
+            print_row(comm.rank(), v, b.name + " " + std::string(dtype_name(dt)) + " " + id);
+          }
       }
 }
 
@@ -167,9 +217,13 @@ int sweep(Comm& comm, const SweepOptions& o) {
                 "rel_l2 <= %g x float32 baseline + %g x cond (cond > 1 only for dg, dA_log, ddt_bias: validation/float_rule.h)\n",
                 comm.size(), static_cast<unsigned long long>(o.seed), o.quick ? "quick" : "full", val::tol::kExactF64,
                 val::tol::kFloatRuleFactor, val::tol::kFloatRuleFloor);
-  std::vector<BackendSlot> backends = open_backends(o, comm.rank(), tally);
+  std::vector<BackendSlot> backends = open_backends(comm, o, tally);
+  for (const BackendSlot& b : backends)
+    if (comm.rank() == 0)
+      std::printf("backend %s on %s, communicator %s\n", b.name.c_str(), b.backend->queue().describe().c_str(),
+                  std::string(b.data.get().name()).c_str());
   run_attention(comm, o, backends, tally);
-  run_conv(comm, o, tally);
+  run_conv(comm, o, backends, tally);
   int32_t failed = tally.failed;
   all_reduce_max(comm, &failed, 1);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -188,7 +242,7 @@ namespace kcp::app {
 
 int cmd_cp_sweep(int argc, char** argv) {
   return cp::run_mpi_command("kcp cp-sweep", [&](cp::Comm& comm) {
-    Args a(argc, argv, {"backend", "seed", "filter", "merge", "precision"}, {"quick"});
+    Args a(argc, argv, {"backend", "seed", "filter", "merge", "precision", "comm", "timeout"}, {"quick"});
     SweepOptions o;
     o.quick = a.has("quick");
     o.backend = a.get("backend", "all");
@@ -196,6 +250,8 @@ int cmd_cp_sweep(int argc, char** argv) {
     o.filter = a.get("filter", "");
     o.merge = a.get("merge", "both");
     o.precision = a.get("precision", "both");
+    o.comm = comm_kind_parse(a.get("comm", "auto"));
+    if (a.has("timeout")) set_comm_timeout(double(a.get_int("timeout", 600)));
     KCP_CHECK(o.merge == "both" || o.merge == "linear" || o.merge == "log-depth",
               "--merge: expected linear, log-depth or both, got '", o.merge, "'");
     KCP_CHECK(o.precision == "both" || o.precision == "f64" || o.precision == "f32",

@@ -8,6 +8,7 @@
 #include "cp/conv1d_cp.h"
 #include "reference/conv1d.h"
 #include "validation/compare.h"
+#include "validation/mirror.h"
 #include "validation/tolerance.h"
 
 namespace kcp::app {
@@ -75,11 +76,14 @@ std::vector<int64_t> cu_of(const std::vector<int64_t>& lens) {
 template <class S>
 RowVerdict cp_row(Comm& comm, Backend& be, const val::CaseData& c, const SweepReference& ref,
                   const std::vector<double>& base_err, const SweepLayout& L, MergeAlgorithm merge, DType dt) {
-  const CpCaseResult<S> r = run_cp_case<S>(comm, be, c, L.bounds, merge);
+  const bool backward = be.supports_backward(c.problem(dt)).ok;  // forward-only backends: o and ht
+  const CpCaseResult<S> r = run_cp_case<S>(comm, be, c, L.bounds, merge, backward);
   RowVerdict v;
-  const NamedViews cand = r.named(), want = ref.named();
-  for (size_t i = 0; i < cand.size(); ++i)
+  const NamedViews cand = r.named(), want = ref.named();  // cand is a prefix of want (o, ht, gradients)
+  for (size_t i = 0; i < cand.size(); ++i) {
+    KCP_CHECK(cand[i].first == want[i].first, "cp-sweep: tensor lists differ at ", cand[i].first);
     judge(v, cand[i].first, cand[i].second, want[i].second, dt, base_err[i], ref.cond.of(cand[i].first));
+  }
   if (!r.params_agree && v.pass) v.pass = false, v.failure = "parameter gradients differ between ranks";
   return v;
 }
@@ -93,33 +97,43 @@ NamedViews CpCaseResult<S>::named() const { return named_of(out, grads); }
 
 template <class S>
 CpCaseResult<S> run_cp_case(Comm& comm, Backend& be, const val::CaseData& c, const std::vector<int64_t>& bounds,
-                            MergeAlgorithm merge) {
+                            MergeAlgorithm merge, bool backward) {
   const DType dt = dtype_of<S>();
   const Problem pg = c.problem(dt);
-  CpCaseResult<S> r{val::make_outputs<S>(pg, c.spec.final_state), val::make_grads<S>(pg, c.inputs()), true};
+  CpCaseResult<S> r{val::make_outputs<S>(pg, c.spec.final_state),
+                    backward ? val::make_grads<S>(pg, c.inputs()) : val::GradSet<S>{}, true};
   ProblemOptions po;
   po.scale = c.spec.scale, po.chunk_size = c.spec.chunk_size, po.compute = dt, po.cu_seqlens = c.cu_seqlens;
   ContextParallel cp(comm, be, c.spec.variant, c.spec.flags, {po, bounds, merge});
   const int64_t lo = cp.context().lo, n = cp.context().tokens();
+  // Inputs in the compute precision on the backend's device (host backends read the float64 views).
+  val::DeviceMirror dev(be);
   Inputs in = c.inputs();
-  for (TensorView* t : {&in.q, &in.k, &in.v, &in.g, &in.beta}) *t = t->narrow(1, lo, n);
-  cp.forward(in, {r.out.o.view().narrow(1, lo, n), r.out.final_state.view()});
-  Grads g = r.grads.views();
-  for (TensorView* t : {&g.dq, &g.dk, &g.dv, &g.dg, &g.dbeta}) *t = t->narrow(1, lo, n);
-  cp.backward(in, {c.d_o.view().narrow(1, lo, n), c.dht.view()}, g);
+  for (TensorView* t : {&in.q, &in.k, &in.v, &in.g, &in.beta}) *t = dev.input(t->narrow(1, lo, n), dt);
+  for (TensorView* t : {&in.A_log, &in.dt_bias, &in.initial_state}) *t = dev.input(*t, dt);
+  const TensorView d_o = dev.input(c.d_o.view().narrow(1, lo, n), dt), dht = dev.input(c.dht.view(), dt);
+  cp.forward(in, {dev.output(r.out.o.view().narrow(1, lo, n)), dev.output(r.out.final_state.view())});
+  if (backward) {
+    Grads g = r.grads.views();
+    for (TensorView* t : {&g.dq, &g.dk, &g.dv, &g.dg, &g.dbeta}) *t = dev.output(t->narrow(1, lo, n));
+    for (TensorView* t : {&g.d_initial_state, &g.dA_log, &g.ddt_bias}) *t = dev.output(*t);
+    cp.backward(in, {d_o, dht}, g);
+  }
+  dev.download();
+  Comm& host = comm.control();
   for (const Tensor<S>* t : {&r.out.o, &r.out.final_state, &r.grads.dq, &r.grads.dk, &r.grads.dv, &r.grads.dg,
                              &r.grads.dbeta, &r.grads.dh0})
-    assemble(comm, *t);
-  for (const Tensor<S>* t : {&r.grads.dA_log, &r.grads.ddt_bias}) r.params_agree &= same_on_all_ranks(comm, *t);
+    assemble(host, *t);
+  for (const Tensor<S>* t : {&r.grads.dA_log, &r.grads.ddt_bias}) r.params_agree &= same_on_all_ranks(host, *t);
   return r;
 }
 
 template struct CpCaseResult<double>;
 template struct CpCaseResult<float>;
 template CpCaseResult<double> run_cp_case<double>(Comm&, Backend&, const val::CaseData&, const std::vector<int64_t>&,
-                                                  MergeAlgorithm);
+                                                  MergeAlgorithm, bool);
 template CpCaseResult<float> run_cp_case<float>(Comm&, Backend&, const val::CaseData&, const std::vector<int64_t>&,
-                                                MergeAlgorithm);
+                                                MergeAlgorithm, bool);
 
 SweepReference sweep_reference(const val::CaseData& c, Backend& oracle) {
   SweepReference r;
@@ -147,10 +161,21 @@ RowVerdict sweep_cp_row(Comm& comm, Backend& backend, const val::CaseData& c, co
 
 std::vector<double> sweep_single_errors(Backend& backend, const val::CaseData& c, const SweepReference& ref) {
   const Problem p = c.problem(DType::f32);
+  const bool backward = backend.supports_backward(p).ok;
   auto out = val::make_outputs<float>(p, c.spec.final_state);
-  auto gr = val::make_grads<float>(p, c.inputs());
-  backend.forward(p, c.inputs(), out.views());
-  backend.backward(p, c.inputs(), c.cotangents(), gr.views());
+  auto gr = backward ? val::make_grads<float>(p, c.inputs()) : val::GradSet<float>{};
+  val::DeviceMirror dev(backend);
+  Inputs in = c.inputs();
+  for (TensorView* t : {&in.q, &in.k, &in.v, &in.g, &in.beta, &in.A_log, &in.dt_bias, &in.initial_state})
+    *t = dev.input(*t, DType::f32);
+  backend.forward(p, in, {dev.output(out.o.view()), dev.output(out.final_state.view())});
+  if (backward) {
+    const Grads g = gr.views();
+    backend.backward(p, in, {dev.input(c.d_o.view(), DType::f32), dev.input(c.dht.view(), DType::f32)},
+                     {dev.output(g.dq), dev.output(g.dk), dev.output(g.dv), dev.output(g.dg), dev.output(g.dbeta),
+                      dev.output(g.d_initial_state), dev.output(g.dA_log), dev.output(g.ddt_bias)});
+  }
+  dev.download();
   const NamedViews a = named_of(out, gr), b = ref.named();
   std::vector<double> err;
   for (size_t i = 0; i < a.size(); ++i) err.push_back(val::compare(a[i].second, b[i].second).rel_l2);
@@ -171,7 +196,8 @@ std::string sweep_backend_notes(const SweepReference& ref, const std::vector<dou
   return notes;
 }
 
-RowVerdict sweep_conv_row(Comm& comm, const SweepLayout& L, int64_t W, bool silu_bias, DType dt, uint64_t seed) {
+RowVerdict sweep_conv_row(Comm& comm, Backend& be, const SweepLayout& L, int64_t W, bool silu_bias, DType dt,
+                          uint64_t seed) {
   const std::vector<int64_t> cu = cu_of(L.seqlens);
   const int64_t T = cu.back(), D = 5;
   const Tensor<double> x = randn({1, T, D}, seed, 1), w = randn({D, W}, seed, 2), dy = randn({1, T, D}, seed, 4);
@@ -191,17 +217,22 @@ RowVerdict sweep_conv_row(Comm& comm, const SweepLayout& L, int64_t W, bool silu
                                      silu_bias ? Tensor<double>({D}) : Tensor<double>()};
   const ConvCp cc{cu, ctx, silu_bias, dt};
   const int64_t lo = ctx.lo, n = ctx.tokens();
-  conv1d_cp_forward(comm, cc, x.view().narrow(1, lo, n), w.view(), b.view(), got[0].view().narrow(1, lo, n));
-  conv1d_cp_backward(comm, cc, x.view().narrow(1, lo, n), w.view(), b.view(), dy.view().narrow(1, lo, n),
-                     got[1].view().narrow(1, lo, n), got[2].view(), got[3].view());
-  assemble(comm, got[0]), assemble(comm, got[1]);
+  val::DeviceMirror dev(be);
+  const TensorView xl = dev.input(x.view().narrow(1, lo, n), dt), wd = dev.input(w.view(), dt),
+                   bd = dev.input(b.view(), dt), dyl = dev.input(dy.view().narrow(1, lo, n), dt);
+  conv1d_cp_forward(comm, be, cc, xl, wd, bd, dev.output(got[0].view().narrow(1, lo, n)));
+  conv1d_cp_backward(comm, be, cc, xl, wd, bd, dyl, dev.output(got[1].view().narrow(1, lo, n)),
+                     dev.output(got[2].view()), dev.output(got[3].view()));
+  dev.download();
+  Comm& host = comm.control();
+  assemble(host, got[0]), assemble(host, got[1]);
   RowVerdict v;
   const char* names[] = {"y", "dx", "dw", "db"};
   for (size_t i = 0; i < 4; ++i) {
     if (got[i].numel() == 0) continue;
     judge(v, names[i], got[i].view(), oracle[i].view(), dt, val::compare(base[i].view(), oracle[i].view()).rel_l2);
   }
-  if ((!same_on_all_ranks(comm, got[2]) || !same_on_all_ranks(comm, got[3])) && v.pass)
+  if ((!same_on_all_ranks(host, got[2]) || !same_on_all_ranks(host, got[3])) && v.pass)
     v.pass = false, v.failure = "dw/db differ between ranks";
   return v;
 }

@@ -48,7 +48,9 @@ struct RowVerdict {
 };
 
 // The CP result of a case, assembled on every rank into single-process shapes; params_agree says
-// whether dA_log and ddt_bias came out bitwise identical on every rank.
+// whether dA_log and ddt_bias came out bitwise identical on every rank. `comm` works on the backend's
+// memory (its control() communicator assembles the host results); inputs are staged on the device
+// in the compute precision for device backends.
 template <class S>
 struct CpCaseResult {
   val::OutputSet<S> out;
@@ -58,9 +60,10 @@ struct CpCaseResult {
 };
 template <class S>
 CpCaseResult<S> run_cp_case(Comm& comm, Backend& backend, const val::CaseData& c, const std::vector<int64_t>& bounds,
-                            MergeAlgorithm merge);
+                            MergeAlgorithm merge, bool backward = true);
 
-// rel_l2 against the oracle of `backend` run in one process in float32, per tensor of named().
+// rel_l2 against the oracle of `backend` run in one process in float32, per tensor of named() (the
+// forward's tensors only when the backend has no backward for the case).
 std::vector<double> sweep_single_errors(Backend& backend, const val::CaseData& c, const SweepReference& ref);
 // "dA_log 6.7e-06 > rule 5.4e-06" for each tensor where `single` misses the float32 rule; empty if none.
 std::string sweep_backend_notes(const SweepReference& ref, const std::vector<double>& single);
@@ -70,7 +73,7 @@ RowVerdict sweep_cp_row(Comm& comm, Backend& backend, const val::CaseData& c, co
                         const std::vector<double>& base_err, const SweepLayout& layout, MergeAlgorithm merge,
                         DType compute);
 
-RowVerdict sweep_conv_row(Comm& comm, const SweepLayout& layout, int64_t W, bool silu_bias, DType compute,
-                          uint64_t seed);
+RowVerdict sweep_conv_row(Comm& comm, Backend& backend, const SweepLayout& layout, int64_t W, bool silu_bias,
+                          DType compute, uint64_t seed);
 
 }  // namespace kcp::app

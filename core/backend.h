@@ -1,16 +1,23 @@
 // The one interface every algorithm implements (cpu-recurrent, cpu-chunkwise, cuda-chunkwise) and
 // the only thing the CP layer and the harness see (ggml's backend table + FlashAttention's params).
 //
+//   queue():   the execution context (core/queue.h): the device every view passed in must live on,
+//              its memory, copies, timing and the small device operations the CP layer needs
 //   forward:   o = op(inputs), final_state per sequence (FLA semantics, problem.h)
 //   backward:  gradients of L = sum(o * d_o) + sum(final_state * d_final_state) w.r.t. every input
 //              as passed (raw gate, raw beta, un-normalized q/k when the flags fuse them)
-//   transition_forward(seq):  the affine map of one sequence, state_out = M state_in + S_ext,
-//              S_ext = its final state from a zero initial state, M [K,K] (initial_state ignored)
-//   transition_backward(seq): the transposed chain, dS_in = M^T dS_out + dS_ext, where dS_ext is
-//              dL/dS_in of that sequence's outputs with d_final_state = 0; returns M^T as dm
-// Transition tensors are always in the K-major math layout, whatever flags.state_v_first says:
-//   s_ext [HV,K,V], m [HV,K,K] (float32 or float64, host or device as the backend's device()).
-// Covered by tests/reference/test_backend_cpu.cpp and the per-backend suites.
+//   transition_forward(seq_begin, packed): the affine maps of the sequences seq_begin ..
+//              seq_begin+count-1 (count = packed.dim(0)), state_out = M state_in + S_ext, where S_ext is
+//              the final state from a zero initial state and M [K,K] (initial_state is ignored);
+//              written into packed [count, HV, K, V+K] (core/transition.h: S_ext beside M)
+//   transition_backward(seq_begin, packed): the transposed chains, dS_in = M^T dS_out + dS_ext, where
+//              dS_ext is dL/dS_in of each sequence's outputs with d_final_state = 0; packed holds
+//              (dS_ext, M^T)
+//   conv1d_forward / conv1d_backward: the causal depthwise conv1d of the layer (core/conv1d.h)
+// Transition buffers are always in the K-major math layout, whatever flags.state_v_first says, in
+// the compute precision, contiguous, on the backend's device.
+// Covered by tests/reference/test_identities.cpp, tests/chunkwise/test_transition.cpp and the
+// per-backend suites (tests/cuda/).
 #pragma once
 
 #include <cstddef>
@@ -19,7 +26,9 @@
 #include <string>
 #include <string_view>
 
+#include "core/conv1d.h"
 #include "core/problem.h"
+#include "core/queue.h"
 
 namespace kcp {
 
@@ -30,16 +39,10 @@ struct Support {
   static Support no(std::string why) { return {false, std::move(why)}; }
 };
 
-struct Transition {
-  TensorView s_ext;  // [HV,K,V]
-  TensorView m;      // [HV,K,K]
-};
-
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
-  virtual Device device() const = 0;  // where every view passed in must live
   virtual Support supports(const Problem& p) const = 0;
   // Whether backward and transition_backward run for p (a forward-only backend says why not here,
   // so callers such as `kcp check` can judge its outputs and skip the gradients).
@@ -47,39 +50,18 @@ class Backend {
 
   virtual void forward(const Problem& p, const Inputs& in, const Outputs& out) = 0;
   virtual void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) = 0;
-  virtual void transition_forward(const Problem& p, const Inputs& in, int64_t seq, const Transition& tr) = 0;
-  virtual void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o,
-                                   int64_t seq, const Transition& tr) = 0;
-  virtual void synchronize() {}
+  virtual void transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) = 0;
+  virtual void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq_begin,
+                                   const TensorView& packed) = 0;
+  virtual Support supports_conv1d(const Conv1dProblem&) const { return {}; }
+  virtual void conv1d_forward(const Conv1dProblem& p, const Conv1dTensors& t, const TensorView& y) = 0;
+  virtual void conv1d_backward(const Conv1dProblem& p, const Conv1dTensors& t, const TensorView& dy,
+                               const Conv1dGrads& g) = 0;
 
-  // Memory of device(): the harness stages tensors through these, so it never branches on a
-  // backend's name. Host backends use plain host memory (the defaults).
-  virtual void* alloc(size_t bytes);
-  virtual void release(void* ptr);
-  virtual void upload(void* dst, const void* src, size_t bytes);    // host -> device()
-  virtual void download(void* dst, const void* src, size_t bytes);  // device() -> host
-};
-
-// A buffer in a backend's memory, freed on destruction.
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(Backend& b, size_t bytes) : backend_(&b), ptr_(bytes ? b.alloc(bytes) : nullptr), bytes_(bytes) {}
-  DeviceBuffer(DeviceBuffer&& o) noexcept { *this = std::move(o); }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(backend_, o.backend_), std::swap(ptr_, o.ptr_), std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { if (ptr_) backend_->release(ptr_); }
-  void* get() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  Backend* backend_ = nullptr;
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
+  // The execution context: every view passed in must live on queue().device(); work is ordered on it.
+  virtual Queue& queue() const = 0;
+  virtual Device device() const { return queue().device(); }  // a device backend may answer without its queue
+  void synchronize() const { queue().synchronize(); }
 };
 
 // Throws kcp::Error naming the backend and the reason when `b` cannot run `p`.

@@ -13,9 +13,9 @@ int64_t config_hash(const std::string& s) {
   return int64_t(h);
 }
 
-std::string content_hash(const TensorView& t) {
+std::string content_hash(Queue& q, const TensorView& t) {
   if (t.empty()) return "-";
-  const Tensor<double> x = to_tensor<double>(t);
+  const Tensor<double> x = download_tensor<double>(q, t);
   const std::string bytes(reinterpret_cast<const char*>(x.data()), size_t(x.numel()) * sizeof(double));
   return std::to_string(config_hash(bytes));
 }

@@ -9,15 +9,16 @@
 #include <cstdint>
 #include <string>
 
-#include "core/tensor.h"
+#include "core/queue.h"
 #include "cp/comm.h"
 
 namespace kcp::cp {
 
 int64_t config_hash(const std::string& config);  // FNV-1a, identical on every rank and machine
-// A hash of a host view's values (widened to float64, in index order; strides and dtype do not
-// matter), for parameters every rank must hold identically (A_log, dt_bias, conv weights). "-" if absent.
-std::string content_hash(const TensorView& t);
+// A hash of a view's values (widened to float64, in index order; strides and dtype do not matter;
+// a device view is read through `q`), for parameters every rank must hold identically (A_log,
+// dt_bias, conv weights). "-" if absent.
+std::string content_hash(Queue& q, const TensorView& t);
 
 // Collective. `what` names the call in messages ("cp forward"); `local_error` is empty when this
 // rank's validation passed.

@@ -1,6 +1,9 @@
 // Comm: the collectives the context-parallel layer needs, on buffers described by (pointer, element
-// count, DType) only, so that an MPI implementation on host memory (comm_mpi.cpp) and a later NCCL
-// one on device memory plug in behind the same calls. No MPI or NCCL type appears here.
+// count, DType) only, so that MPI on host memory (comm_mpi.cpp), MPI on device memory staged through
+// pinned host buffers (comm_staged.cpp) and NCCL on device memory and the backend's stream
+// (comm_nccl.cpp) plug in behind the same calls. No MPI, NCCL or CUDA type appears here.
+//   device(): where the data buffers live (a device comm is bound to one Queue); control(): a host
+//   communicator over the same ranks for configuration hashes, verdicts and aborts (itself for MPI)
 //   all_gather: every rank sends `count` elements; recv holds size()*count, rank-major
 //   all_reduce: element-wise sum or max over ranks, in place
 //   send/recv/send_recv: point-to-point (send_recv pairs a send and a receive so shifts and
@@ -24,9 +27,11 @@ inline constexpr int kNoRank = -1;
 class Comm {
  public:
   virtual ~Comm() = default;
-  virtual std::string_view name() const = 0;  // "mpi"
+  virtual std::string_view name() const = 0;  // "mpi", "mpi-staged", "nccl"
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  virtual Device device() const { return Device::host; }
+  virtual Comm& control() { return *this; }
 
   virtual void all_gather(const void* send, void* recv, int64_t count, DType dtype) = 0;
   virtual void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) = 0;

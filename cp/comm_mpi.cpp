@@ -11,10 +11,16 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
+#include "cp/watchdog.h"
 
 namespace kcp::cp {
+
+std::vector<std::function<void()>>& abort_hooks();  // on_abort's list
+
 namespace {
 
 void mpi_check(int rc, const char* call) {
@@ -58,21 +64,26 @@ class MpiComm final : public Comm {
   int size() const override { return size_; }
 
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    Watch w("MPI_Allgather");
     mpi_check(MPI_Allgather(send, mpi_count(count), mpi_type(dtype), recv, mpi_count(count), mpi_type(dtype), comm_),
               "MPI_Allgather");
   }
   void all_reduce(void* buf, int64_t count, DType dtype, ReduceOp op) override {
+    Watch w("MPI_Allreduce");
     mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, mpi_count(count), mpi_type(dtype), op == ReduceOp::sum ? MPI_SUM : MPI_MAX,
                             comm_),
               "MPI_Allreduce");
   }
   void send(const void* buf, int64_t count, DType dtype, int dst, int tag) override {
+    Watch w("MPI_Send");
     mpi_check(MPI_Send(buf, mpi_count(count), mpi_type(dtype), dst, tag, comm_), "MPI_Send");
   }
   void recv(void* buf, int64_t count, DType dtype, int src, int tag) override {
+    Watch w("MPI_Recv");
     mpi_check(MPI_Recv(buf, mpi_count(count), mpi_type(dtype), src, tag, comm_, MPI_STATUS_IGNORE), "MPI_Recv");
   }
   void send_recv(const void* send, int dst, void* recv, int src, int64_t count, DType dtype, int tag) override {
+    Watch w("MPI_Sendrecv");
     mpi_check(MPI_Sendrecv(send, mpi_count(count), mpi_type(dtype), dst == kNoRank ? MPI_PROC_NULL : dst, tag, recv,
                            mpi_count(count), mpi_type(dtype), src == kNoRank ? MPI_PROC_NULL : src, tag, comm_,
                            MPI_STATUS_IGNORE),
@@ -81,6 +92,7 @@ class MpiComm final : public Comm {
   // Polls with short sleeps: ranks idling at a barrier on an oversubscribed host leave the cores
   // to the ranks that work (a blocking MPI_Barrier spins).
   void barrier() override {
+    Watch w("MPI_Barrier");
     MPI_Request req;
     mpi_check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
     for (int done = 0;;) {
@@ -91,6 +103,7 @@ class MpiComm final : public Comm {
   }
   [[noreturn]] void abort(int code, std::string_view message) override {
     std::fprintf(stderr, "%.*s\n", int(message.size()), message.data());
+    for (const auto& hook : abort_hooks()) hook();
     std::fflush(stderr);
     std::fflush(stdout);
     MPI_Abort(MPI_COMM_WORLD, code);
@@ -107,18 +120,31 @@ class MpiComm final : public Comm {
   int rank_ = 0, size_ = 1;
 };
 
-// Ranks of this job on this host, for the default OpenMP thread count.
-int ranks_on_host() {
+}  // namespace
+
+std::vector<std::function<void()>>& abort_hooks() {
+  static std::vector<std::function<void()>> hooks;
+  return hooks;
+}
+
+void on_abort(std::function<void()> hook) { abort_hooks().push_back(std::move(hook)); }
+
+namespace {
+// (rank, size) within this host's ranks of the job.
+std::pair<int, int> host_position() {
   MPI_Comm local;
-  int n = 1;
+  int r = 0, n = 1;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+    MPI_Comm_rank(local, &r);
     MPI_Comm_size(local, &n);
     MPI_Comm_free(&local);
   }
-  return n;
+  return {r, n};
 }
-
 }  // namespace
+
+int local_rank() { return host_position().first; }
+int local_size() { return host_position().second; }
 
 MpiSession::MpiSession() {
   int initialized = 0;
@@ -145,7 +171,7 @@ int run_mpi_command(const char* what, const std::function<int(Comm&)>& body) {
   MpiSession session;
   std::unique_ptr<Comm> world = make_mpi_comm();
   const char* omp = std::getenv("OMP_NUM_THREADS");
-  if (!omp || !*omp) omp_set_num_threads(std::max(1, omp_get_num_procs() / ranks_on_host()));
+  if (!omp || !*omp) omp_set_num_threads(std::max(1, omp_get_num_procs() / local_size()));
   int rc = 0;
   try {
     rc = body(*world);

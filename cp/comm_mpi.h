@@ -28,6 +28,15 @@ class MpiSession {
 // A Comm over a duplicate of MPI_COMM_WORLD; MPI must be initialized.
 std::unique_ptr<Comm> make_mpi_comm();
 
+// This process's rank among the job's ranks on its host, and their number (MPI_COMM_TYPE_SHARED):
+// the GPU a rank uses is its local rank.
+int local_rank();
+int local_size();
+
+// Called (in registration order) before a job abort, e.g. to abort NCCL communicators so no rank is
+// left in a device collective. Hooks must not throw.
+void on_abort(std::function<void()> hook);
+
 // Runs body(world) inside an MpiSession. An exception on any rank prints "<what>: rank r: <message>"
 // and aborts the whole job with exit code 2; otherwise returns body's exit code. When OMP_NUM_THREADS
 // is unset, each rank gets max(1, cores / ranks on this host) OpenMP threads.

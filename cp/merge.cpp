@@ -1,81 +1,65 @@
-// Summary algebra, the linear fold and the Hillis-Steele scan (formulas in merge.h).
+// merge_linear and merge_log_depth (see merge.h).
 #include "cp/merge.h"
 
+#include <chrono>
+
+#include "core/transition.h"
+
 namespace kcp::cp {
+namespace {
 
-using ref::Mat;
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-template <class S>
-Summary<S> Summary<S>::identity(int64_t hv, int64_t k, int64_t v) {
-  Summary a(hv, k, v);
-  for (int64_t h = 0; h < hv; ++h) a.head(h).rightCols(k).setIdentity();
-  return a;
+TensorView element0(const TensorView& packed) { return transition_element(packed, 0); }
+
+}  // namespace
+
+MergeTimes merge_linear(Comm& comm, Queue& q, const TensorView& mine, int64_t first, int64_t count, bool reverse,
+                        const TensorView& out) {
+  MergeTimes t;
+  const int64_t per_rank = mine.numel();
+  Shape all_shape = mine.shape;
+  all_shape[0] = comm.size();
+  DeviceTensor all(q, mine.dtype, all_shape);
+  auto t0 = Clock::now();
+  comm.all_gather(mine.data, all.view.data, per_rank, mine.dtype);
+  t.exchange = since(t0);
+  t0 = Clock::now();
+  if (!out.empty()) q.transition_fold(all.view, first, count, reverse, {}, out);
+  q.synchronize();
+  t.merge = since(t0);
+  return t;
 }
 
-template <class S>
-Summary<S> compose(const Summary<S>& later, const Summary<S>& earlier) {
-  KCP_CHECK(later.HV == earlier.HV && later.K == earlier.K && later.V == earlier.V,
-            "compose: summaries of different shapes");
-  const int64_t K = later.K, V = later.V;
-  Summary<S> r(later.HV, K, V);
-  for (int64_t h = 0; h < later.HV; ++h) {
-    const auto l = later.head(h), e = earlier.head(h);
-    auto out = r.head(h);
-    out.rightCols(K).noalias() = l.rightCols(K) * e.rightCols(K);
-    out.leftCols(V).noalias() = l.rightCols(K) * e.leftCols(V);
-    out.leftCols(V) += l.leftCols(V);
-  }
-  return r;
-}
-
-template <class S>
-Tensor<S> fold_linear(const S* gathered, int64_t HV, int64_t K, int64_t V, const std::vector<int>& order) {
-  Tensor<S> x({HV, K, V});
-  const int64_t per_rank = HV * K * (V + K);
-  for (int64_t h = 0; h < HV; ++h) {
-    Eigen::Map<Mat<S>> xh(x.data() + h * K * V, K, V);
-    for (int j : order) {
-      const Eigen::Map<const Mat<S>> a(gathered + j * per_rank + h * K * (V + K), K, V + K);
-      xh = (a.rightCols(K) * xh + a.leftCols(V)).eval();
-    }
-  }
-  return x;
-}
-
-template <class S>
-Tensor<S> summary_state(const Summary<S>& a) {
-  Tensor<S> x({a.HV, a.K, a.V});
-  for (int64_t h = 0; h < a.HV; ++h) Eigen::Map<Mat<S>>(x.data() + h * a.K * a.V, a.K, a.V) = a.head(h).leftCols(a.V);
-  return x;
-}
-
-template <class S>
-Tensor<S> scan_exclusive(Comm& comm, const Summary<S>& mine, bool reverse) {
+MergeTimes merge_log_depth(Comm& comm, Queue& q, const TensorView& mine, bool reverse, const TensorView& out) {
+  MergeTimes t;
+  const auto t0 = Clock::now();
   const int P = comm.size();
   const int v = reverse ? P - 1 - comm.rank() : comm.rank();
   auto rank_at = [&](int u) { return u < 0 || u >= P ? kNoRank : (reverse ? P - 1 - u : u); };
-  Summary<S> x = mine;
+  DeviceTensor x(q, mine.dtype, mine.shape), y(q, mine.dtype, mine.shape), z(q, mine.dtype, mine.shape);
+  q.copy_view(x.view, mine);
   int tag = 0x5ca0;
   // after the round with distance d, x covers virtual ranks [max(0, v-2d+1), v]
   for (int d = 1; d < P; d *= 2, ++tag) {
-    Summary<S> y(mine.HV, mine.K, mine.V);
-    comm.send_recv(x.packed.data(), rank_at(v + d), y.packed.data(), rank_at(v - d), x.numel(), dtype_of<S>(), tag);
-    if (v - d >= 0) x = compose(x, y);
+    q.synchronize();  // x is complete before it is sent
+    comm.send_recv(x.view.data, rank_at(v + d), y.view.data, rank_at(v - d), x.view.numel(), x.view.dtype, tag);
+    if (v - d >= 0) {
+      q.transition_compose(element0(x.view), element0(y.view), element0(z.view));
+      std::swap(x, z);
+    }
   }
-  // exclusive: take the inclusive prefix of virtual rank v-1
-  Summary<S> prev(mine.HV, mine.K, mine.V);
-  comm.send_recv(x.packed.data(), rank_at(v + 1), prev.packed.data(), rank_at(v - 1), x.numel(), dtype_of<S>(), tag);
-  return summary_state(prev);
+  // exclusive: the inclusive prefix of virtual rank v-1
+  q.synchronize();
+  comm.send_recv(x.view.data, rank_at(v + 1), y.view.data, rank_at(v - 1), x.view.numel(), x.view.dtype, tag);
+  if (!out.empty()) {
+    if (v == 0) q.fill_zero(out);
+    else q.copy_view(out, transition_s(element0(y.view)));
+  }
+  q.synchronize();
+  t.exchange = since(t0);  // communication and merge interleave
+  return t;
 }
-
-#define KCP_INSTANTIATE(S)                                                                         \
-  template struct Summary<S>;                                                                      \
-  template Summary<S> compose<S>(const Summary<S>&, const Summary<S>&);                            \
-  template Tensor<S> fold_linear<S>(const S*, int64_t, int64_t, int64_t, const std::vector<int>&); \
-  template Tensor<S> summary_state<S>(const Summary<S>&);                                          \
-  template Tensor<S> scan_exclusive<S>(Comm&, const Summary<S>&, bool);
-KCP_INSTANTIATE(double)
-KCP_INSTANTIATE(float)
-#undef KCP_INSTANTIATE
 
 }  // namespace kcp::cp

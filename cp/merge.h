@@ -1,48 +1,27 @@
-// Affine summaries of a run of tokens and the two ways to merge them across ranks (ALGORITHMS.md
-// 5.2-5.4, 5.7). Per value head, a summary (M, S) maps the state entering the run to the state
-// leaving it: state_out = M state_in + S, M [K,K], S [K,V]. The backward uses the same algebra on
-// (M^T, dS_ext). One rank's summaries are packed as [HV, K, V+K]: columns [0,V) hold S and [V,V+K)
-// hold M (FLA's hm / dhm buffer), so one all-gather moves them.
-//   compose(later, earlier) = (M_l M_e, M_l S_e + S_l), identity (I, 0), associative
-//   fold_linear:   x = 0; for j in order: x = M_j x + S_j        (FLA's all-gather-and-fold, O(P))
-//   scan_exclusive: S part of element[v-1] o ... o element[0] over virtual ranks v = r (forward) or
-//                  P-1-r (backward), Hillis-Steele: ceil(log2 P) rounds of send_recv, then one shift
-// Covered by tests/cp/test_cp_merge.cpp (algebra, serial) and tests/cp/test_cp_mpi.cpp (scan vs fold).
+// Exchange and merge of the per-rank transitions (ALGORITHMS.md 5.3-5.4, 5.7), written against the
+// data communicator and the backend's queue, so the same code runs on host buffers (MPI) and device
+// buffers (staged MPI, NCCL). `mine` is this rank's element [1, HV, K, V+K] (core/transition.h) in the
+// communicator's memory; `out` receives a state [HV, K, V] on the same device.
+//   merge_linear:    FLA's all-gather of every rank's element, then the fold of the ranks
+//                    [first, first+count), oldest first (forward) or farthest first (backward, reverse)
+//   merge_log_depth: the exclusive prefix of the composition over virtual ranks v = r (forward) or
+//                    P-1-r (backward) by Hillis-Steele, ceil(log2 P) rounds of send_recv plus one shift;
+//                    the S part of the prefix is the state (elements that start a sequence carry M = 0)
+// Both are collective: every rank calls them, also ranks whose out is not needed (out empty).
+// Covered by tests/cp/test_cp_mpi.cpp (log-depth vs linear) and the cp-sweep.
 #pragma once
 
-#include <vector>
-
-#include "core/tensor.h"
+#include "core/queue.h"
 #include "cp/comm.h"
-#include "reference/eigen_types.h"
 
 namespace kcp::cp {
 
-template <class S>
-struct Summary {
-  int64_t HV = 0, K = 0, V = 0;
-  std::vector<S> packed;  // [HV, K, V+K]
-
-  Summary() = default;
-  Summary(int64_t hv, int64_t k, int64_t v) : HV(hv), K(k), V(v), packed(size_t(hv * k * (v + k)), S(0)) {}
-  static Summary identity(int64_t hv, int64_t k, int64_t v);
-  int64_t numel() const { return HV * K * (V + K); }
-  Eigen::Map<ref::Mat<S>> head(int64_t hv) { return {packed.data() + hv * K * (V + K), K, V + K}; }
-  Eigen::Map<const ref::Mat<S>> head(int64_t hv) const { return {packed.data() + hv * K * (V + K), K, V + K}; }
+struct MergeTimes {
+  double exchange = 0, merge = 0;  // seconds
 };
 
-// Applies `earlier` first, then `later`.
-template <class S> Summary<S> compose(const Summary<S>& later, const Summary<S>& earlier);
-
-// x = 0; for j in order: x = M_j x + S_j, with element j at gathered + j*HV*K*(V+K). Returns x [HV,K,V].
-template <class S>
-Tensor<S> fold_linear(const S* gathered, int64_t HV, int64_t K, int64_t V, const std::vector<int>& order);
-
-// The S part [HV,K,V] of the exclusive prefix composition of every rank's `mine` in virtual rank
-// order (reverse: virtual rank P-1-r). The first virtual rank gets zeros. Collective.
-template <class S> Tensor<S> scan_exclusive(Comm& comm, const Summary<S>& mine, bool reverse);
-
-// The S part of one summary as [HV,K,V].
-template <class S> Tensor<S> summary_state(const Summary<S>& a);
+MergeTimes merge_linear(Comm& comm, Queue& q, const TensorView& mine, int64_t first, int64_t count, bool reverse,
+                        const TensorView& out);
+MergeTimes merge_log_depth(Comm& comm, Queue& q, const TensorView& mine, bool reverse, const TensorView& out);
 
 }  // namespace kcp::cp

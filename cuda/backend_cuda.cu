@@ -1,10 +1,12 @@
-// CudaChunkwiseBackend: the Backend interface over Pipeline (chunkwise.h), plus device memory
-// hooks (cudaMalloc / cudaMemcpy on the default stream) and CUDA-event timing for `kcp bench`.
+// CudaChunkwiseBackend: the Backend interface over Pipeline (chunkwise.h) and the conv1d kernels
+// (conv1d.cuh), on its own CudaQueue (queue_cuda.h).
 // Covered by tests/cuda/test_cuda_backend.cpp.
 #include "cuda/backend_cuda.h"
 
 #include "cuda/chunkwise.h"
+#include "cuda/conv1d.cuh"
 #include "cuda/cuda_check.cuh"
+#include "cuda/device_guard.cuh"
 #include "cuda/key_dims.h"
 
 namespace kcp::cuda {
@@ -12,10 +14,25 @@ namespace {
 
 constexpr const char* kNoBackward = "cuda-chunkwise: backward is not implemented yet";
 
+// Views a call passes must be CUDA device views; checked before the queue is created, so the
+// message names the argument on a machine without a GPU too.
+void expect_device(const TensorView& t, const char* name) {
+  KCP_CHECK(t.empty() || t.device == Device::cuda, "cuda-chunkwise: ", name,
+            " must be a CUDA device view (stage it through the backend's queue)");
+}
+
 class CudaChunkwiseBackend final : public Backend {
  public:
+  explicit CudaChunkwiseBackend(const CudaQueueOptions& opt) : opt_(opt) {}
+
   std::string_view name() const override { return "cuda-chunkwise"; }
   Device device() const override { return Device::cuda; }
+  // Created on first use: supports() answers on machines without a GPU; anything that needs the
+  // device throws "no CUDA device" there.
+  Queue& queue() const override {
+    if (!queue_) queue_ = make_cuda_queue(opt_);
+    return *queue_;
+  }
 
   Support supports(const Problem& p) const override {
     if (p.variant == Variant::gla) return Support::no("gla is not implemented on the GPU (gdn and kda are)");
@@ -25,67 +42,87 @@ class CudaChunkwiseBackend final : public Backend {
     if (p.compute != DType::f32) return Support::no("computes in float32 only (ask for compute = float32)");
     return {};
   }
-
   Support supports_backward(const Problem&) const override { return Support::no(kNoBackward); }
+  Support supports_conv1d(const Conv1dProblem& p) const override {
+    if (p.W > 8) return Support::no(detail::concat("conv1d W = ", p.W, ": the kernels take W <= 8"));
+    return {};
+  }
 
   void forward(const Problem& p, const Inputs& in, const Outputs& out) override {
     require_support(*this, p);
-    pipeline_.forward(p, in, out);
+    for (auto [v, n] : {std::pair{&in.q, "q"}, {&in.k, "k"}, {&in.v, "v"}, {&in.g, "g"}, {&in.beta, "beta"},
+                        {&out.o, "o"}, {&out.final_state, "final_state"}})
+      expect_device(*v, n);
+    pipeline().forward(p, in, out);
   }
   void backward(const Problem&, const Inputs&, const Cotangents&, const Grads&) override { throw Error(kNoBackward); }
-  void transition_forward(const Problem& p, const Inputs& in, int64_t seq, const Transition& tr) override {
+  void transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) override {
     require_support(*this, p);
-    pipeline_.transition_forward(p, in, seq, tr);
+    expect_device(in.q, "q"), expect_device(packed, "packed");
+    pipeline().transition_forward(p, in, seq_begin, packed);
   }
-  void transition_backward(const Problem&, const Inputs&, const TensorView&, int64_t, const Transition&) override {
+  void transition_backward(const Problem&, const Inputs&, const TensorView&, int64_t, const TensorView&) override {
     throw Error(kNoBackward);
   }
-  void synchronize() override { KCP_CUDA_CHECK(cudaDeviceSynchronize()); }
 
-  void* alloc(size_t bytes) override {
-    KCP_CHECK(device_count() > 0, "cuda-chunkwise: no CUDA device is available");
-    void* p = nullptr;
-    if (bytes) KCP_CUDA_CHECK(cudaMalloc(&p, bytes));
-    return p;
+  void conv1d_forward(const Conv1dProblem& p, const Conv1dTensors& t, const TensorView& y) override {
+    check_conv(p);
+    KCP_CHECK(y.shape == t.x.shape, "y: expected shape ", shape_str(t.x.shape), ", got ", shape_str(y.shape));
+    expect_device(t.x, "x"), expect_device(y, "y");
+    DeviceGuard g(queue().device_index());
+    conv1d_launch_forward(p, t, y, queue_->native_stream(), upload_cu(p));
   }
-  void release(void* ptr) override { cudaFree(ptr); }  // called from destructors: must not throw
-  void upload(void* dst, const void* src, size_t bytes) override {
-    KCP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-  }
-  void download(void* dst, const void* src, size_t bytes) override {
-    KCP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  void conv1d_backward(const Conv1dProblem& p, const Conv1dTensors& t, const TensorView& dy,
+                       const Conv1dGrads& gr) override {
+    check_conv(p);
+    KCP_CHECK(dy.shape == t.x.shape, "dy: expected shape ", shape_str(t.x.shape), ", got ", shape_str(dy.shape));
+    KCP_CHECK(gr.dx.empty() || gr.dx.shape == t.x.shape, "dx: expected shape ", shape_str(t.x.shape));
+    KCP_CHECK(gr.dweight.empty() || gr.dweight.shape == t.weight.shape, "dweight: expected shape ",
+              shape_str(t.weight.shape));
+    KCP_CHECK(gr.dbias.empty() || gr.dbias.shape == Shape{p.D}, "dbias: expected shape [D]");
+    KCP_CHECK(gr.dhalo.empty() || gr.dhalo.shape == (Shape{p.halo, p.D}), "dhalo: expected shape [P,D]");
+    expect_device(t.x, "x"), expect_device(dy, "dy");
+    DeviceGuard g(queue().device_index());
+    const int64_t* cu = upload_cu(p);
+    const size_t dz_bytes = size_t(p.B * p.T * p.D) * (p.compute == DType::f64 ? 8 : 4);
+    if (dz_bytes > scratch_.bytes()) scratch_ = DeviceBuffer(*queue_, dz_bytes);
+    conv1d_launch_backward(p, t, dy, gr, queue_->native_stream(), cu, scratch_.get());
   }
 
  private:
-  Pipeline pipeline_;
+  void check_conv(const Conv1dProblem& p) const {
+    const Support s = supports_conv1d(p);
+    KCP_CHECK(s.ok, "cuda-chunkwise: ", s.reason);
+  }
+  // cu_seqlens on the device, kept while it does not change (null for a dense batch).
+  const int64_t* upload_cu(const Conv1dProblem& p) {
+    if (p.cu_seqlens.empty()) return nullptr;
+    if (p.cu_seqlens != cu_host_) {
+      cu_host_ = p.cu_seqlens;
+      const size_t bytes = sizeof(int64_t) * cu_host_.size();
+      if (bytes > cu_dev_.bytes()) cu_dev_ = DeviceBuffer(*queue_, bytes);
+      // pageable source: staged before copy() returns, so cu_host_ may change afterwards
+      queue_->copy(cu_dev_.get(), cu_host_.data(), bytes, CopyKind::host_to_device);
+    }
+    return static_cast<const int64_t*>(cu_dev_.get());
+  }
+
+  Pipeline& pipeline() {
+    if (!pipeline_) pipeline_ = std::make_unique<Pipeline>(queue());
+    return *pipeline_;
+  }
+
+  CudaQueueOptions opt_;
+  mutable std::unique_ptr<Queue> queue_;
+  std::unique_ptr<Pipeline> pipeline_;
+  std::vector<int64_t> cu_host_;
+  DeviceBuffer cu_dev_, scratch_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaChunkwiseBackend>(); }
-
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error
-    return 0;
-  }
-  return n;
-}
-
-double elapsed_ms(const std::function<void()>& body) {
-  cudaEvent_t start, stop;
-  KCP_CUDA_CHECK(cudaEventCreate(&start));
-  KCP_CUDA_CHECK(cudaEventCreate(&stop));
-  KCP_CUDA_CHECK(cudaEventRecord(start, 0));
-  body();
-  KCP_CUDA_CHECK(cudaEventRecord(stop, 0));
-  KCP_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  KCP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  KCP_CUDA_CHECK(cudaEventDestroy(start));
-  KCP_CUDA_CHECK(cudaEventDestroy(stop));
-  return double(ms);
+std::unique_ptr<Backend> make_cuda_backend(const CudaQueueOptions& opt) {
+  return std::make_unique<CudaChunkwiseBackend>(opt);
 }
 
 }  // namespace kcp::cuda

@@ -47,6 +47,7 @@ struct ScalarView {  // [X] (A_log, dt_bias)
 
 struct ChunkParams {
   int B = 0, T = 0, H = 0, HV = 0, K = 0, V = 0, N = 0, G = 1, NT = 0;
+  int sms = 0;  // multiprocessors of the device the pipeline runs on (grid-shape heuristics)
   int64_t TT = 0;
   float scale = 1;
   bool kda = false;

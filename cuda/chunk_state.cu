@@ -241,8 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kernel(const StatePar
 void launch_chunk_state(const StateParams& sp, int input_dtype, cudaStream_t stream, bool split) {
   const ChunkParams& p = sp.c;
   if (p.N * p.HV == 0) return;
-  static int sms = 0;
-  if (!sms) KCP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int sms = p.sms > 0 ? p.sms : 132;  // the pipeline reads its device's count; 132 = H100 SXM
   // 16 columns per block when 32 would leave more than half of the multiprocessors idle (K >= 64:
   // with K = 32 a 16-column state tile does not split over 8 warps).
   const bool narrow = p.K >= 64 && int64_t(sp.Vw / 32) * p.N * p.HV <= sms / 2;

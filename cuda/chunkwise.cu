@@ -18,7 +18,9 @@
 #include "cuda/chunk_state.cuh"
 #include "cuda/chunk_state_fold.cuh"
 #include "cuda/chunk_wy.cuh"
+#include "core/transition.h"
 #include "cuda/cuda_check.cuh"
+#include "cuda/device_guard.cuh"
 #include "cuda/key_dims.h"
 
 namespace kcp::cuda {
@@ -83,6 +85,9 @@ size_t round_up(size_t b) { return (b + 255) / 256 * 256; }
 }  // namespace
 
 struct Pipeline::Impl {
+  int device = 0;                // the queue's CUDA ordinal (made current by every public method)
+  cudaStream_t stream = nullptr; // the queue's stream: every launch and copy goes here
+  int sms = 0;                   // multiprocessors of `device`
   std::vector<int64_t> table_key;
   int NT = 0, N = 0;
   void* d_table = nullptr;
@@ -97,18 +102,20 @@ struct Pipeline::Impl {
     cudaFree(d_ws);
   }
 
-  // Chunk table of all sequences (seq < 0) or of one; uploaded when it differs from the last one.
-  void build_table(const Problem& p, int64_t seq) {
-    std::vector<int64_t> key = {p.B, p.T, p.N, seq};
+  // Chunk table of the sequences [first, first+count) (count < 0: all), numbered from 0 in the
+  // table; uploaded when it differs from the last one.
+  void build_table(const Problem& p, int64_t first, int64_t count) {
+    if (count < 0) first = 0, count = p.N;
+    std::vector<int64_t> key = {p.B, p.T, p.N, first, count};
     key.insert(key.end(), p.cu_seqlens.begin(), p.cu_seqlens.end());
     if (key == table_key && d_table) return;
     std::vector<ChunkInfo> chunks;
     std::vector<int> seq0;
-    for (int64_t n = seq < 0 ? 0 : seq; n < (seq < 0 ? p.N : seq + 1); ++n) {
+    for (int64_t n = first; n < first + count; ++n) {
       const SeqRange r = p.sequence(n);
       seq0.push_back(int(chunks.size()));
       for (int64_t c = 0; c * kChunk < r.len; ++c)
-        chunks.push_back({int(seq < 0 ? n : 0), int(r.b * p.T + r.t0 + c * kChunk), int(std::min<int64_t>(kChunk, r.len - c * kChunk)), int(c)});
+        chunks.push_back({int(n - first), int(r.b * p.T + r.t0 + c * kChunk), int(std::min<int64_t>(kChunk, r.len - c * kChunk)), int(c)});
     }
     seq0.push_back(int(chunks.size()));
     NT = int(chunks.size()), N = int(seq0.size()) - 1;
@@ -119,9 +126,12 @@ struct Pipeline::Impl {
       KCP_CUDA_CHECK(cudaMalloc(&d_table, need));
       table_bytes = need;
     }
-    KCP_CUDA_CHECK(cudaMemcpy(d_table, chunks.data(), sizeof(ChunkInfo) * chunks.size(), cudaMemcpyHostToDevice));
-    KCP_CUDA_CHECK(cudaMemcpy(static_cast<char*>(d_table) + sizeof(ChunkInfo) * chunks.size(), seq0.data(),
-                              sizeof(int) * seq0.size(), cudaMemcpyHostToDevice));
+    // From pageable memory: the copies are staged before cudaMemcpyAsync returns, so the vectors
+    // may go; ordered on the stream with the kernels that read the table.
+    KCP_CUDA_CHECK(cudaMemcpyAsync(d_table, chunks.data(), sizeof(ChunkInfo) * chunks.size(), cudaMemcpyHostToDevice,
+                                   stream));
+    KCP_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(d_table) + sizeof(ChunkInfo) * chunks.size(), seq0.data(),
+                                   sizeof(int) * seq0.size(), cudaMemcpyHostToDevice, stream));
     table_key = key;
   }
 
@@ -160,7 +170,8 @@ struct Pipeline::Impl {
     ChunkParams c;
     int dtype = kF32;
   };
-  Setup setup(const Problem& p, const Inputs& in, int64_t seq, bool stages);
+  // seq_count < 0: every sequence; else the sequences [seq_first, seq_first + seq_count).
+  Setup setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count, bool stages);
   StateParams state_params(const Setup& st, const Problem& p, const Inputs& in, const Outputs& out) const;
   // The forward's state stage: folded for gdn with 16-bit inputs, else from w and u.
   // KCP_CUDA_STATE_GROUPS=1|2 overrides the automatic choice (diagnostics, like the stage times).
@@ -169,17 +180,19 @@ struct Pipeline::Impl {
       const char* e = std::getenv("KCP_CUDA_STATE_GROUPS");
       return e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
     }();
-    if (state_fold_applies(sp.c, dtype)) launch_chunk_state_fold(sp, dtype, state_groups ? state_groups : env_groups, 0);
-    else launch_chunk_state(sp, dtype, 0, false);
+    if (state_fold_applies(sp.c, dtype))
+      launch_chunk_state_fold(sp, dtype, state_groups ? state_groups : env_groups, stream);
+    else launch_chunk_state(sp, dtype, stream, false);
   }
   void run_front(const Setup& st) const {
-    launch_chunk_cumsum(st.c, st.dtype, 0);
-    launch_chunk_kkt(st.c, st.dtype, 0);
-    launch_chunk_wy(st.c, st.dtype, 0);
+    launch_chunk_cumsum(st.c, st.dtype, stream);
+    launch_chunk_kkt(st.c, st.dtype, stream);
+    launch_chunk_wy(st.c, st.dtype, stream);
   }
 };
 
-Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, int64_t seq, bool stages) {
+Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count,
+                                             bool stages) {
   KCP_CHECK(p.variant != Variant::gla && p.chunk_size == kChunk && key_dim_supported(p.K) && p.V % kValueTile == 0,
             "cuda-chunkwise: unsupported problem ", p.describe(), " (see supports())");
   Setup st;
@@ -205,8 +218,9 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   c.beta_scale = p.flags.allow_neg_eigval ? 2.0f : 1.0f;
   c.gate = int(p.gate_formula());
   c.lower_bound = p.flags.lower_bound ? float(*p.flags.lower_bound) : 0.0f;
-  build_table(p, seq);
-  size_workspace(p, stages, stages || seq >= 0 || !state_fold_applies(c, st.dtype));
+  c.sms = sms;
+  build_table(p, seq_first, seq_count);
+  size_workspace(p, stages, stages || seq_count >= 0 || !state_fold_applies(c, st.dtype));
   c.N = N, c.NT = NT;
   c.chunks = static_cast<const ChunkInfo*>(d_table);
   c.seq_chunk0 = reinterpret_cast<const int*>(static_cast<const char*>(d_table) + sizeof(ChunkInfo) * NT);
@@ -227,19 +241,25 @@ StateParams Pipeline::Impl::state_params(const Setup& st, const Problem& p, cons
   return sp;
 }
 
-Pipeline::Pipeline() : impl_(std::make_unique<Impl>()) {}
+Pipeline::Pipeline(Queue& queue) : impl_(std::make_unique<Impl>()) {
+  KCP_CHECK(queue.device() == Device::cuda, "cuda-chunkwise: the pipeline needs a CUDA queue, got ", queue.describe());
+  impl_->device = queue.device_index();
+  impl_->stream = static_cast<cudaStream_t>(queue.native_stream());
+  KCP_CUDA_CHECK(cudaDeviceGetAttribute(&impl_->sms, cudaDevAttrMultiProcessorCount, impl_->device));
+}
 Pipeline::~Pipeline() = default;
 
 // KCP_CUDA_STAGE_TIMES=1: each forward prints the milliseconds of its stages to stderr (diagnostics;
 // the events synchronize the device, so never set it while timing whole calls).
 struct StageTimer {
+  cudaStream_t stream = nullptr;
   bool on = std::getenv("KCP_CUDA_STAGE_TIMES") != nullptr;
   std::vector<cudaEvent_t> ev;
   void mark() {
     if (!on) return;
     ev.emplace_back();
     KCP_CUDA_CHECK(cudaEventCreate(&ev.back()));
-    KCP_CUDA_CHECK(cudaEventRecord(ev.back(), 0));
+    KCP_CUDA_CHECK(cudaEventRecord(ev.back(), stream));
   }
   void report(const char* const* names) {
     if (!on) return;
@@ -257,16 +277,19 @@ struct StageTimer {
 
 void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   check_outputs(p, out);
-  const Impl::Setup st = impl_->setup(p, in, -1, false);
+  DeviceGuard guard(impl_->device);
+  const Impl::Setup st = impl_->setup(p, in, 0, -1, false);
+  const cudaStream_t stream = impl_->stream;
   // gdn with 16-bit inputs: w and u folded into the state kernel (no WY stage).
   const bool fold = state_fold_applies(st.c, st.dtype);
   StageTimer timer;
+  timer.stream = stream;
   timer.mark();
-  launch_chunk_cumsum(st.c, st.dtype, 0);
+  launch_chunk_cumsum(st.c, st.dtype, stream);
   timer.mark();
-  launch_chunk_kkt(st.c, st.dtype, 0);
+  launch_chunk_kkt(st.c, st.dtype, stream);
   timer.mark();
-  if (!fold) launch_chunk_wy(st.c, st.dtype, 0);
+  if (!fold) launch_chunk_wy(st.c, st.dtype, stream);
   timer.mark();
   StateParams sp = impl_->state_params(st, p, in, out);
   sp.o = rows_view<OutRowsView>(out.o, "o");
@@ -282,16 +305,19 @@ void Pipeline::set_state_groups(int groups) {
 }
 
 const StageBuffers& Pipeline::prepare_stages(const Problem& p, const Inputs& in) {
-  impl_->setup(p, in, -1, true);
+  DeviceGuard guard(impl_->device);
+  impl_->setup(p, in, 0, -1, true);
   return impl_->buf;
 }
 
 void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outputs& out) {
-  const Impl::Setup st = impl_->setup(p, in, -1, true);
+  DeviceGuard guard(impl_->device);
+  const Impl::Setup st = impl_->setup(p, in, 0, -1, true);
+  const cudaStream_t stream = impl_->stream;
   switch (s) {
-    case Stage::cumsum: launch_chunk_cumsum(st.c, st.dtype, 0); return;
-    case Stage::kkt: launch_chunk_kkt(st.c, st.dtype, 0); return;
-    case Stage::wy: launch_chunk_wy(st.c, st.dtype, 0); return;
+    case Stage::cumsum: launch_chunk_cumsum(st.c, st.dtype, stream); return;
+    case Stage::kkt: launch_chunk_kkt(st.c, st.dtype, stream); return;
+    case Stage::wy: launch_chunk_wy(st.c, st.dtype, stream); return;
     case Stage::state: {
       StateParams sp = impl_->state_params(st, p, in, out);
       sp.h = static_cast<float*>(impl_->buf.h.data), sp.vnew = static_cast<float*>(impl_->buf.vnew.data);
@@ -305,28 +331,31 @@ void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outp
       op.c = st.c;
       op.h = static_cast<const float*>(impl_->buf.h.data), op.vnew = static_cast<const float*>(impl_->buf.vnew.data);
       op.o = rows_view<OutRowsView>(out.o, "o");
-      launch_chunk_output(op, st.dtype, 0);
+      launch_chunk_output(op, st.dtype, stream);
       return;
     }
   }
 }
 
-void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t seq, const Transition& tr) {
-  KCP_CHECK(seq >= 0 && seq < p.N, "transition_forward: sequence ", seq, " out of range [0, ", p.N, ")");
-  KCP_CHECK(tr.s_ext.shape == Shape({p.HV, p.K, p.V}), "s_ext: expected shape [HV,K,V] = ",
-            shape_str({p.HV, p.K, p.V}), ", got ", shape_str(tr.s_ext.shape));
-  KCP_CHECK(tr.m.shape == Shape({p.HV, p.K, p.K}), "m: expected shape [HV,K,K] = ", shape_str({p.HV, p.K, p.K}),
-            ", got ", shape_str(tr.m.shape));
-  const Impl::Setup st = impl_->setup(p, in, seq, false);
+void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) {
+  KCP_CHECK(packed.rank() == 4, "transition_forward: expected a packed buffer [count,HV,K,V+K], got ",
+            shape_str(packed.shape));
+  const int64_t count = packed.dim(0);
+  KCP_CHECK(seq_begin >= 0 && count >= 0 && seq_begin + count <= p.N, "transition_forward: sequences [", seq_begin,
+            ", ", seq_begin + count, ") outside [0, ", p.N, ")");
+  check_transition_buffer(p, packed, count, Device::cuda, "transition_forward");
+  if (count == 0) return;
+  DeviceGuard guard(impl_->device);
+  const Impl::Setup st = impl_->setup(p, in, seq_begin, count, false);
   impl_->run_front(st);
   StateParams sp;
   sp.c = st.c;
   sp.Vw = int(p.V), sp.u = st.c.u, sp.init = kInitZero;  // S_ext: the state reached from zero
-  sp.final_state = state_view(tr.s_ext, false, "s_ext");
-  launch_chunk_state(sp, st.dtype, 0, false);
+  sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");
+  launch_chunk_state(sp, st.dtype, impl_->stream, false);
   sp.Vw = int(p.K), sp.u = nullptr, sp.init = kInitIdentity;  // M: the same recurrence on I with u = 0,
-  sp.final_state = state_view(tr.m, false, "m");                // kept float32-exact (3xTF32 products)
-  launch_chunk_state(sp, st.dtype, 0, /*split=*/true);
+  sp.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");  // kept float32-exact (3xTF32 products)
+  launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
 }
 
 }  // namespace kcp::cuda

@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "core/backend.h"
+#include "core/queue.h"
 
 namespace kcp::cuda {
 
@@ -36,12 +37,13 @@ struct StageBuffers {
 
 class Pipeline {
  public:
-  Pipeline();
+  // Runs on `queue`'s CUDA device and stream (cuda/queue_cuda.h); the queue must outlive the pipeline.
+  explicit Pipeline(Queue& queue);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
-  // o (in the dtype of out.o) and, when requested, final_state. Asynchronous on the default stream.
+  // o (in the dtype of out.o) and, when requested, final_state. Asynchronous on the queue's stream.
   void forward(const Problem& p, const Inputs& in, const Outputs& out);
 
   // Sizes the stage buffers for p (including h and vnew) and returns them.
@@ -55,8 +57,9 @@ class Pipeline {
   // picks by the device's multiprocessor count. For tests, which must cover both.
   void set_state_groups(int groups);
 
-  // (S_ext, M) of sequence `seq`: tr.s_ext [HV,K,V], tr.m [HV,K,K], float32 or float64 on the device.
-  void transition_forward(const Problem& p, const Inputs& in, int64_t seq, const Transition& tr);
+  // (S_ext, M) of the sequences seq_begin .. seq_begin+count-1 in one pass over their chunks:
+  // packed [count, HV, K, V+K] float32 on the device (core/transition.h).
+  void transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed);
 
  private:
   struct Impl;

@@ -2,19 +2,34 @@
 // requested precision.
 #include "reference/backend_cpu.h"
 
+#include "core/transition.h"
 #include "reference/chunkwise.h"
+#include "reference/conv1d.h"
 #include "reference/driver.h"
 #include "reference/recurrent.h"
 
 namespace kcp::ref {
 namespace {
 
+// Calls f(n, (S_ext, M) views of element i) for each sequence n = seq_begin + i of a packed buffer.
+template <class F>
+void for_each_transition(const Problem& p, int64_t seq_begin, const TensorView& packed, const char* what, F f) {
+  KCP_CHECK(packed.rank() == 4, what, ": expected a packed buffer [count,HV,K,V+K], got ", shape_str(packed.shape));
+  const int64_t count = packed.dim(0);
+  KCP_CHECK(seq_begin >= 0 && count >= 0 && seq_begin + count <= p.N, what, ": sequences [", seq_begin, ", ",
+            seq_begin + count, ") outside [0, ", p.N, ")");
+  check_transition_buffer(p, packed, count, Device::host, what);
+  for (int64_t i = 0; i < count; ++i) {
+    const TensorView e = transition_element(packed, i);
+    f(seq_begin + i, Transition{transition_s(e), transition_m(e)});
+  }
+}
+
 template <class Core>
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(std::string_view name) : name_(name) {}
   std::string_view name() const override { return name_; }
-  Device device() const override { return Device::host; }
   Support supports(const Problem& p) const override {
     if (p.compute != DType::f64 && p.compute != DType::f32)
       return Support::no("compute must be float64 or float32");
@@ -34,17 +49,29 @@ class CpuBackend final : public Backend {
     if (p.compute == DType::f64) drive_backward<double>(core_, p, in, d, gr);
     else drive_backward<float>(core_, p, in, d, gr);
   }
-  void transition_forward(const Problem& p, const Inputs& in, int64_t seq, const Transition& tr) override {
+  void transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) override {
     require_support(*this, p);
-    if (p.compute == DType::f64) drive_transition_forward<double>(core_, p, in, seq, tr);
-    else drive_transition_forward<float>(core_, p, in, seq, tr);
+    for_each_transition(p, seq_begin, packed, "transition_forward", [&](int64_t n, const Transition& tr) {
+      if (p.compute == DType::f64) drive_transition_forward<double>(core_, p, in, n, tr);
+      else drive_transition_forward<float>(core_, p, in, n, tr);
+    });
   }
-  void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq,
-                           const Transition& tr) override {
+  void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq_begin,
+                           const TensorView& packed) override {
     require_support(*this, p);
-    if (p.compute == DType::f64) drive_transition_backward<double>(core_, p, in, d_o, seq, tr);
-    else drive_transition_backward<float>(core_, p, in, d_o, seq, tr);
+    for_each_transition(p, seq_begin, packed, "transition_backward", [&](int64_t n, const Transition& tr) {
+      if (p.compute == DType::f64) drive_transition_backward<double>(core_, p, in, d_o, n, tr);
+      else drive_transition_backward<float>(core_, p, in, d_o, n, tr);
+    });
   }
+  void conv1d_forward(const Conv1dProblem& p, const Conv1dTensors& t, const TensorView& y) override {
+    ref::conv1d_forward(p, t.x, t.weight, t.bias, t.halo, y);
+  }
+  void conv1d_backward(const Conv1dProblem& p, const Conv1dTensors& t, const TensorView& dy,
+                       const Conv1dGrads& g) override {
+    ref::conv1d_backward(p, t.x, t.weight, t.bias, t.halo, dy, g.dx, g.dweight, g.dbias, g.dhalo);
+  }
+  Queue& queue() const override { return host_queue(); }
 
  private:
   std::string_view name_;

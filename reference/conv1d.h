@@ -10,22 +10,12 @@
 
 #include <vector>
 
-#include "core/tensor.h"
+#include "core/conv1d.h"
 
 namespace kcp::ref {
 
-struct Conv1dProblem {
-  int64_t B = 0, T = 0, D = 0, W = 0;
-  std::vector<int64_t> cu_seqlens;  // empty: each batch row is one sequence
-  bool silu = true;
-  int64_t halo = 0;  // history tokens available before the first sequence (<= W-1)
-  DType compute = DType::f64;
-};
-
-// Validates shapes and derives sizes; `halo` may be an empty view.
-Conv1dProblem make_conv1d_problem(const TensorView& x, const TensorView& weight, const TensorView& bias,
-                                  const std::vector<int64_t>& cu_seqlens, bool silu, const TensorView& halo,
-                                  DType compute = DType::f64);
+using kcp::Conv1dProblem;
+using kcp::make_conv1d_problem;
 
 void conv1d_forward(const Conv1dProblem& p, const TensorView& x, const TensorView& weight, const TensorView& bias,
                     const TensorView& halo, const TensorView& y);

@@ -103,6 +103,10 @@ void drive_backward(const Core& core, const Problem& p, const Inputs& in, const 
   }
 }
 
+// One sequence's transition as two views: s_ext [HV,K,V], m [HV,K,K] (strided parts of a packed element).
+struct Transition {
+  TensorView s_ext, m;
+};
 void check_transition(const Problem& p, int64_t seq, const Transition& tr);
 // [HV,K,X] view <-> K x X matrix of head hv
 template <class S> void store_head_matrix(const TensorView& t, int64_t hv, const Mat<S>& m);

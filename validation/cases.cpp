@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/rng.h"
+#include "core/transition.h"
 
 namespace kcp::val {
 namespace {
@@ -146,6 +147,17 @@ template GradSet<float> make_grads<float>(const Problem&, const Inputs&);
 uint64_t seed_from_env(uint64_t fallback) {
   const char* s = std::getenv("KCP_SEED");
   return s && *s ? std::strtoull(s, nullptr, 10) : fallback;
+}
+
+SeqTransition sequence_transition(Backend& be, const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq,
+                                  bool backward) {
+  Tensor<double> packed(transition_shape(1, p.HV, p.K, p.V));
+  Tensor<float> packed32(transition_shape(1, p.HV, p.K, p.V));
+  const TensorView buf = p.compute == DType::f64 ? packed.view() : packed32.view();
+  if (backward) be.transition_backward(p, in, d_o, seq, buf);
+  else be.transition_forward(p, in, seq, buf);
+  const TensorView e = transition_element(buf, 0);
+  return {to_tensor<double>(transition_s(e)), to_tensor<double>(transition_m(e))};
 }
 
 }  // namespace kcp::val

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/problem.h"
+#include "core/backend.h"
 
 namespace kcp::val {
 
@@ -57,6 +57,14 @@ struct GradSet {
 };
 template <class S> OutputSet<S> make_outputs(const Problem& p, bool final_state);
 template <class S> GradSet<S> make_grads(const Problem& p, const Inputs& in);
+
+// The transition of one sequence through the packed Backend API, as separate host tensors:
+// (S_ext [HV,K,V], M [HV,K,K]) forward, (dS_ext, M^T) backward (d_o used only then). Host backends.
+struct SeqTransition {
+  Tensor<double> s, m;
+};
+SeqTransition sequence_transition(Backend& be, const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq,
+                                  bool backward);
 
 // The seed tests start from: KCP_SEED from the environment, else `fallback`.
 uint64_t seed_from_env(uint64_t fallback);

@@ -19,7 +19,8 @@ class Staging {
     KCP_CHECK(host.contiguous() && host.device == Device::host, "staging: inputs must be contiguous host views");
     const size_t bytes = size_t(host.numel()) * size_t(dtype_size(host.dtype));
     void* dst = buffer(bytes);
-    if (bytes) be_.upload(dst, host.data, bytes);
+    if (bytes) be_.queue().copy(dst, host.data, bytes, CopyKind::host_to_device);
+    be_.synchronize();  // host.data may be freed by the caller afterwards
     return TensorView(dst, host.dtype, host.shape, be_.device());
   }
 
@@ -35,9 +36,10 @@ class Staging {
     Results r;
     for (const Out& o : outs_) {
       io::Array a(o.dtype, o.shape);
-      if (a.nbytes()) be_.download(a.data(), o.ptr, a.nbytes());
+      if (a.nbytes()) be_.queue().copy(a.data(), o.ptr, a.nbytes(), CopyKind::device_to_host);
       r[o.name] = std::move(a);
     }
+    be_.synchronize();
     return r;
   }
 
@@ -50,7 +52,7 @@ class Staging {
   };
   // Never a null pointer, even for zero elements: a null view means "absent" to the backends.
   void* buffer(size_t bytes) {
-    bufs_.emplace_back(be_, std::max<size_t>(bytes, 8));
+    bufs_.emplace_back(be_.queue(), std::max<size_t>(bytes, 8));
     return bufs_.back().get();
   }
   Backend& be_;

@@ -1,8 +1,6 @@
 // backend_create(): the registry of compiled-in backends.
 #include "validation/registry.h"
 
-#include <chrono>
-
 #include "reference/backend_cpu.h"
 #ifdef KCP_HAS_CUDA_BACKEND
 #include "cuda/backend_cuda.h"
@@ -18,11 +16,12 @@ std::vector<std::string> backend_names() {
   return names;
 }
 
-std::unique_ptr<Backend> backend_create(std::string_view name) {
+std::unique_ptr<Backend> backend_create(std::string_view name, const BackendOptions& opt) {
+  (void)opt;  // the host backends take no options
   if (name == "cpu-recurrent") return ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
   if (name == "cpu-chunkwise") return ref::make_cpu_backend(ref::CpuAlgorithm::chunkwise);
 #ifdef KCP_HAS_CUDA_BACKEND
-  if (name == "cuda-chunkwise") return cuda::make_cuda_backend();
+  if (name == "cuda-chunkwise") return cuda::make_cuda_backend({opt.device, nullptr});
 #endif
   std::string known;
   for (const auto& n : backend_names()) known += (known.empty() ? "" : ", ") + n;
@@ -33,16 +32,12 @@ std::unique_ptr<Backend> backend_create(std::string_view name) {
 
 namespace kcp::val {
 
-BackendTimer backend_timer(const Backend& b) {
+int gpu_count() {
 #ifdef KCP_HAS_CUDA_BACKEND
-  if (b.name() == "cuda-chunkwise") return cuda::elapsed_ms;
+  return cuda::device_count();
+#else
+  return 0;
 #endif
-  (void)b;
-  return [](const std::function<void()>& body) {
-    const auto t0 = std::chrono::steady_clock::now();
-    body();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
 }
 
 }  // namespace kcp::val

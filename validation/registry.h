@@ -2,7 +2,6 @@
 // The only place that knows which backends exist.
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -12,12 +11,14 @@
 
 namespace kcp::val {
 
-std::vector<std::string> backend_names();  // compiled in
-std::unique_ptr<Backend> backend_create(std::string_view name);  // throws on an unknown name
+struct BackendOptions {
+  int device = -1;  // device backends: the CUDA ordinal (-1: the current device); ignored by host backends
+};
 
-// Milliseconds that body() takes on a backend's device: CUDA events for a GPU backend (body must
-// only enqueue work), the host clock otherwise. Used by `kcp bench`.
-using BackendTimer = std::function<double(const std::function<void()>&)>;
-BackendTimer backend_timer(const Backend& b);
+std::vector<std::string> backend_names();  // compiled in
+// Throws on an unknown name, or when the backend cannot start (e.g. no CUDA device), with the reason.
+std::unique_ptr<Backend> backend_create(std::string_view name, const BackendOptions& opt = {});
+// Number of CUDA devices this build can use (0 without CUDA or without a device).
+int gpu_count();
 
 }  // namespace kcp::val

@@ -30,11 +30,9 @@ struct Summary {
 template <class S>
 Summary run_transition(const std::string& backend, const val::CaseData& c, int64_t seq, bool backward) {
   const Problem p = c.problem(dtype_of<S>());
-  Tensor<S> s_ext({p.HV, p.K, p.V}), m({p.HV, p.K, p.K});
   auto be = val::backend_create(backend);
-  if (backward) be->transition_backward(p, c.inputs(), c.d_o.view(), seq, {s_ext.view(), m.view()});
-  else be->transition_forward(p, c.inputs(), seq, {s_ext.view(), m.view()});
-  return {to_tensor<double>(s_ext.view()), to_tensor<double>(m.view())};
+  auto [s_ext, m] = val::sequence_transition(*be, p, c.inputs(), c.d_o.view(), seq, backward);
+  return {std::move(s_ext), std::move(m)};
 }
 
 Mat<double> head_matrix(const Tensor<double>& t, int64_t hv) {

@@ -1,56 +1,62 @@
-// A CP job in which rank 1 throws inside its transition while the other ranks wait in the exchange.
-// run_mpi_command must abort the whole job with rank 1's message; fault_test.sh runs it under
-// mpirun with a time limit and fails if the job hangs, exits 0 or loses the message.
+// A CP job in which rank 1 misbehaves while the other ranks wait in the exchange:
+//   cp_fault_job [throw|stop] [BACKEND] [auto|mpi|nccl]
+//   throw (default): rank 1 throws inside its transition; run_mpi_command must abort the whole job
+//                    with rank 1's message (fault_test.sh; scripts/gpu.sh on cuda-chunkwise, both comms)
+//   stop:            rank 1 stops itself (SIGSTOP) before the exchange; the communicator watchdog of the
+//                    waiting ranks must end the job (watchdog_test.sh, KCP_CP_TIMEOUT set short)
+// The scripts run it under mpirun with a time limit and fail if the job hangs, exits 0 or loses the message.
+#include <csignal>
+#include <string>
+
+#include "cp/comm_device.h"
 #include "cp/comm_mpi.h"
 #include "cp/context_parallel.h"
+#include "validation/backend_wrapper.h"
 #include "validation/cases.h"
+#include "validation/mirror.h"
 #include "validation/registry.h"
 
 using namespace kcp;
 
 namespace {
 
-class FaultyBackend final : public Backend {
+class FaultyBackend final : public val::ForwardingBackend {
  public:
-  FaultyBackend(std::unique_ptr<Backend> b, bool fail) : inner_(std::move(b)), fail_(fail) {}
-  std::string_view name() const override { return inner_->name(); }
-  Device device() const override { return inner_->device(); }
-  Support supports(const Problem& p) const override { return inner_->supports(p); }
-  void forward(const Problem& p, const Inputs& in, const Outputs& o) override { inner_->forward(p, in, o); }
-  void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& g) override {
-    inner_->backward(p, in, d, g);
-  }
-  void transition_forward(const Problem& p, const Inputs& in, int64_t s, const Transition& t) override {
+  FaultyBackend(std::unique_ptr<Backend> b, bool fail, bool stop)
+      : ForwardingBackend(std::move(b)), fail_(fail), stop_(stop) {}
+  void transition_forward(const Problem& p, const Inputs& in, int64_t s, const TensorView& t) override {
+    if (fail_ && stop_) std::raise(SIGSTOP);
     KCP_CHECK(!fail_, "injected fault in transition_forward");
-    inner_->transition_forward(p, in, s, t);
-  }
-  void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t s,
-                           const Transition& t) override {
-    inner_->transition_backward(p, in, d_o, s, t);
+    ForwardingBackend::transition_forward(p, in, s, t);
   }
 
  private:
-  std::unique_ptr<Backend> inner_;
-  bool fail_;
+  bool fail_, stop_;
 };
 
 }  // namespace
 
-int main() {
-  return cp::run_mpi_command("cp_fault_job", [](cp::Comm& w) {
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "throw", backend = argc > 2 ? argv[2] : "cpu-recurrent";
+  const std::string comm = argc > 3 ? argv[3] : "auto";
+  return cp::run_mpi_command("cp_fault_job", [&](cp::Comm& w) {
     val::CaseSpec s;
-    s.seqlens = {40 * w.size()}, s.K = s.V = 8, s.H = s.HV = 1;
+    s.seqlens = {80 * w.size()}, s.K = s.V = 32, s.H = s.HV = 1;
     const val::CaseData c = val::make_case(s);
-    FaultyBackend be(val::backend_create("cpu-recurrent"), w.rank() == 1);
+    const int gpus = val::gpu_count();
+    FaultyBackend be(val::backend_create(backend, {gpus > 0 ? cp::local_rank() % gpus : -1}), w.rank() == 1,
+                     mode == "stop");
+    const cp::DataComm data = cp::make_data_comm(w, be.queue(), cp::comm_kind_parse(comm), gpus);
     ProblemOptions po;
-    po.cu_seqlens = c.cu_seqlens;
-    cp::ContextParallel cp(w, be, s.variant, s.flags, {po, {}, cp::MergeAlgorithm::linear});
+    po.cu_seqlens = c.cu_seqlens, po.compute = DType::f32;
+    cp::ContextParallel cp(data.get(), be, s.variant, s.flags, {po, {}, cp::MergeAlgorithm::linear});
     const int64_t lo = cp.context().lo, n = cp.context().tokens();
+    val::DeviceMirror dev(be);
     Inputs in = c.inputs();
-    for (TensorView* t : {&in.q, &in.k, &in.v, &in.g, &in.beta})
-      t->data = static_cast<double*>(t->data) + lo * t->stride[1], t->shape[1] = n;
-    Tensor<double> o({1, n, 1, 8}), ht(c.h0.shape());
-    cp.forward(in, {o.view(), ht.view()});
+    for (TensorView* t : {&in.q, &in.k, &in.v, &in.g, &in.beta}) *t = dev.input(t->narrow(1, lo, n), DType::f32);
+    Tensor<float> o({1, n, 1, 32}), ht(c.h0.shape());
+    cp.forward(in, {dev.output(o.view()), dev.output(ht.view())});
+    dev.download();
     return 0;
   });
 }

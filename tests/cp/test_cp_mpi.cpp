@@ -6,50 +6,51 @@
 #include <doctest/doctest.h>
 
 #include "core/rng.h"
+#include "core/transition.h"
+#include "cp/comm_device.h"
 #include "cp/context_parallel.h"
+#include "cp/merge.h"
 #include "app/cp_sweep_run.h"
 #include "tests/cp/mpi_world.h"
+#include "validation/backend_wrapper.h"
 #include "validation/compare.h"
 #include "validation/registry.h"
 #include "validation/tolerance.h"
 
 using namespace kcp;
-using cp::Summary;
 using doctest::Contains;
 
 namespace {
 
 // Counts the backend calls that compute, so a refused call can be shown to have computed nothing.
-class CountingBackend final : public Backend {
+class CountingBackend final : public val::ForwardingBackend {
  public:
-  explicit CountingBackend(std::unique_ptr<Backend> b) : inner_(std::move(b)) {}
+  using ForwardingBackend::ForwardingBackend;
   int calls = 0;
-  std::string_view name() const override { return inner_->name(); }
-  Device device() const override { return inner_->device(); }
-  Support supports(const Problem& p) const override { return inner_->supports(p); }
-  void forward(const Problem& p, const Inputs& in, const Outputs& o) override { ++calls, inner_->forward(p, in, o); }
-  void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& g) override {
-    ++calls, inner_->backward(p, in, d, g);
+  void forward(const Problem& p, const Inputs& in, const Outputs& o) override {
+    ++calls, ForwardingBackend::forward(p, in, o);
   }
-  void transition_forward(const Problem& p, const Inputs& in, int64_t s, const Transition& t) override {
-    ++calls, inner_->transition_forward(p, in, s, t);
+  void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& g) override {
+    ++calls, ForwardingBackend::backward(p, in, d, g);
+  }
+  void transition_forward(const Problem& p, const Inputs& in, int64_t s, const TensorView& t) override {
+    ++calls, ForwardingBackend::transition_forward(p, in, s, t);
   }
   void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t s,
-                           const Transition& t) override {
-    ++calls, inner_->transition_backward(p, in, d_o, s, t);
+                           const TensorView& t) override {
+    ++calls, ForwardingBackend::transition_backward(p, in, d_o, s, t);
   }
-
- private:
-  std::unique_ptr<Backend> inner_;
 };
 
+// Rank j's element [1,HV,K,V+K]: an identity for an "empty rank", a reset (M = 0) for a rank where
+// a sequence starts, random otherwise.
 template <class S>
-Summary<S> element(int j, int64_t HV, int64_t K, int64_t V, uint64_t seed) {
-  if (j % 5 == 3) return Summary<S>::identity(HV, K, V);  // an empty rank
-  Summary<S> a(HV, K, V);
-  for (size_t i = 0; i < a.packed.size(); ++i) a.packed[i] = S(CounterRng{seed + uint64_t(j), 3}.normal(i) * 0.4);
-  if (j % 3 == 1)  // a sequence starting on rank j: reset
-    for (int64_t h = 0; h < HV; ++h) a.head(h).rightCols(K).setZero();
+Tensor<S> element(int j, int64_t HV, int64_t K, int64_t V, uint64_t seed) {
+  Tensor<S> a(transition_shape(1, HV, K, V));
+  const TensorView e = transition_element(a.view(), 0);
+  if (j % 5 == 3) return host_queue().transition_identity(e), a;
+  for (int64_t i = 0; i < a.numel(); ++i) a.data()[i] = S(CounterRng{seed + uint64_t(j), 3}.normal(uint64_t(i)) * 0.4);
+  if (j % 3 == 1) host_queue().transition_start(e, {});
   return a;
 }
 
@@ -87,27 +88,29 @@ TEST_CASE("mpi comm: all_gather, all_reduce, send_recv ring and split") {
   w.barrier();
 }
 
+// Both merges through a communicator: plain MPI, and MPI staged through the queue's host buffers
+// (cp/comm_device.h; on the host queue, so the staging logic runs in CI without a GPU).
 TEST_CASE("log-depth scan equals the linear fold, forward and backward, with resets and identities") {
   cp::Comm& w = test::world();
   const int r = w.rank(), P = w.size();
   const int64_t HV = 2, K = 4, V = 3;
   const uint64_t seed = val::seed_from_env(0) + 5;
-  std::vector<double> all;
-  for (int j = 0; j < P; ++j) {
-    const auto e = element<double>(j, HV, K, V, seed);
-    all.insert(all.end(), e.packed.begin(), e.packed.end());
+  const std::unique_ptr<cp::Comm> staged = cp::make_staged_comm(w, host_queue());
+  for (cp::Comm* c : {&w, staged.get()}) {
+    SUBCASE(std::string(c->name()).c_str()) {
+      const Tensor<double> mine = element<double>(r, HV, K, V, seed);
+      Tensor<double> fold_f({HV, K, V}), fold_b({HV, K, V}), scan_f({HV, K, V}), scan_b({HV, K, V});
+      cp::merge_linear(*c, host_queue(), mine.view(), 0, r, false, fold_f.view());          // oldest first
+      cp::merge_linear(*c, host_queue(), mine.view(), r + 1, P - 1 - r, true, fold_b.view());  // farthest first
+      cp::merge_log_depth(*c, host_queue(), mine.view(), false, scan_f.view());
+      cp::merge_log_depth(*c, host_queue(), mine.view(), true, scan_b.view());
+      CHECK(rel(scan_f.view(), fold_f.view()) <= val::tol::kExactF64);
+      CHECK(rel(scan_b.view(), fold_b.view()) <= val::tol::kExactF64);
+      Tensor<float> f32({HV, K, V});
+      cp::merge_log_depth(*c, host_queue(), element<float>(r, HV, K, V, seed).view(), false, f32.view());
+      CHECK(rel(f32.view(), fold_f.view()) <= val::tol::kFloatVsDouble);
+    }
   }
-  std::vector<int> before, after;  // oldest first; farthest first
-  for (int j = 0; j < r; ++j) before.push_back(j);
-  for (int j = P - 1; j > r; --j) after.push_back(j);
-  const Tensor<double> fold_f = cp::fold_linear(all.data(), HV, K, V, before);
-  const Tensor<double> fold_b = cp::fold_linear(all.data(), HV, K, V, after);
-  const Tensor<double> scan_f = cp::scan_exclusive(w, element<double>(r, HV, K, V, seed), false);
-  const Tensor<double> scan_b = cp::scan_exclusive(w, element<double>(r, HV, K, V, seed), true);
-  CHECK(rel(scan_f.view(), fold_f.view()) <= val::tol::kExactF64);
-  CHECK(rel(scan_b.view(), fold_b.view()) <= val::tol::kExactF64);
-  const Tensor<float> f32 = cp::scan_exclusive(w, element<float>(r, HV, K, V, seed), false);
-  CHECK(rel(f32.view(), fold_f.view()) <= val::tol::kFloatVsDouble);
 }
 
 TEST_CASE("linear and log-depth merges agree through the CP layer (h0, ht, uneven parts)") {

@@ -18,16 +18,12 @@ val::CaseData round_case(val::CaseData c, DType qkv) {
   return c;
 }
 
-DeviceTensor device_tensor(Backend& be, DType dt, const Shape& shape) {
-  DeviceTensor d;
-  d.buf = DeviceBuffer(be, size_t(shape_numel(shape)) * size_t(dtype_size(dt)));
-  d.view = TensorView(d.buf.get(), dt, shape, be.device());
-  return d;
-}
+DeviceTensor device_tensor(Backend& be, DType dt, const Shape& shape) { return DeviceTensor(be.queue(), dt, shape); }
 
 void poison(Backend& be, const TensorView& dst) {
   const std::vector<unsigned char> ones(size_t(dst.numel()) * size_t(dtype_size(dst.dtype)), 0xff);
-  if (!ones.empty()) be.upload(dst.data, ones.data(), ones.size());
+  if (!ones.empty()) be.queue().copy(dst.data, ones.data(), ones.size(), CopyKind::host_to_device);
+  be.synchronize();
 }
 
 DeviceTensor poisoned(Backend& be, DType dt, const Shape& shape) {
@@ -41,7 +37,8 @@ void upload_into(Backend& be, const TensorView& dst, const Tensor<double>& src) 
   std::vector<unsigned char> host(size_t(src.numel()) * size_t(dtype_size(dst.dtype)));
   const TensorView hv(host.data(), dst.dtype, dst.shape);
   if (src.numel()) view_store<double>(hv, 0, src.numel(), 1, src.data());
-  if (!host.empty()) be.upload(dst.data, host.data(), host.size());
+  if (!host.empty()) be.queue().copy(dst.data, host.data(), host.size(), CopyKind::host_to_device);
+  be.synchronize();
 }
 
 DeviceTensor to_device(Backend& be, const Tensor<double>& t, DType dt) {
@@ -52,7 +49,8 @@ DeviceTensor to_device(Backend& be, const Tensor<double>& t, DType dt) {
 
 Tensor<double> to_host(Backend& be, const TensorView& v) {
   std::vector<unsigned char> host(size_t(v.numel()) * size_t(dtype_size(v.dtype)));
-  if (!host.empty()) be.download(host.data(), v.data, host.size());
+  if (!host.empty()) be.queue().copy(host.data(), v.data, host.size(), CopyKind::device_to_host);
+  be.synchronize();
   return to_tensor<double>(TensorView(host.data(), v.dtype, v.shape));
 }
 

@@ -17,10 +17,7 @@ inline constexpr const char* kNoGpuMessage = "no CUDA device: skipped";
 // q, k, v rounded to `qkv` and every other input to float32, in place.
 val::CaseData round_case(val::CaseData c, DType qkv);
 
-struct DeviceTensor {
-  DeviceBuffer buf;
-  TensorView view;
-};
+using kcp::DeviceTensor;
 DeviceTensor device_tensor(Backend& be, DType dt, const Shape& shape);              // uninitialized
 DeviceTensor poisoned(Backend& be, DType dt, const Shape& shape);                   // every element NaN
 DeviceTensor to_device(Backend& be, const Tensor<double>& t, DType dt);             // converted copy

@@ -89,7 +89,7 @@ void feed(Backend& gpu, const TensorView& dst, Tensor<double> twin) {
 
 TEST_CASE("each CUDA stage matches its CPU chunkwise twin on the same inputs" * doctest::skip(!test::gpu_present())) {
   auto gpu = cuda::make_cuda_backend();
-  cuda::Pipeline pipe;
+  cuda::Pipeline pipe(gpu->queue());
   for (const StageCase& sc : stage_cases(val::seed_from_env(800))) {
     SUBCASE(sc.name().c_str()) {
       std::printf("%s\n", sc.name().c_str());

@@ -147,9 +147,8 @@ TEST_CASE("transitions reproduce the recurrence: M S_in + S_ext and dM dht + dS_
       auto be = oracle();
       const auto r = val::run_case<double>(*be, c, true);  // with h0 and dht
       const int64_t seq = 1, HV = 2, K = s.K, V = s.V;
-      Tensor<double> s_ext({HV, K, V}), m({HV, K, K}), ds_ext({HV, K, V}), mt({HV, K, K});
-      be->transition_forward(p, c.inputs(), seq, {s_ext.view(), m.view()});
-      be->transition_backward(p, c.inputs(), c.d_o.view(), seq, {ds_ext.view(), mt.view()});
+      const auto [s_ext, m] = val::sequence_transition(*be, p, c.inputs(), {}, seq, false);
+      const auto [ds_ext, mt] = val::sequence_transition(*be, p, c.inputs(), c.d_o.view(), seq, true);
       Tensor<double> fwd({1, HV, K, V}), bwd({1, HV, K, V});
       for (int64_t hv = 0; hv < HV; ++hv)
         for (int64_t i = 0; i < K; ++i)

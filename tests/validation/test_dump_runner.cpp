@@ -1,4 +1,4 @@
-// run_op_call stages every tensor through the backend's memory hooks (never by name) and returns
+// run_op_call stages every tensor through the backend's queue (never by name) and returns
 // exactly what a direct call gives; run_conv1d_call equals the reference called directly.
 #include <doctest/doctest.h>
 
@@ -9,6 +9,7 @@
 #include "io/dump_call.h"
 #include "reference/conv1d.h"
 #include "tests/io/io_fixtures.h"
+#include "validation/backend_wrapper.h"
 #include "validation/dump_runner.h"
 #include "validation/registry.h"
 
@@ -16,51 +17,70 @@ using namespace kcp;
 
 namespace {
 
-// cpu-recurrent behind a "device" whose memory is tracked: every view the backend sees must be one
-// of its own allocations, and every allocation must come back.
-class TrackedBackend final : public Backend {
+// The host queue behind a "device" whose memory is tracked: allocations, uploads and downloads.
+class TrackedQueue final : public Queue {
  public:
-  TrackedBackend() : inner_(val::backend_create("cpu-recurrent")) {}
+  ~TrackedQueue() override { CHECK(live.empty()); }
+  Device device() const override { return Device::host; }
+  std::string describe() const override { return "tracked host"; }
+  void* alloc(size_t bytes) override {
+    void* p = host_queue().alloc(bytes);
+    live.insert(p);
+    return p;
+  }
+  void release(void* p) noexcept override { live.erase(p), host_queue().release(p); }
+  void* alloc_host(size_t bytes) override { return host_queue().alloc_host(bytes); }
+  void release_host(void* p) noexcept override { host_queue().release_host(p); }
+  void copy(void* dst, const void* src, size_t n, CopyKind kind) override {
+    uploads += kind == CopyKind::host_to_device, downloads += kind == CopyKind::device_to_host;
+    host_queue().copy(dst, src, n, kind);
+  }
+  void synchronize() override {}
+  double time_ms(const std::function<void()>& body) override { return host_queue().time_ms(body); }
+  void copy_view(const TensorView& d, const TensorView& s) override { host_queue().copy_view(d, s); }
+  void add_view(const TensorView& d, const TensorView& s) override { host_queue().add_view(d, s); }
+  void fill_zero(const TensorView& d) override { host_queue().fill_zero(d); }
+  void transition_fold(const TensorView& e, int64_t f, int64_t c, bool r, const TensorView& x0,
+                       const TensorView& o) override {
+    host_queue().transition_fold(e, f, c, r, x0, o);
+  }
+  void transition_compose(const TensorView& l, const TensorView& e, const TensorView& o) override {
+    host_queue().transition_compose(l, e, o);
+  }
+  void transition_start(const TensorView& t, const TensorView& x0) override { host_queue().transition_start(t, x0); }
+  void transition_identity(const TensorView& t) override { host_queue().transition_identity(t); }
+  std::set<void*> live;
+  int uploads = 0, downloads = 0;
+};
+
+// cpu-recurrent on a TrackedQueue: every view the backend sees must be one of the queue's own
+// allocations, and every allocation must come back.
+class TrackedBackend final : public val::ForwardingBackend {
+ public:
+  TrackedBackend() : ForwardingBackend(val::backend_create("cpu-recurrent")) {}
   bool forward_only = false;  // then supports_backward() says no, like a backend without a backward
   Support supports_backward(const Problem& p) const override {
-    return forward_only ? Support::no("tracked-recurrent: forward only in this test") : inner_->supports(p);
+    return forward_only ? Support::no("tracked-recurrent: forward only in this test") : inner().supports(p);
   }
-  ~TrackedBackend() override { CHECK(live_.empty()); }
   std::string_view name() const override { return "tracked-recurrent"; }
-  Device device() const override { return Device::host; }
-  Support supports(const Problem& p) const override { return inner_->supports(p); }
+  Queue& queue() const override { return queue_; }
   void forward(const Problem& p, const Inputs& in, const Outputs& out) override {
     for (const TensorView* v : {&in.q, &in.k, &in.v, &in.g, &in.beta, &out.o, &out.final_state}) owned(*v);
-    inner_->forward(p, in, out);
+    ForwardingBackend::forward(p, in, out);
   }
   void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& g) override {
     CHECK_FALSE(forward_only);  // the runner must not call a backward the backend disowns
     for (const TensorView* v : {&d.d_o, &g.dq, &g.dk, &g.dv, &g.dg, &g.dbeta, &g.d_initial_state}) owned(*v);
-    inner_->backward(p, in, d, g);
+    ForwardingBackend::backward(p, in, d, g);
   }
-  void transition_forward(const Problem& p, const Inputs& in, int64_t s, const Transition& t) override {
-    inner_->transition_forward(p, in, s, t);
-  }
-  void transition_backward(const Problem& p, const Inputs& in, const TensorView& d, int64_t s,
-                           const Transition& t) override {
-    inner_->transition_backward(p, in, d, s, t);
-  }
-  void* alloc(size_t bytes) override {
-    void* p = Backend::alloc(bytes);
-    live_.insert(p);
-    return p;
-  }
-  void release(void* p) override { live_.erase(p), Backend::release(p); }
-  void upload(void* dst, const void* src, size_t n) override { ++uploads, Backend::upload(dst, src, n); }
-  void download(void* dst, const void* src, size_t n) override { ++downloads, Backend::download(dst, src, n); }
-  int uploads = 0, downloads = 0;
+  int uploads() const { return queue_.uploads; }
+  int downloads() const { return queue_.downloads; }
 
  private:
   void owned(const TensorView& v) const {
-    if (!v.empty()) CHECK(live_.count(v.data) == 1);
+    if (!v.empty()) CHECK(queue_.live.count(v.data) == 1);
   }
-  std::unique_ptr<Backend> inner_;
-  std::set<void*> live_;
+  mutable TrackedQueue queue_;
 };
 
 }  // namespace
@@ -75,8 +95,8 @@ TEST_CASE("run_op_call stages through alloc/upload/download and equals a direct 
   const io::OpCall call = io::dump_op_call(io::dump_read(dir.file("c.h5")), DType::f64);
   TrackedBackend tracked;
   const val::Results r = val::run_op_call(tracked, call);
-  CHECK(tracked.uploads == 10);   // q k v g beta A_log dt_bias h0, do dht
-  CHECK(tracked.downloads == 10); // o final_state dq dk dv dg dbeta dh0 dA_log ddt_bias
+  CHECK(tracked.uploads() == 10);   // q k v g beta A_log dt_bias h0, do dht
+  CHECK(tracked.downloads() == 10); // o final_state dq dk dv dg dbeta dh0 dA_log ddt_bias
   const Problem p = c.problem();
   auto out = val::make_outputs<double>(p, true);
   auto gr = val::make_grads<double>(p, c.inputs());
