@@ -32,6 +32,7 @@ endfunction()
 
 # One line per feature for the configure summary (llm.c-style check marks).
 function(kcp_summary name state detail)
+  string(REPLACE ";" "," detail "${detail}")  # a ';' would split the stored entry (a CMake list)
   set_property(GLOBAL APPEND PROPERTY KCP_SUMMARY "${name}|${state}|${detail}")
 endfunction()
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA Hopper GPU: the CUDA test suites, the golden check on cuda-chunkwise
-# (when this build has `kcp check`) and the forward benchmark; a short table last.
-#   scripts/gpu.sh [BUILD_DIR]            default build/; binaries built elsewhere work (docs/CUDA.md)
+# (when this build has `kcp check`), context parallelism on the GPU (cp-sweep over MPI with ranks
+# sharing the GPUs at N = 1..4, over NCCL with one GPU per rank, the fault test on both), the
+# forward benchmark and cp-bench; a short table last.
+#   scripts/gpu.sh [BUILD_DIR]            default build/; binaries built elsewhere work (docs/CUDA.md);
+#                                         scripts/gpu_build.sh builds there without HDF5/doctest headers
 #   BENCH_ARGS="--T 8192 --H 16" scripts/gpu.sh   extra arguments for `kcp bench`
-#   SKIP_TESTS=1 / SKIP_BENCH=1           leave a part out
+#   SKIP_TESTS=1 / SKIP_CP=1 / SKIP_BENCH=1       leave a part out
 # Logs go to $OUT when it is set (the device tool's result folder), else to gpu-logs/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,11 +49,47 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   fi
 fi
 
+# NCCL is loaded at run time (cp/comm_nccl.cpp): use the system's, else the one PyTorch ships.
+if [ -z "${KCP_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
+  nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$nccl_dir" ] && [ -f "$nccl_dir/libnccl.so.2" ] && export KCP_NCCL_LIBRARY="$nccl_dir/libnccl.so.2"
+fi
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+mpi=(mpirun --oversubscribe -x KCP_NCCL_LIBRARY -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np)
+fault_job=$(find "$BUILD" -name cp_fault_job -type f -perm -u+x | head -1)
+# The fault job must end by itself (non-zero, rank 1's message) well inside the limit.
+fault_check() {  # comm
+  local out rc
+  out=$(timeout 60 "${mpi[@]}" 2 "$fault_job" throw cuda-chunkwise "$1" 2>&1); rc=$?
+  echo "$out" | tail -3
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$out" | grep -q "rank 1: error: injected fault"
+}
+if [ -z "${SKIP_CP:-}" ] && "$BUILD/kcp" help 2>&1 | grep -qE '^  cp-sweep '; then
+  for n in 1 2 3 4; do
+    run_suite "cp_sweep_mpi_np$n" "${mpi[@]}" "$n" "$BUILD/kcp" cp-sweep --quick --backend cuda-chunkwise --comm mpi
+  done
+  run_suite cp_sweep_nccl_np1 "${mpi[@]}" 1 "$BUILD/kcp" cp-sweep --quick --backend cuda-chunkwise --comm nccl
+  if [ "$gpus" -ge 2 ]; then  # one GPU per rank (the multi-GPU run, docs/CP.md)
+    for n in 2 4; do
+      [ "$gpus" -ge "$n" ] && run_suite "cp_sweep_nccl_np$n" "${mpi[@]}" "$n" "$BUILD/kcp" cp-sweep --backend cuda-chunkwise --comm nccl
+    done
+  fi
+  if [ -n "$fault_job" ]; then
+    run_suite cp_fault_mpi fault_check mpi
+    [ "$gpus" -ge 2 ] && run_suite cp_fault_nccl fault_check nccl
+  fi
+fi
+
 bench_table=""
 if [ -z "${SKIP_BENCH:-}" ]; then
   # shellcheck disable=SC2086
   "$BUILD/kcp" bench --backend cuda-chunkwise ${BENCH_ARGS:-} 2>&1 | tee "$LOGS/bench.log"
   bench_table=$(sed -n '/^| op /,$p' "$LOGS/bench.log")
+  if "$BUILD/kcp" help 2>&1 | grep -qE '^  cp-bench '; then  # ranks share the GPU(s) over MPI
+    "${mpi[@]}" 4 "$BUILD/kcp" cp-bench --backend cuda-chunkwise --comm mpi --ranks 1,2,4 ${CP_BENCH_ARGS:-} 2>&1 \
+      | tee "$LOGS/cp_bench.log"
+  fi
 fi
 
 echo
