@@ -201,8 +201,10 @@ void bench_precision(const CaseData& c, const std::string& which, int repeat, do
   std::vector<Contestant<S>> cs;
   cs.reserve(4);
   for (const std::string& name : backend_names()) {
-    if ((which != "all" && which != name) || name.rfind("cpu-", 0) != 0) continue;
-    owned.push_back(backend_create(name));
+    if (which != "all" && which != name) continue;
+    std::unique_ptr<Backend> be = backend_create(name);
+    if (be->device() != Device::host) continue;  // the oracle's algorithms: host backends (bench covers GPUs)
+    owned.push_back(std::move(be));
     if (const Support sup = owned.back()->supports(p); !sup) {
       std::printf("%-14s %-8s unsupported: %s\n", name.c_str(), dtype_name(dt).data(), sup.reason.c_str());
       continue;

@@ -27,7 +27,9 @@ function(kcp_target_defaults target)
   if(KCP_WARNINGS_AS_ERRORS)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
   endif()
-  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+  # Sources include each other as "core/tensor.h" from the project root; installed, the same headers
+  # live under include/kcp/ (cmake/KcpInstall.cmake), so both spellings resolve there.
+  target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>)
 endfunction()
 
 # One line per feature for the configure summary (llm.c-style check marks).

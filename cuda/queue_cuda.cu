@@ -102,7 +102,8 @@ class CudaQueue final : public Queue {
   void transition_fold(const TensorView& elems, int64_t first, int64_t count, bool reverse, const TensorView& x0,
                        const TensorView& out) override {
     DeviceGuard g(device_);
-    launch_transition_fold(elems, first, count, reverse, x0, out, stream_);
+    const DeviceTensor x = compute_copy(x0, elems.dtype);
+    launch_transition_fold(elems, first, count, reverse, x.view.empty() ? x0 : x.view, out, stream_);
   }
   void transition_compose(const TensorView& later, const TensorView& earlier, const TensorView& out) override {
     DeviceGuard g(device_);
@@ -110,7 +111,8 @@ class CudaQueue final : public Queue {
   }
   void transition_start(const TensorView& t, const TensorView& x0) override {
     DeviceGuard g(device_);
-    launch_transition_start(t, x0, stream_);
+    const DeviceTensor x = compute_copy(x0, t.dtype);
+    launch_transition_start(t, x.view.empty() ? x0 : x.view, stream_);
   }
   void transition_identity(const TensorView& t) override {
     DeviceGuard g(device_);
@@ -118,6 +120,16 @@ class CudaQueue final : public Queue {
   }
 
  private:
+  // The kernels read a state x0 in the transition's precision, rows contiguous. A state as the user
+  // holds it (bf16 or float32 beside a float64 transition; [V,K] storage seen K-major through strides,
+  // core/transition.h state_entry_kmajor) is converted into such a copy first, as the host queue does.
+  // Empty when x0 already fits (or is absent). Released after the kernel is enqueued: cudaFree waits.
+  DeviceTensor compute_copy(const TensorView& x0, DType dtype) {
+    if (x0.empty() || (x0.dtype == dtype && x0.contiguous())) return {};
+    DeviceTensor x(*this, dtype, x0.shape);
+    copy_view(x.view, x0);
+    return x;
+  }
   void view_op(ViewOp op, const TensorView& dst, const TensorView& src) {
     DeviceGuard g(device_);
     launch_view_op(op, dst, src, stream_);

@@ -75,6 +75,14 @@ if [ -z "${SKIP_CP:-}" ] && "$BUILD/kcp" help 2>&1 | grep -qE '^  cp-sweep '; th
       [ "$gpus" -ge "$n" ] && run_suite "cp_sweep_nccl_np$n" "${mpi[@]}" "$n" "$BUILD/kcp" cp-sweep --backend cuda-chunkwise --comm nccl
     done
   fi
+  # More ranks than GPUs under NCCL: one clear line and exit 2 before any computation.
+  nccl_refusal() {
+    local out rc
+    out=$(timeout 60 "${mpi[@]}" $((gpus + 1)) "$BUILD/kcp" cp-sweep --quick --backend cuda-chunkwise --comm nccl 2>&1); rc=$?
+    echo "$out" | tail -3
+    [ $rc -eq 2 ] && echo "$out" | grep -q "NCCL needs one GPU per rank"
+  }
+  run_suite cp_nccl_refused_np$((gpus + 1)) nccl_refusal
   if [ -n "$fault_job" ]; then
     run_suite cp_fault_mpi fault_check mpi
     [ "$gpus" -ge 2 ] && run_suite cp_fault_nccl fault_check nccl
@@ -87,8 +95,13 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   "$BUILD/kcp" bench --backend cuda-chunkwise ${BENCH_ARGS:-} 2>&1 | tee "$LOGS/bench.log"
   bench_table=$(sed -n '/^| op /,$p' "$LOGS/bench.log")
   if "$BUILD/kcp" help 2>&1 | grep -qE '^  cp-bench '; then  # ranks share the GPU(s) over MPI
-    "${mpi[@]}" 4 "$BUILD/kcp" cp-bench --backend cuda-chunkwise --comm mpi --ranks 1,2,4 ${CP_BENCH_ARGS:-} 2>&1 \
+    # The geometry: T = 32768 per rank, H = 16, K = V = 128, bf16 (ranks share the GPU).
+    "${mpi[@]}" 4 "$BUILD/kcp" cp-bench --backend cuda-chunkwise --comm mpi --ranks 1,2,4 \
+      --T 32768 --H 16 --K 128 --V 128 --dtype bfloat16 ${CP_BENCH_ARGS:-} 2>&1 \
       | tee "$LOGS/cp_bench.log"
+    # One rank on its own GPU over NCCL: no host round trip in the exchange.
+    "${mpi[@]}" 1 "$BUILD/kcp" cp-bench --backend cuda-chunkwise --comm nccl --ranks 1 \
+      --T 32768 --H 16 --K 128 --V 128 --dtype bfloat16 ${CP_BENCH_ARGS:-} 2>&1 | tee "$LOGS/cp_bench_nccl.log"
   fi
 fi
 
