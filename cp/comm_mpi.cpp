@@ -143,8 +143,14 @@ std::pair<int, int> host_position() {
 }
 }  // namespace
 
-int local_rank() { return host_position().first; }
-int local_size() { return host_position().second; }
+// Computed once: MPI_Comm_split_type is collective over MPI_COMM_WORLD, so a later call made by some
+// ranks only (cp-bench's subsets of ranks) must not enter it again; run_mpi_command primes it.
+const std::pair<int, int>& cached_host_position() {
+  static const std::pair<int, int> pos = host_position();
+  return pos;
+}
+int local_rank() { return cached_host_position().first; }
+int local_size() { return cached_host_position().second; }
 
 MpiSession::MpiSession() {
   int initialized = 0;
@@ -171,7 +177,8 @@ int run_mpi_command(const char* what, const std::function<int(Comm&)>& body) {
   MpiSession session;
   std::unique_ptr<Comm> world = make_mpi_comm();
   const char* omp = std::getenv("OMP_NUM_THREADS");
-  if (!omp || !*omp) omp_set_num_threads(std::max(1, omp_get_num_procs() / local_size()));
+  const int ranks_here = local_size();  // collective on the first call: every rank makes it here
+  if (!omp || !*omp) omp_set_num_threads(std::max(1, omp_get_num_procs() / ranks_here));
   int rc = 0;
   try {
     rc = body(*world);

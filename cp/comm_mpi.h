@@ -29,7 +29,8 @@ class MpiSession {
 std::unique_ptr<Comm> make_mpi_comm();
 
 // This process's rank among the job's ranks on its host, and their number (MPI_COMM_TYPE_SHARED):
-// the GPU a rank uses is its local rank.
+// the GPU a rank uses is its local rank. The first call is collective over MPI_COMM_WORLD (every rank
+// must make it; run_mpi_command does); later calls return the cached answer and may be made by any rank.
 int local_rank();
 int local_size();
 

@@ -109,13 +109,14 @@ __global__ void conv_dz_kernel(ConvParams p, View2 dy, S* dz) {
   dz[idx] = g;
 }
 
-// dx at token tt (and, for the halo, at positions before the first sequence).
+// dx at position pos: a token, or for the halo a position before the first sequence. Only outputs t
+// of the sequence [begin, end) read it: a halo position is read by the first W-1-back tokens alone.
 template <class S>
-__device__ S dx_at(const ConvParams& p, const S* dz, int64_t pos, int64_t end, int d) {
+__device__ S dx_at(const ConvParams& p, const S* dz, int64_t pos, int64_t begin, int64_t end, int d) {
   S acc = 0;
   for (int i = 0; i < p.W; ++i) {
     const int64_t t = pos + (p.W - 1) - i;
-    if (t >= end) continue;
+    if (t < begin || t >= end) continue;
     acc += S(load2(p.w.p, p.w.dt, d * p.w.s0 + i * p.w.s1)) * dz[t * p.D + d];
   }
   return acc;
@@ -130,12 +131,12 @@ __global__ void conv_dx_kernel(ConvParams p, const S* dz, OutView2 dx, OutView2 
     int64_t start, end;
     bool first;
     sequence_of(p, tt, start, end, first);
-    store2(dx.p, dx.dt, tt * dx.s0 + d * dx.s1, double(dx_at<S>(p, dz, tt, end, d)));
+    store2(dx.p, dx.dt, tt * dx.s0 + d * dx.s1, double(dx_at<S>(p, dz, tt, start, end, d)));
   }
   if (idx < int64_t(p.halo) * p.D && dhalo.p) {  // halo row j is position start0 - halo + j
     const int j = int(idx / p.D), d = int(idx % p.D);
     const int64_t start0 = p.varlen ? p.cu[0] : 0, end0 = p.varlen ? p.cu[1] : p.T;  // sequence 0, as the reference
-    store2(dhalo.p, dhalo.dt, j * dhalo.s0 + d * dhalo.s1, double(dx_at<S>(p, dz, start0 - p.halo + j, end0, d)));
+    store2(dhalo.p, dhalo.dt, j * dhalo.s0 + d * dhalo.s1, double(dx_at<S>(p, dz, start0 - p.halo + j, start0, end0, d)));
   }
 }
 

@@ -56,12 +56,12 @@ if [ -z "${KCP_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q libnccl
 fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-mpi=(mpirun --oversubscribe -x KCP_NCCL_LIBRARY -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np)
+mpi=(mpirun --oversubscribe --bind-to none -x KCP_NCCL_LIBRARY -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np)
 fault_job=$(find "$BUILD" -name cp_fault_job -type f -perm -u+x | head -1)
 # The fault job must end by itself (non-zero, rank 1's message) well inside the limit.
-fault_check() {  # comm
+fault_check() {  # comm ranks (3 under MPI: rank 1 fails while ranks 0 and 2 wait in the exchange)
   local out rc
-  out=$(timeout 60 "${mpi[@]}" 2 "$fault_job" throw cuda-chunkwise "$1" 2>&1); rc=$?
+  out=$(timeout 60 "${mpi[@]}" "$2" "$fault_job" throw cuda-chunkwise "$1" 2>&1); rc=$?
   echo "$out" | tail -3
   [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$out" | grep -q "rank 1: error: injected fault"
 }
@@ -84,8 +84,8 @@ if [ -z "${SKIP_CP:-}" ] && "$BUILD/kcp" help 2>&1 | grep -qE '^  cp-sweep '; th
   }
   run_suite cp_nccl_refused_np$((gpus + 1)) nccl_refusal
   if [ -n "$fault_job" ]; then
-    run_suite cp_fault_mpi fault_check mpi
-    [ "$gpus" -ge 2 ] && run_suite cp_fault_nccl fault_check nccl
+    run_suite cp_fault_mpi fault_check mpi 3
+    [ "$gpus" -ge 2 ] && run_suite cp_fault_nccl fault_check nccl 2
   fi
 fi
 

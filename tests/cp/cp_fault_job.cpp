@@ -1,6 +1,7 @@
 // A CP job in which rank 1 misbehaves while the other ranks wait in the exchange:
 //   cp_fault_job [throw|stop] [BACKEND] [auto|mpi|nccl]
-//   throw (default): rank 1 throws inside its transition; run_mpi_command must abort the whole job
+//   throw (default): rank 1 throws inside its transition (or, as the last rank, its local forward);
+//                    run_mpi_command must abort the whole job
 //                    with rank 1's message (fault_test.sh; scripts/gpu.sh on cuda-chunkwise, both comms)
 //   stop:            rank 1 stops itself (SIGSTOP) before the exchange; the communicator watchdog of the
 //                    waiting ranks must end the job (watchdog_test.sh, KCP_CP_TIMEOUT set short)
@@ -28,6 +29,12 @@ class FaultyBackend final : public val::ForwardingBackend {
     if (fail_ && stop_) std::raise(SIGSTOP);
     KCP_CHECK(!fail_, "injected fault in transition_forward");
     ForwardingBackend::transition_forward(p, in, s, t);
+  }
+  // The last rank of a job computes no transition (its last sequence ends there): it fails in its
+  // local pass instead, so the 2-rank job (one GPU per rank under NCCL) has a fault too.
+  void forward(const Problem& p, const Inputs& in, const Outputs& out) override {
+    KCP_CHECK(!fail_, "injected fault in forward");
+    ForwardingBackend::forward(p, in, out);
   }
 
  private:
