@@ -26,7 +26,7 @@ class _ScaleGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return grad * ctx.s, None
+        return (grad.double() * ctx.s).to(grad.dtype), None  # in bf16, 1.01 itself would round to 1.0078
 
 
 @dataclass
@@ -74,7 +74,7 @@ def _recurrence(q, k, v, a, beta, scale, h0, cu_seqlens, state_v_first, per_chan
 
 def _finish(o, ht, v, output_final_state):
     if "o" in PLANT:
-        o = o * (1 + PLANT["o"])
+        o = o.double() * (1 + PLANT["o"])
     return o.to(v.dtype), (ht if output_final_state else None)
 
 

@@ -138,7 +138,7 @@ class CaptureTest(unittest.TestCase):
             self.assertTrue(f.attrs["disable_recompute"])
             self.assertTrue(f.attrs["cu_seqlens_cpu_given"])
             self.assertIn("transpose_state_layout", f.attrs["aliased_args"])
-        self.check(self.path("kda_pos.h5"), 0, 7)
+        self.check(self.path("kda_pos.h5"), 0, 8)
 
     def test_gdn_gate_in_kernel_kwargs_gva_bf16(self):
         c = Case("gdn", torch.bfloat16, T=40, H=1, HV=2, cu=[0, 25, 40], h0=True, raw_gate=True, seed=SEED + 4)
@@ -161,7 +161,7 @@ class CaptureTest(unittest.TestCase):
         with h5py.File(p, "r") as f:
             self.assertEqual(f.attrs["ignored_args"], "safe_gate, lower_bound")
             self.assertTrue(np.isnan(f.attrs["lower_bound"]))
-        self.check(p, 0, 7)
+        self.check(p, 0, 8)
 
     def test_gla_bf16_and_float32(self):
         for dtype in (torch.bfloat16, torch.float32):
@@ -180,7 +180,7 @@ class CaptureTest(unittest.TestCase):
         with h5py.File(p, "r") as f:
             self.assertEqual(list(f["inputs/cu_seqlens_local"][...]), [0, 10, 24])
             self.assertEqual(f.attrs["cp_mode"], "chunkwise")
-        self.check(p, 0, 5)
+        self.check(p, 0, 6)
 
     # --- planted errors -----------------------------------------------------------------------------
     def test_planted_one_percent_error_fails(self):
@@ -221,7 +221,7 @@ class CaptureTest(unittest.TestCase):
         with h5py.File(path, "r") as f:
             self.assertIn("megatron", f)
             self.assertEqual(f.attrs["source_framework"], "megatron-lm")
-        self.check(path, 0, 7)
+        self.check(path, 0, 8)
 
     def test_megatron_placement_failure_is_an_error(self):
         code = ("import sys, types, kcp_dump\n"
@@ -246,7 +246,7 @@ class CaptureTest(unittest.TestCase):
             self.assertEqual(f.attrs["unknown_args"], "my_new_flag, my_tensor")
             self.assertTrue(f.attrs["arg_my_new_flag"])
             self.assertIn("arg_my_tensor", f["debug"])
-        self.check(self.path("unknown.h5"), 0, 5)
+        self.check(self.path("unknown.h5"), 0, 6)
 
     def test_missing_gradients_are_reported_on_flush_and_at_exit(self):
         c = Case("kda", torch.float32, T=8, seed=SEED + 11)
