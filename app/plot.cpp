@@ -71,7 +71,7 @@ TokenErrors token_errors(const Tensor<double>& a, const Tensor<double>& b, int64
   return te;
 }
 
-void sequence_panel(Canvas& c, const TokenErrors& te, double bar, const std::vector<int64_t>& seq_starts,
+void sequence_panel(Canvas& c, const TokenErrors& te, double bar, bool mark_first, const std::vector<int64_t>& seq_starts,
                     const std::vector<int64_t>& cp, const std::string& ylabel) {
   const int x0 = kLeft, x1 = kW - kRight, y0 = 40, y1 = kTopH - 40;
   const int64_t n = te.B * te.T;
@@ -126,26 +126,34 @@ void sequence_panel(Canvas& c, const TokenErrors& te, double bar, const std::vec
     }
     std::string label = "H";  // (two steps: see the CP label)
     label += std::to_string(h);
-    if (h < 16) c.text(x1 - 16 * 34 + int(h) * 34, 10, label, kPalette[h % 10]);
+    if (h < 16) c.text(x1 - 16 * 34 + int(h) * 34, y0 - 14, label, kPalette[h % 10]);
   }
   if (bar > 0) {
     const int y = ypix(bar);
     for (int x = x0; x <= x1; x += 6) c.line(x, y, std::min(x + 3, x1), y, kRed);
     c.text(x0 + 4, y - 10, "bar " + sci(bar), kRed);
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t h = 0; h < te.heads; ++h)
-        if (!(te.e[size_t(t * te.heads + h)] <= bar)) {
-          c.fill(xpix(t) - 1, y1 - 6, xpix(t) + 1, y1, kRed);
-          c.text(std::min(xpix(t) + 4, x1 - 150), y1 - 12, "first over: token " + std::to_string(t % te.T) +
-                 (te.B > 1 ? " row " + std::to_string(t / te.T) : "") + " head " + std::to_string(h), kRed);
-          return;
-        }
+    if (!mark_first) return;  // a passing tensor: tokens scatter around its ratio, none is "where it starts"
   }
+  // Where an error starts: the first token (any head) over both the bar and 10x the median token error,
+  // or not finite. Rounding noise alone (a tensor uniformly over its bar) marks nothing.
+  std::vector<double> finite;
+  for (double v : te.e) if (std::isfinite(v)) finite.push_back(v);
+  if (!mark_first || finite.empty()) return;
+  std::nth_element(finite.begin(), finite.begin() + long(finite.size() / 2), finite.end());
+  const double outlier = std::max(bar, 10 * finite[finite.size() / 2]);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < te.heads; ++h)
+      if (!(te.e[size_t(t * te.heads + h)] <= outlier)) {
+        c.fill(xpix(t) - 1, y1 - 6, xpix(t) + 1, y1, kRed);
+        c.text(std::min(xpix(t) + 4, x1 - 260), y1 - 12, "first > 10x median: token " + std::to_string(t % te.T) +
+               (te.B > 1 ? " row " + std::to_string(t / te.T) : "") + " head " + std::to_string(h), kRed);
+        return;
+      }
 }
 
 void histogram_panel(Canvas& c, int top, const Tensor<double>& a, const Tensor<double>& b, const Row& row,
                      const UserBar& user) {
-  const int x0 = kLeft, x1 = kW - kRight, y0 = top + 30, y1 = top + kHistH - 40;
+  const int x0 = kLeft, x1 = kW - kRight, y0 = top + 44, y1 = top + kHistH - 40;
   constexpr double kLo = -12, kHi = 3, kStep = 0.125;
   const int nb = int((kHi - kLo) / kStep);
   std::vector<int64_t> bins(size_t(nb), 0);
@@ -174,8 +182,8 @@ void histogram_panel(Canvas& c, int top, const Tensor<double>& a, const Tensor<d
     c.text(x - 10, y1 + 8, decade(l), kBlack);
   }
   const int xb = x0 + int((std::min(bar_l, kHi) - kLo) / (kHi - kLo) * (x1 - x0));
-  c.dashed_vline(xb, y0, y1, kRed);
-  c.text(xb + 4, y0, "bar", kRed);
+  c.dashed_vline(xb, y0 - 12, y1, kRed);
+  c.text(xb + 4, y0 - 14, "bar", kRed);
   c.text(x0, top + 10, std::string("element error: ") + (user.rtol ? "|d| / (atol + rtol |oracle|)" : "|d| / rms(oracle)") +
          ", count on a log scale; exact " + std::to_string(exact) + ", non-finite " + std::to_string(nonfinite), kBlack);
 }
@@ -205,8 +213,8 @@ std::string plot_tensor(const std::string& dir, const io::Dump& d, const std::st
   const std::string title = fs::path(d.path).filename().string() + "  /" + group + "/" + tensor + "  " + row.verdict +
                             "  fla_ratio " + sci(row.m.fla_ratio) + "  over the bar " + std::to_string(row.over) +
                             "/" + std::to_string(row.m.n);
-  c.text(8, 8, title, kBlack, 2);
-  if (te.heads) sequence_panel(c, te, user.rtol && !user.ratio ? 0 : row.ratio_bar, seqs, cp_starts(d),
+  c.text(8, 8, title, kBlack, Canvas::text_width(title, 2) < kW - 16 ? 2 : 1);
+  if (te.heads) sequence_panel(c, te, user.rtol && !user.ratio ? 0 : row.ratio_bar, row.verdict != "PASS", seqs, cp_starts(d),
                                "rms error of the token / rms(oracle), per head");
   histogram_panel(c, top, a, b, row, user);
   const std::string file = (fs::path(dir) / (safe(fs::path(d.path).stem().string()) + "__" + safe(group) + "__" +

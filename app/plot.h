@@ -3,7 +3,8 @@
 // coloured line each), e = rms over the token's elements of (candidate - oracle) / rms(oracle), the
 // per-token share of FLA's ratio, on a log axis; the ratio bar as a red dashed line; sequence
 // boundaries (cu_seqlens, batch rows) as grey dashed lines, CP-rank boundaries (assembled chunkwise
-// files: assembled_token_offsets) as orange ones; the first token over the bar marked. With more
+// files: assembled_token_offsets) as orange ones; on a failing tensor, the first token over both the bar and 10x the median token
+// error (or not finite) marked: where an error starts. With more
 // tokens than pixels each column shows the largest error of its tokens. Tensors without a token axis
 // (states, A_log) get the histogram only.
 // Bottom panel, a histogram of element errors against the bar: log10(|d| / rms(oracle)) for a ratio
