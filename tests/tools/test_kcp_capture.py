@@ -287,6 +287,98 @@ class CaptureTest(unittest.TestCase):
             kcp_dump.write_dump(self.path("x.h5"), "kda", {}, attrs=dict(note={"a": 1}))
         self.assertEqual(sorted(os.listdir(self.dir.name)), [])
 
+    # --- kcp check / compare for CI and for a person ------------------------------------------------
+    def planted_from_token(self, name, t0=20, scale=1.03):
+        """A bf16 kda capture whose o is off by 3% on head 1 from token t0 on."""
+        c = Case("kda", torch.bfloat16, T=40, cu=[0, 14, 40], seed=SEED + 13)
+        p = self.capture(fla.chunk_kda, name, c.q, c.k, c.v, c.g, c.beta, case=c, cu_seqlens=c.cu)
+        with h5py.File(p, "r+") as f:
+            o = f["fla_chunk/o"][...].astype(np.float32)
+            o[0, t0:, 1] *= scale
+            attrs = dict(f["fla_chunk/o"].attrs)
+            del f["fla_chunk/o"]
+            f["fla_chunk"].create_dataset("o", data=kcp_dump.float32_from_bf16_bits(kcp_dump.bf16_bits_from_float32(o)))
+            f["fla_chunk/o"].attrs.update(dict(attrs, encoding="ieee"))
+        return p
+
+    def test_check_json_select_bars_and_exit_3(self):
+        import json
+        p = self.planted_from_token("planted_t20.h5")
+        js = self.path("check.json")
+        rc, out, err = kcp("check", "--json", js, p)
+        self.assertEqual(rc, 1, out + err)
+        rec = json.load(open(js))
+        rows = {r["tensor"]: r for r in rec["files"][0]["tensors"]}
+        self.assertEqual(rows["o"]["verdict"], "FAIL")
+        self.assertEqual(rows["dq"]["verdict"], "PASS")
+        self.assertGreater(rows["o"]["over_the_bar"], 0)
+        self.assertEqual(rec["exit_status"], 1)
+        self.assertEqual(rec["total"]["fail"], 1)
+        rc, out, _ = kcp("check", "--select", "dq,fla_chunk/dv", p)  # o not judged
+        self.assertEqual(rc, 0, out)
+        self.assertEqual(out.count(" PASS"), 2)
+        rc, out, _ = kcp("check", "--select", "nothing_like_this", p)
+        self.assertEqual(rc, 3, out)
+        self.assertIn("nothing was judged", out)
+        rc, out, _ = kcp("check", "--ratio", "0.05", p)  # a looser user bar: everything passes
+        self.assertEqual(rc, 0, out)
+        self.assertIn("user bar: --ratio 0.05", out)
+        rc, out, _ = kcp("check", "--rtol", "0", "--atol", "0", "--select", "o", p)  # torch: every element
+        self.assertEqual(rc, 1, out)
+        self.assertIn("torch.testing.assert_close", out)
+        rc, out, err = kcp("check", "--rtol", "0.1", p)
+        self.assertEqual(rc, 2)
+        self.assertIn("--rtol and --atol go together", err)
+        kcp_dump.write_dump(self.path("inputs_only.h5"), "gla", dict(q=np.ones((1, 2, 1, 4)), k=np.ones((1, 2, 1, 4)),
+                            v=np.ones((1, 2, 1, 4)), g=-np.ones((1, 2, 1, 4))))
+        rc, out, _ = kcp("check", self.path("inputs_only.h5"))
+        self.assertEqual(rc, 3, out)
+
+    def test_check_plot_writes_pngs(self):
+        p = self.planted_from_token("planted_plot.h5")
+        rc, out, err = kcp("check", "--plot", self.path("plots"), p)
+        self.assertEqual(rc, 1, out + err)
+        png = self.path("plots/planted_plot__fla_chunk__o.png")
+        with open(png, "rb") as f:
+            head = f.read(24)
+        self.assertEqual(head[:8], b"\x89PNG\r\n\x1a\n")
+        self.assertEqual(int.from_bytes(head[16:20], "big"), 1100)  # width
+        self.assertEqual(sorted(os.listdir(self.path("plots"))), ["planted_plot__fla_chunk__o.png"])  # failing only
+
+    def test_compare_any_hdf5_and_one_sided(self):
+        a, b = self.path("a.h5"), self.path("b.h5")
+        with h5py.File(a, "w") as f:
+            f["x/y"] = np.arange(6.0).reshape(2, 3)
+            f["z"] = np.ones(4, np.float32)
+            f["only_a"] = np.zeros(2)
+        with h5py.File(b, "w") as f:
+            f["x/y"] = np.arange(6.0).reshape(2, 3)
+            f["z"] = np.ones(4, np.float32) + np.float32(1e-3)
+            f["only_b"] = np.zeros(2)
+        rc, out, _ = kcp("compare", a, b)
+        self.assertEqual(rc, 1, out)
+        self.assertRegex(out, r"/x/y .* PASS")
+        self.assertRegex(out, r"/z .* FAIL")
+        self.assertIn("only in " + a, out)
+        self.assertIn("only in " + b, out)
+        rc, out, _ = kcp("compare", "--delta", "0.01", "--select", "x/y,z", a, b)
+        self.assertEqual(rc, 0, out)
+
+    def test_help_for_every_command_and_version(self):
+        rc, out, _ = kcp("--version")
+        self.assertEqual(rc, 0)
+        self.assertRegex(out, r"^kcp \d+\.\d+")
+        rc, out, _ = kcp("help")
+        commands = [l.split()[0] for l in out.splitlines() if l.startswith("  ")]
+        self.assertIn("check", commands)
+        for c in commands:
+            rc, out, err = kcp(c, "--help")
+            self.assertEqual(rc, 0, c + err)
+            self.assertIn("usage:", out, c)
+        rc, out, _ = kcp("check", "--help")
+        for opt in ("--json", "--select", "--ratio", "--rtol", "--atol", "--plot", "default"):
+            self.assertIn(opt, out)
+
     def test_pip_install_into_a_fresh_target(self):
         target = self.path("site")
         r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
