@@ -2,13 +2,13 @@
 // Two kcp dumps (root attribute format = "kcp-dump"): /inputs must be identical; every tensor of a
 // result group present in both is compared, A as the candidate and B as the reference, under A's
 // group policy (or the user's bars, report.h), in kcp check's table; groups and datasets present on
-// one side only are listed.
+// one side only are listed as SKIP (a kcp run group is expected on one side).
 // Any other two HDF5 files (h5diff -d style): every dataset path of either file, matched by path;
 // same shape -> one row with max |a-b|, where, rel_l2, fla_ratio and the count of elements that
 // differ; the verdict is PASS when every |a-b| <= D (default 0: identical; a NaN never equals), or
 // under --rtol/--atol or --ratio; a dataset present on one side only, of another shape, or of a type kcp cannot read as numbers is
-// reported on its own row. Exit status: 0 all equal within the bar, 1 a difference or a one-sided
-// dataset, 2 a file cannot be read. Covered by tests/validation/test_cli.cpp.
+// reported on its own row (one-sided and other-shaped: FAIL). Exit status: 0 all equal within the
+// bar, 1 a difference or (plain HDF5) a one-sided dataset, 2 a file cannot be read, 3 nothing compared. Covered by tests/validation/test_cli.cpp.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -44,7 +44,7 @@ Tally compare_inputs(const io::Dump& a, const io::Dump& b) {
   const io::DumpGroup &ia = *a.group("inputs"), &ib = *b.group("inputs");
   for (const io::DumpDataset& x : ia.datasets) {
     const io::DumpDataset* y = ib.find(x.name);
-    if (!y) { report_fail("inputs", x.name, "only in " + a.path, t); continue; }
+    if (!y) { report_skip("inputs", x.name, "only in " + a.path, t); continue; }
     if (x.data.shape != y->data.shape) {
       report_fail("inputs", x.name, "shapes differ: " + shape_str(x.data.shape) + " vs " + shape_str(y->data.shape), t);
       continue;
@@ -56,7 +56,7 @@ Tally compare_inputs(const io::Dump& a, const io::Dump& b) {
                                            index_str(m.max_abs_at) + "): the results are not comparable", t);
   }
   for (const io::DumpDataset& y : ib.datasets)
-    if (!ia.find(y.name)) report_fail("inputs", y.name, "only in " + b.path, t);
+    if (!ia.find(y.name)) report_skip("inputs", y.name, "only in " + b.path, t);
   return t;
 }
 
@@ -73,12 +73,12 @@ int compare_dumps(const std::string& pa, const std::string& pb, const UserBar& u
   const DType input = first ? first->source : DType::f32;
   for (const io::DumpGroup* ga : a.result_groups()) {
     const io::DumpGroup* gb = b.group(ga->name);
-    if (!gb) { report_fail(ga->name, "*", "group only in " + a.path, t); continue; }
+    if (!gb) { report_skip(ga->name, "*", "group only in " + a.path, t); continue; }
     const Producer prod = producer_of(ga->name, group_attr(*ga, "producer"), group_attr(*ga, "compute"));
     for (const io::DumpDataset& x : ga->datasets) {
       if (!sel.matches(ga->name, x.name)) continue;
       const io::DumpDataset* y = gb->find(x.name);
-      if (!y) report_fail(ga->name, x.name, "only in " + a.path, t);
+      if (!y) report_skip(ga->name, x.name, "only in " + a.path, t);
       else if (x.data.shape != y->data.shape) report_fail(ga->name, x.name, "shapes differ", t);
       else if (!dtype_is_float(x.data.dtype) || !dtype_is_float(y->data.dtype))
         report_skip(ga->name, x.name, "not floats", t);
@@ -86,10 +86,10 @@ int compare_dumps(const std::string& pa, const std::string& pb, const UserBar& u
                          bar_for(prod, a.op, x.name, x.source, input), t);
     }
     for (const io::DumpDataset& y : gb->datasets)
-      if (!ga->find(y.name) && sel.matches(ga->name, y.name)) report_fail(ga->name, y.name, "only in " + b.path, t);
+      if (!ga->find(y.name) && sel.matches(ga->name, y.name)) report_skip(ga->name, y.name, "only in " + b.path, t);
   }
   for (const io::DumpGroup* gb : b.result_groups())
-    if (!a.group(gb->name)) report_fail(gb->name, "*", "group only in " + b.path, t);
+    if (!a.group(gb->name)) report_skip(gb->name, "*", "group only in " + b.path, t);
   std::printf("kcp compare: %s\n", t.summary().c_str());
   return t.fail ? 1 : 0;
 }

@@ -30,13 +30,15 @@ exit status: 0 nothing failed, 1 a tensor failed, 2 a file could not be checked,
 )"},
     {"compare", R"(usage: kcp compare A.h5 B.h5 [options]
 Two kcp dumps: A's result tensors against B's (inputs must be identical), kcp check's table and bars.
-Any two HDF5 files: every dataset matched by path (h5diff -d style), one-sided datasets listed.
+  (groups or datasets present on one side only: SKIP rows)
+Any two HDF5 files: every dataset matched by path (h5diff -d style); one-sided datasets: FAIL rows.
 options:
   --delta D           generic bar: every |a-b| <= D (default 0: identical; forces the generic mode)
   --ratio R           FLA's assert_close bar (as in kcp check)
   --rtol X --atol Y   torch.testing.assert_close bar (as in kcp check)
   --select LIST       only these groups / tensors / dataset paths
-exit status: 0 equal within the bar, 1 a difference or a one-sided dataset, 2 unreadable, 3 nothing compared
+exit status: 0 equal within the bar, 1 a difference (or a one-sided plain dataset), 2 unreadable,
+3 nothing compared (plain HDF5)
 )"},
     {"run", R"(usage: kcp run --backend NAME --in X.h5 --out Y.h5 [--precision f64|f32]
 Writes Y = X plus a result group named after the backend (producer = kcp).
