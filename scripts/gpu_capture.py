@@ -141,7 +141,7 @@ def run_case(torch, kernels, name, seed, out_dir):
 
 def main(argv):
     if argv[:1] == ["--convert"]:
-        return convert(argv[1])
+        return convert(argv[1]) or 0
     out_dir = argv[0]
     names = argv[1:] or list(CASES)
     os.makedirs(out_dir, exist_ok=True)
@@ -186,7 +186,8 @@ def main(argv):
         print(f"{name}: {status}, {time.time() - t0:.1f} s", flush=True)
         with open(os.path.join(out_dir, "capture_summary.json"), "w") as f:  # after each case: kept on a timeout
             json.dump(dict(env=env, cases=table), f, indent=1)
+    return 1 if any(c["status"].startswith("error") for c in table) else 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))
