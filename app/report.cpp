@@ -83,6 +83,12 @@ int64_t count_over(const TensorView& av, const TensorView& bv, const UserBar& us
   return n;
 }
 
+Row note_row(const std::string& group, const std::string& tensor, const std::string& verdict, const std::string& note) {
+  Row r;
+  r.group = group, r.tensor = tensor, r.verdict = verdict, r.note = note;
+  return r;
+}
+
 std::string over_str(int64_t over, int64_t n) {
   char buf[48];
   std::snprintf(buf, sizeof buf, "%lld/%lld (%.2g%%)", static_cast<long long>(over), static_cast<long long>(n),
@@ -112,8 +118,10 @@ Verdict report_tensor(const std::string& group, const std::string& tensor, const
               tensor.c_str(), short_dtype(stored).c_str(), m.max_abs, index_str(m.max_abs_at).c_str(), m.fla_ratio,
               m.rel_l2, m.cosine, m.max_bf16_ulp, nonfinite_str(m).c_str(), bar_col, over_str(over, m.n).c_str(),
               std::string(verdict_name(v)).c_str());
-  Row row{group, tensor, std::string(verdict_name(v)), "", true, short_dtype(stored), m,
-          ratio_shown ? bar.ratio : 0.0, user.any() ? user.describe() : bar.reason, over};
+  Row row = note_row(group, tensor, std::string(verdict_name(v)), "");
+  row.measured = true, row.dtype = short_dtype(stored), row.m = m, row.over = over;
+  row.ratio_bar = ratio_shown ? bar.ratio : 0.0;
+  row.bar_reason = user.any() ? user.describe() : bar.reason;
   tally.rows.push_back(row);
   if (v == Verdict::pass) return v;
   if (user.any()) std::printf("      bar: %s\n", user.describe().c_str());
@@ -130,13 +138,13 @@ Verdict report_tensor(const std::string& group, const std::string& tensor, const
 
 void report_skip(const std::string& group, const std::string& tensor, const std::string& why, Tally& tally) {
   tally.add(Verdict::skip);
-  tally.rows.push_back(Row{group, tensor, "SKIP", why});
+  tally.rows.push_back(note_row(group, tensor, "SKIP", why));
   std::printf("  %-13s %-14s SKIP  %s\n", group.c_str(), tensor.c_str(), why.c_str());
 }
 
 void report_fail(const std::string& group, const std::string& tensor, const std::string& why, Tally& tally) {
   tally.add(Verdict::fail);
-  tally.rows.push_back(Row{group, tensor, "FAIL", why});
+  tally.rows.push_back(note_row(group, tensor, "FAIL", why));
   std::printf("  %-13s %-14s FAIL  %s\n", group.c_str(), tensor.c_str(), why.c_str());
 }
 
