@@ -1,15 +1,27 @@
-// kcp check [--backend NAME] [--precision f64|f32] [--write FILE] PATH...
+// kcp check [--backend NAME] [--precision f64|f32] [--write FILE] [--select LIST] [--ratio R]
+//           [--rtol X --atol Y] [--json FILE] [--plot DIR] PATH...
 // For each dump (folders expand to their *.h5): run the backend (default: the float64 token
 // recurrence) on /inputs with the file's flags, compare every tensor of every result group with the
-// backend's result under the policy (policy.h), print one row per (group, tensor). Exit status:
-// 0 when nothing fails (warnings allowed), 1 when a tensor fails, 2 when a file cannot be checked.
-// --write FILE keeps the dump plus the oracle's results as a group (a folder when several PATHs).
+// backend's result under the policy (policy.h) or the user's bars (report.h), print one row per
+// (group, tensor). Exit status: 0 when nothing fails (warnings allowed), 1 when a tensor fails, 2 when
+// a file cannot be checked, 3 when nothing was judged (no result group, every tensor skipped, or
+// --select matched nothing). --write FILE keeps the dump plus the oracle's results as a group (a
+// folder when several PATHs); --json FILE writes every verdict (json_out.h); --plot DIR draws the
+// error of every failing or selected tensor (plot.h). A file whose oracle runs longer than 3 s
+// prints its elapsed time on stderr every few seconds.
 // Covered by tests/validation/test_cli.cpp and the `golden` ctest label (docs/GOLDEN.md).
+#include <cmath>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
 #include "io/dump.h"
 #include "app/cli_args.h"
+#include "app/json_out.h"
+#include "app/plot.h"
 #include "app/commands.h"
 #include "validation/dump_runner.h"
 #include "validation/registry.h"
@@ -26,6 +38,38 @@ bool is_output_tensor(std::string_view name) { return name == "o" || name == "y"
 bool is_forward_result(std::string_view name) { return is_output_tensor(name) || name == "final_state"; }
 
 // One dataset of a result group against the oracle's result of the same name.
+struct CheckOptions {
+  DType compute = DType::f64;
+  std::string write_to, plot_dir;
+  Selection select;
+};
+
+// Progress on stderr while the oracle runs: silent for the first 3 s, then every 5 s.
+class Progress {
+ public:
+  explicit Progress(std::string what) : what_(std::move(what)), thread_([this] { loop(); }) {}
+  ~Progress() {
+    { std::lock_guard<std::mutex> l(m_); done_ = true; }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void loop() {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> l(m_);
+    for (int wait_s = 3; !cv_.wait_for(l, std::chrono::seconds(wait_s), [this] { return done_; }); wait_s = 5) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "kcp check: %s: %.0f s\n", what_.c_str(), s);
+    }
+  }
+  std::string what_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 void check_dataset(const io::Dump& d, const DumpRun& run, const io::DumpGroup& g, Producer prod,
                    const io::DumpDataset& ds, Tally& t) {
   if (!io::result_name_known(d.op, ds.name))
@@ -54,29 +98,43 @@ std::string group_attr(const io::DumpGroup& g, const char* key) {
   return s ? *s : "";
 }
 
-Tally check_file(Backend& be, const std::string& path, DType compute, const std::string& write_to) {
+void check_file(Backend& be, const std::string& path, const CheckOptions& o, const std::string& write_to,
+                CheckedFile& f) {
   const io::Dump d = io::dump_read(path);
-  const DumpRun run = run_dump(be, d, compute);
+  const DumpRun run = [&] {
+    Progress progress(path + ": running the oracle (" + std::string(be.name()) + ")");
+    return run_dump(be, d, o.compute);
+  }();
+  f.description = run.description, f.input_dtype = std::string(dtype_name(run.input_dtype));
+  f.placement = run.placement.describe();
   std::printf("== %s: %s\n   kcp-dump v%lld, input %s, %s\n", path.c_str(), run.description.c_str(),
-              static_cast<long long>(d.version), std::string(dtype_name(run.input_dtype)).c_str(),
-              run.placement.describe().c_str());
-  Tally t;
+              static_cast<long long>(d.version), f.input_dtype.c_str(), f.placement.c_str());
+  Tally& t = f.tally;
   const auto groups = d.result_groups();
   if (groups.empty()) std::printf("   no result groups: nothing to compare (kcp run adds one)\n");
-  else report_header();
+  else report_header(t.user);
   for (const io::DumpGroup* g : groups) {
     const Producer prod = producer_of(g->name, group_attr(*g, "producer"), group_attr(*g, "compute"));
-    for (const io::DumpDataset& ds : g->datasets) check_dataset(d, run, *g, prod, ds, t);
+    for (const io::DumpDataset& ds : g->datasets) {
+      if (!o.select.matches(g->name, ds.name)) continue;
+      const size_t before = t.rows.size();
+      check_dataset(d, run, *g, prod, ds, t);
+      if (o.plot_dir.empty() || t.rows.size() == before) continue;
+      const Row& row = t.rows.back();
+      const bool wanted = row.verdict == "FAIL" || row.verdict == "WARN" || !o.select.all();
+      auto it = run.results.find(ds.name);
+      if (wanted && row.measured && it != run.results.end())
+        plot_tensor(o.plot_dir, d, g->name, ds.name, ds.data.view(), it->second.view(), row, t.user);
+    }
   }
   if (!write_to.empty()) {
     io::Dump out = d;
-    io::DumpGroup g = results_group(run.group, run.results, run.group, compute);
+    io::DumpGroup g = results_group(run.group, run.results, run.group, o.compute);
     out.add_group(g.name) = std::move(g);
     io::dump_write(write_to, out);
     std::printf("   wrote %s (group /%s)\n", write_to.c_str(), run.group.c_str());
   }
   std::printf("   %s\n", t.summary().c_str());
-  return t;
 }
 
 // Where --write puts the file for `input`: FILE itself for one input, FILE/<name> for several.
@@ -92,27 +150,52 @@ std::string write_target(const std::string& opt, const std::string& input, size_
 
 }  // namespace
 
+UserBar parse_user_bar(const Args& a) {
+  UserBar u;
+  if (a.has("ratio")) u.ratio = a.get_double("ratio", 0);
+  KCP_CHECK(a.has("rtol") == a.has("atol"), "--rtol and --atol go together (as in torch.testing.assert_close): "
+            "give both");
+  if (a.has("rtol")) u.rtol = a.get_double("rtol", 0), u.atol = a.get_double("atol", 0);
+  for (auto [name, v] : {std::pair{"ratio", u.ratio}, {"rtol", u.rtol}, {"atol", u.atol}})
+    KCP_CHECK(!v || (*v >= 0 && std::isfinite(*v)), "--", name, ": expected a finite number >= 0, got ", *v);
+  return u;
+}
+
 int cmd_check(int argc, char** argv) {
-  Args a(argc, argv, {"backend", "precision", "write"}, {});
+  Args a(argc, argv, {"backend", "precision", "write", "json", "select", "ratio", "rtol", "atol", "plot"}, {});
   const std::vector<std::string> files = expand_dump_paths(a.positional());
-  KCP_CHECK(!files.empty(), "no dump given (usage: kcp check [--backend NAME] [--precision f64|f32] "
-            "[--write FILE] PATH...)");
-  const DType compute = parse_precision(a.get("precision", "f64"));
+  KCP_CHECK(!files.empty(), "no dump given (usage: kcp check [options] PATH...; kcp check --help)");
+  CheckOptions o;
+  o.compute = parse_precision(a.get("precision", "f64"));
+  o.select = parse_selection(a.get("select", ""));
+  o.plot_dir = a.get("plot", "");
+  const UserBar user = parse_user_bar(a);
   std::unique_ptr<Backend> be = backend_create(a.get("backend", "cpu-recurrent"));
   Tally total;
+  std::vector<CheckedFile> checked;
   int unreadable = 0;
   for (const std::string& f : files) {
+    CheckedFile cf;
+    cf.path = f, cf.tally.user = user;
     try {
-      total.add(check_file(*be, f, compute, write_target(a.get("write", ""), f, files.size())));
+      check_file(*be, f, o, write_target(a.get("write", ""), f, files.size()), cf);
+      total.add(cf.tally);
     } catch (const Error& e) {
       std::fflush(stdout);
       std::fprintf(stderr, "kcp check: error: %s\n", e.what());
+      cf.error = e.what();
       ++unreadable;
     }
+    checked.push_back(std::move(cf));
   }
+  const int status = unreadable ? 2 : total.fail ? 1 : total.judged() == 0 ? 3 : 0;
   std::printf("kcp check: %zu file(s), %s%s\n", files.size(), total.summary().c_str(),
               unreadable ? (", " + std::to_string(unreadable) + " not checked (errors above)").c_str() : "");
-  return unreadable ? 2 : total.fail ? 1 : 0;
+  if (status == 3)
+    std::printf("kcp check: nothing was judged (%s): exit status 3\n",
+                o.select.all() ? "no result group, or every tensor skipped" : "--select matched no judged tensor");
+  if (a.has("json")) write_check_json(a.get("json", ""), checked, total, user, status);
+  return status;
 }
 
 }  // namespace kcp::app

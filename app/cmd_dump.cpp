@@ -1,8 +1,6 @@
-// kcp run, kcp compare and kcp info: the dump commands besides check.
+// kcp run, kcp info and kcp assemble: the dump commands besides check and compare (cmd_compare.cpp).
 //   run --backend NAME --in X.h5 --out Y.h5 [--precision f64|f32]: Y = X plus a result group named
 //       after the backend (producer = kcp), written atomically.
-//   compare A.h5 B.h5: /inputs must be identical; every tensor of a result group present in both is
-//       compared, A as the candidate and B as the reference, under A's group policy. Exit as check.
 //   info FILE: attributes, decoded problem, placement, and every dataset with its storage.
 //   assemble --out G.h5 SHARD...: the global dump of a TP/CP run from its per-rank files.
 // Covered by tests/validation/test_cli.cpp.
@@ -22,12 +20,6 @@ namespace kcp::app {
 using namespace kcp::val;
 namespace {
 
-std::string group_attr(const io::DumpGroup& g, const char* key) {
-  const io::AttrValue* v = io::attr_find(g.attrs, key);
-  const std::string* s = v ? std::get_if<std::string>(v) : nullptr;
-  return s ? *s : "";
-}
-
 // The sizes of schema version 2, written next to the flags.
 void add_size_attrs(io::Dump& d, DType compute) {
   if (d.op == "conv1d") return;
@@ -37,25 +29,6 @@ void add_size_attrs(io::Dump& d, DType compute) {
   for (auto [k, v] : sizes) d.attrs[k] = v;
   d.attrs["scale"] = p.scale;
   d.attrs["chunk_size"] = p.chunk_size;
-}
-
-Tally compare_inputs(const io::Dump& a, const io::Dump& b) {
-  Tally t;
-  const io::DumpGroup &ia = *a.group("inputs"), &ib = *b.group("inputs");
-  for (const io::DumpDataset& x : ia.datasets) {
-    const io::DumpDataset* y = ib.find(x.name);
-    if (!y) { report_skip("inputs", x.name, "only in " + a.path, t); continue; }
-    if (x.data.shape != y->data.shape) {
-      report_fail("inputs", x.name, "shapes differ: " + shape_str(x.data.shape) + " vs " + shape_str(y->data.shape), t);
-      continue;
-    }
-    const Metrics m = compare(x.data.view(), y->data.view());
-    const bool same = m.max_abs == 0 && m.finite_ok();  // inputs must be equal value for value
-    if (same) t.add(Verdict::pass);
-    else report_fail("inputs", x.name, "values differ (max_abs " + std::to_string(m.max_abs) + " at " +
-                                           index_str(m.max_abs_at) + "): the results are not comparable", t);
-  }
-  return t;
 }
 
 std::string number_str(double x) {
@@ -106,35 +79,6 @@ int cmd_run(int argc, char** argv) {
   for (const auto& [n, arr] : run.results) std::printf(" %s", n.c_str());
   std::printf("\n");
   return 0;
-}
-
-int cmd_compare(int argc, char** argv) {
-  Args args(argc, argv, {}, {});
-  KCP_CHECK(args.positional().size() == 2, "usage: kcp compare A.h5 B.h5");
-  const io::Dump a = io::dump_read(args.positional()[0]), b = io::dump_read(args.positional()[1]);
-  KCP_CHECK(a.op == b.op, "the dumps record different ops: ", a.path, " has ", a.op, ", ", b.path, " has ", b.op);
-  std::printf("== %s (candidate) vs %s (reference), op %s\n", a.path.c_str(), b.path.c_str(), a.op.c_str());
-  Tally t = compare_inputs(a, b);
-  std::printf("  inputs: %s\n", t.summary().c_str());
-  report_header();
-  const DType input = a.group("inputs")->find(a.op == "conv1d" ? "x" : "q")
-                          ? a.group("inputs")->find(a.op == "conv1d" ? "x" : "q")->source : DType::f32;
-  for (const io::DumpGroup* ga : a.result_groups()) {
-    const io::DumpGroup* gb = b.group(ga->name);
-    if (!gb) { report_skip(ga->name, "*", "group only in " + a.path, t); continue; }
-    const Producer prod = producer_of(ga->name, group_attr(*ga, "producer"), group_attr(*ga, "compute"));
-    for (const io::DumpDataset& x : ga->datasets) {
-      const io::DumpDataset* y = gb->find(x.name);
-      if (!y) report_skip(ga->name, x.name, "only in " + a.path, t);
-      else if (x.data.shape != y->data.shape) report_fail(ga->name, x.name, "shapes differ", t);
-      else if (!dtype_is_float(x.data.dtype) || !dtype_is_float(y->data.dtype))
-        report_skip(ga->name, x.name, "not floats", t);
-      else report_tensor(ga->name, x.name, x.data.view(), y->data.view(), x.source,
-                         bar_for(prod, a.op, x.name, x.source, input), t);
-    }
-  }
-  std::printf("kcp compare: %s\n", t.summary().c_str());
-  return t.fail ? 1 : 0;
 }
 
 int cmd_info(int argc, char** argv) {

@@ -1,9 +1,15 @@
-// kcp: the command-line tool. `kcp help` lists the subcommands.
+// kcp: the command-line tool. `kcp help` lists the subcommands, `kcp <command> --help` (or
+// `kcp help <command>`) one command's options and defaults (app/help.cpp), `kcp --version` the version.
 #include <cstdio>
 #include <cstring>
 #include <exception>
 
 #include "app/commands.h"
+#include "app/help.h"
+
+#ifndef KCP_VERSION
+#define KCP_VERSION "unknown"
+#endif
 
 namespace {
 
@@ -18,8 +24,8 @@ const Command kCommands[] = {
      "tokens/s of the CPU backends, forward and forward+backward (T=8192 H=4 K=V=128 by default)"},
 #ifdef KCP_HAS_IO
     {"check", kcp::app::cmd_check,
-     "[--backend NAME] [--precision f64|f32] [--write FILE] PATH...: run the oracle on dumps, judge every result"},
-    {"compare", kcp::app::cmd_compare, "A.h5 B.h5: compare the matching datasets of two dumps"},
+     "[options] PATH...: run the oracle on dumps, judge every result (--json, --plot, --ratio, --rtol/--atol)"},
+    {"compare", kcp::app::cmd_compare, "A.h5 B.h5: two dumps (kcp's bars) or any two HDF5 files (h5diff -d style)"},
     {"run", kcp::app::cmd_run, "--backend NAME --in X.h5 --out Y.h5: add a backend's results to a dump"},
     {"info", kcp::app::cmd_info, "FILE: what a dump holds"},
     {"assemble", kcp::app::cmd_assemble, "--out G.h5 SHARD...: rebuild the global dump of a TP/CP run"},
@@ -35,17 +41,42 @@ const Command kCommands[] = {
 };
 
 void usage() {
-  std::printf("usage: kcp <command> [options]\n\ncommands:\n");
+  std::printf("usage: kcp <command> [options]    (kcp <command> --help: its options; kcp --version)\n\ncommands:\n");
   for (const Command& c : kCommands) std::printf("  %-14s %s\n", c.name, c.help);
+}
+
+bool wants_help(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return true;
+  return false;
+}
+
+int print_help(const char* command) {
+  for (const Command& c : kCommands) {
+    if (std::strcmp(command, c.name)) continue;
+    const char* text = kcp::app::command_help(command);
+    if (text) std::fputs(text, stdout);
+    else std::printf("usage: kcp %s %s\n", c.name, c.help);
+    return 0;
+  }
+  std::fprintf(stderr, "kcp: unknown command '%s'\n\n", command);
+  usage();
+  return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help")) {
+  if (argc >= 2 && (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "version"))) {
+    std::printf("kcp %s\n", KCP_VERSION);
+    return 0;
+  }
+  if (argc >= 3 && !std::strcmp(argv[1], "help")) return print_help(argv[2]);
+  if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage();
     return argc < 2 ? 2 : 0;
   }
+  if (wants_help(argc, argv)) return print_help(argv[1]);
   for (const Command& c : kCommands) {
     if (std::strcmp(argv[1], c.name)) continue;
     try {

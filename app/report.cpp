@@ -52,37 +52,99 @@ std::string Tally::summary() const {
   return os.str();
 }
 
-void report_header() {
-  std::printf("  %-13s %-14s %-4s %9s %-18s %9s %9s %12s %5s %-7s %9s  %s\n", "group", "tensor", "dt", "max_abs",
-              "at (b,t,h,i,j)", "fla_ratio", "rel_l2", "cosine", "ulp", "nonfin", "bar", "verdict");
+std::string UserBar::describe() const {
+  std::ostringstream os;
+  if (ratio) os << "--ratio " << *ratio << " (FLA assert_close: max|d| <= 1e-6 or rms(d)/rms(ref) <= ratio)";
+  if (ratio && rtol) os << ", ";
+  if (rtol) os << "--rtol " << *rtol << " --atol " << *atol << " (torch.testing.assert_close: |d| <= atol + rtol*|ref|)";
+  return os.str();
 }
 
+void report_header(const UserBar& user) {
+  if (user.any()) std::printf("  user bar: %s\n", user.describe().c_str());
+  std::printf("  %-13s %-14s %-4s %9s %-18s %9s %9s %12s %5s %-7s %9s %-20s %s\n", "group", "tensor", "dt", "max_abs",
+              "at (b,t,h,i,j)", "fla_ratio", "rel_l2", "cosine", "ulp", "nonfin", "bar", "over the bar", "verdict");
+}
+
+namespace {
+
+// Elements of a outside the bar: not close under rtol/atol (NaN is never close, an Inf only to the
+// same Inf), or, with a ratio bar only, |a-b| > ratio * rms(b).
+int64_t count_over(const TensorView& av, const TensorView& bv, const UserBar& user, double ratio_threshold) {
+  const Tensor<double> a = to_tensor<double>(av), b = to_tensor<double>(bv);
+  int64_t n = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = a.data()[i], y = b.data()[i];
+    if (std::isnan(x) || std::isnan(y)) { ++n; continue; }
+    if (std::isinf(x) || std::isinf(y)) { n += x != y; continue; }
+    const double d = std::abs(x - y);
+    n += user.rtol ? d > *user.atol + *user.rtol * std::abs(y) : d > ratio_threshold;
+  }
+  return n;
+}
+
+Row note_row(const std::string& group, const std::string& tensor, const std::string& verdict, const std::string& note) {
+  Row r;
+  r.group = group, r.tensor = tensor, r.verdict = verdict, r.note = note;
+  return r;
+}
+
+std::string over_str(int64_t over, int64_t n) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%lld/%lld (%.2g%%)", static_cast<long long>(over), static_cast<long long>(n),
+                n ? 100.0 * double(over) / double(n) : 0.0);
+  return buf;
+}
+
+}  // namespace
+
 Verdict report_tensor(const std::string& group, const std::string& tensor, const TensorView& a,
-                      const TensorView& b, DType stored, const Bar& bar, Tally& tally) {
+                      const TensorView& b, DType stored, const Bar& policy, Tally& tally) {
+  const UserBar& user = tally.user;
   const Metrics m = compare(a, b);
-  const Verdict v = judge(m, bar);
+  Bar bar = policy;
+  if (user.ratio)
+    bar = {*user.ratio, false, true, "--ratio (FLA assert_close: pass when max|d| <= 1e-6 or the ratio is within)"};
+  Verdict v = Verdict::pass;
+  if (!user.rtol || user.ratio) v = judge(m, bar);
+  const double ratio_threshold = bar.ratio * m.ref_rms;
+  const int64_t over = count_over(a, b, user, ratio_threshold);
+  if (user.rtol && (over > 0 || !m.finite_ok())) v = Verdict::fail;
+  const bool ratio_shown = !user.rtol || user.ratio;
   tally.add(v);
-  std::printf("  %-13s %-14s %-4s %9.2e %-18s %9.2e %9.2e %12.9f %5.0f %-7s %9.1e  %s\n", group.c_str(),
+  char bar_col[16] = "close";
+  if (ratio_shown) std::snprintf(bar_col, sizeof bar_col, "%9.1e", bar.ratio);
+  std::printf("  %-13s %-14s %-4s %9.2e %-18s %9.2e %9.2e %12.9f %5.0f %-7s %9s %-20s %s\n", group.c_str(),
               tensor.c_str(), short_dtype(stored).c_str(), m.max_abs, index_str(m.max_abs_at).c_str(), m.fla_ratio,
-              m.rel_l2, m.cosine, m.max_bf16_ulp, nonfinite_str(m).c_str(), bar.ratio,
+              m.rel_l2, m.cosine, m.max_bf16_ulp, nonfinite_str(m).c_str(), bar_col, over_str(over, m.n).c_str(),
               std::string(verdict_name(v)).c_str());
+  Row row = note_row(group, tensor, std::string(verdict_name(v)), "");
+  row.measured = true, row.dtype = short_dtype(stored), row.m = m, row.over = over;
+  row.ratio_bar = ratio_shown ? bar.ratio : 0.0;
+  row.bar_reason = user.any() ? user.describe() : bar.reason;
+  tally.rows.push_back(row);
   if (v == Verdict::pass) return v;
-  std::printf("      bar: fla_ratio <= %.1e (%s)%s\n", bar.ratio, bar.reason, bar.warn_only ? ", warning only" : "");
-  // An element whose error alone exceeds the allowed rms error is a mismatch worth showing.
-  const double threshold = bar.ratio * m.ref_rms;
-  for (const Mismatch& mm : first_mismatches(a, b, threshold, kShownMismatches))
+  if (user.any()) std::printf("      bar: %s\n", user.describe().c_str());
+  else std::printf("      bar: fla_ratio <= %.1e (%s)%s\n", bar.ratio, bar.reason, bar.warn_only ? ", warning only" : "");
+  // An element outside the bar is a mismatch worth showing.
+  const double threshold = user.rtol ? *user.atol : ratio_threshold;
+  for (const Mismatch& mm : first_mismatches(a, b, threshold, kShownMismatches)) {
+    if (user.rtol && std::isfinite(mm.a) && std::abs(mm.a - mm.b) <= *user.atol + *user.rtol * std::abs(mm.b)) continue;
     std::printf("      at %-18s %s % .9e  oracle % .9e  diff % .3e\n", index_str(mm.at).c_str(), group.c_str(), mm.a,
                 mm.b, mm.a - mm.b);
+  }
   return v;
 }
 
 void report_skip(const std::string& group, const std::string& tensor, const std::string& why, Tally& tally) {
   tally.add(Verdict::skip);
+  tally.rows.push_back(note_row(group, tensor, "SKIP", why));
   std::printf("  %-13s %-14s SKIP  %s\n", group.c_str(), tensor.c_str(), why.c_str());
 }
 
 void report_fail(const std::string& group, const std::string& tensor, const std::string& why, Tally& tally) {
   tally.add(Verdict::fail);
+  tally.rows.push_back(note_row(group, tensor, "FAIL", why));
   std::printf("  %-13s %-14s FAIL  %s\n", group.c_str(), tensor.c_str(), why.c_str());
 }
 
@@ -110,6 +172,28 @@ DType parse_precision(const std::string& s) {
   if (s == "f64" || s == "float64") return DType::f64;
   if (s == "f32" || s == "float32") return DType::f32;
   throw Error("--precision: expected f64 or f32, got '" + s + "'");
+}
+
+}  // namespace kcp::app
+
+namespace kcp::app {
+
+bool Selection::matches(const std::string& group, const std::string& tensor) const {
+  if (items.empty()) return true;
+  for (const std::string& s : items)
+    if (s == group || s == tensor || s == group + "/" + tensor) return true;
+  return false;
+}
+
+Selection parse_selection(const std::string& s) {
+  Selection sel;
+  std::string item;
+  std::istringstream is(s);
+  while (std::getline(is, item, ','))
+    if (!item.empty()) sel.items.push_back(item);
+  KCP_CHECK(s.empty() || !sel.items.empty(), "--select: expected a comma-separated list of groups or tensors, got '",
+            s, "'");
+  return sel;
 }
 
 }  // namespace kcp::app

@@ -170,6 +170,14 @@ Dump dump_assemble(const std::vector<Dump>& shards) {
   out.attrs["assembled_cp_mode"] = p0.cp_mode;
   out.attrs["assembled_cp_size"] = p0.cp_size;
   out.attrs["assembled_tp_size"] = p0.tp_size;
+  if (p0.cp_mode == "chunkwise") {  // where each CP rank's tokens start: kcp check --plot marks them
+    std::vector<int64_t> starts;
+    for (const Dump* d : by_tp.begin()->second) starts.push_back(dump_placement(*d).token_offset);
+    std::sort(starts.begin(), starts.end());
+    std::string s;
+    for (int64_t v : starts) s += (s.empty() ? "" : ",") + std::to_string(v);
+    out.attrs["assembled_token_offsets"] = s;
+  }
   out.path = shards[0].path + " (assembled)";
   return out;
 }

@@ -6,7 +6,8 @@
 #   scripts/gpu.sh [BUILD_DIR]            default build/; binaries built elsewhere work (docs/CUDA.md);
 #                                         scripts/gpu_build.sh builds there without HDF5/doctest headers
 #   BENCH_ARGS="--T 8192 --H 16" scripts/gpu.sh   extra arguments for `kcp bench`
-#   SKIP_TESTS=1 / SKIP_CP=1 / SKIP_BENCH=1       leave a part out
+#   SKIP_TESTS=1 / SKIP_CP=1 / SKIP_BENCH=1 / SKIP_CAPTURE=1   leave a part out
+#   (FLA captures: scripts/gpu_capture.sh, run when `import fla` works, e.g. PYTHONPATH=.fla)
 # Logs go to $OUT when it is set (the device tool's result folder), else to gpu-logs/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -87,6 +88,11 @@ if [ -z "${SKIP_CP:-}" ] && "$BUILD/kcp" help 2>&1 | grep -qE '^  cp-sweep '; th
     run_suite cp_fault_mpi fault_check mpi 3
     [ "$gpus" -ge 2 ] && run_suite cp_fault_nccl fault_check nccl 2
   fi
+fi
+
+# Real FLA captures (issue 13) when FLA is importable: scripts/gpu_capture.sh.
+if [ -z "${SKIP_CAPTURE:-}" ] && python3 -c "import fla" 2>/dev/null; then
+  run_suite fla_capture scripts/gpu_capture.sh "$LOGS/captures" "$BUILD"
 fi
 
 bench_table=""

@@ -1,0 +1,150 @@
+// Canvas and write_png: see png.h. The font is a plain 5x7 raster, one byte (5 low bits) per row.
+#include "app/png.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace kcp::app {
+namespace {
+
+struct Glyph {
+  char c;
+  uint8_t rows[7];
+};
+
+const Glyph kFont[] = {
+    {'0', {0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E}}, {'1', {0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E}},
+    {'2', {0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F}}, {'3', {0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E}},
+    {'4', {0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02}}, {'5', {0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E}},
+    {'6', {0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E}}, {'7', {0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08}},
+    {'8', {0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E}}, {'9', {0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C}},
+    {'A', {0x0E, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11}}, {'B', {0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E}},
+    {'C', {0x0E, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0E}}, {'D', {0x1C, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1C}},
+    {'E', {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x1F}}, {'F', {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10}},
+    {'G', {0x0E, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0F}}, {'H', {0x11, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11}},
+    {'I', {0x0E, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E}}, {'J', {0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0C}},
+    {'K', {0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11}}, {'L', {0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1F}},
+    {'M', {0x11, 0x1B, 0x15, 0x15, 0x11, 0x11, 0x11}}, {'N', {0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11}},
+    {'O', {0x0E, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E}}, {'P', {0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10, 0x10}},
+    {'Q', {0x0E, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0D}}, {'R', {0x1E, 0x11, 0x11, 0x1E, 0x14, 0x12, 0x11}},
+    {'S', {0x0F, 0x10, 0x10, 0x0E, 0x01, 0x01, 0x1E}}, {'T', {0x1F, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04}},
+    {'U', {0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E}}, {'V', {0x11, 0x11, 0x11, 0x11, 0x11, 0x0A, 0x04}},
+    {'W', {0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0A}}, {'X', {0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11}},
+    {'Y', {0x11, 0x11, 0x11, 0x0A, 0x04, 0x04, 0x04}}, {'Z', {0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F}},
+    {'.', {0, 0, 0, 0, 0, 0x0C, 0x0C}},                {'-', {0, 0, 0, 0x1F, 0, 0, 0}},
+    {'+', {0, 0x04, 0x04, 0x1F, 0x04, 0x04, 0}},       {'/', {0, 0x01, 0x02, 0x04, 0x08, 0x10, 0}},
+    {'_', {0, 0, 0, 0, 0, 0, 0x1F}},                   {':', {0, 0x0C, 0x0C, 0, 0x0C, 0x0C, 0}},
+    {'(', {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02}}, {')', {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08}},
+    {'[', {0x0E, 0x08, 0x08, 0x08, 0x08, 0x08, 0x0E}}, {']', {0x0E, 0x02, 0x02, 0x02, 0x02, 0x02, 0x0E}},
+    {'=', {0, 0, 0x1F, 0, 0x1F, 0, 0}},                {',', {0, 0, 0, 0, 0x0C, 0x04, 0x08}},
+    {'%', {0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03}}, {'<', {0x02, 0x04, 0x08, 0x10, 0x08, 0x04, 0x02}},
+    {'>', {0x08, 0x04, 0x02, 0x01, 0x02, 0x04, 0x08}}, {'|', {0x04, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04}},
+    {'*', {0, 0x04, 0x15, 0x0E, 0x15, 0x04, 0}},       {'^', {0x04, 0x0A, 0x11, 0, 0, 0, 0}},
+};
+
+const Glyph* glyph(char c) {
+  c = char(std::toupper(static_cast<unsigned char>(c)));
+  for (const Glyph& g : kFont)
+    if (g.c == c) return &g;
+  return nullptr;
+}
+
+void put_u32(std::string& s, uint32_t v) {
+  for (int i = 3; i >= 0; --i) s += char((v >> (8 * i)) & 0xFF);
+}
+
+void chunk(std::ofstream& os, const char* type, const std::string& data) {
+  std::string c;
+  put_u32(c, uint32_t(data.size()));
+  c += std::string(type, 4) + data;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(c.data() + 4), uInt(c.size() - 4));
+  put_u32(c, uint32_t(crc));
+  os.write(c.data(), std::streamsize(c.size()));
+}
+
+}  // namespace
+
+Canvas::Canvas(int width, int height, Rgb bg) : w_(width), h_(height), px_(size_t(width) * height * 3) {
+  for (size_t i = 0; i < px_.size(); i += 3) px_[i] = bg.r, px_[i + 1] = bg.g, px_[i + 2] = bg.b;
+}
+
+void Canvas::set(int x, int y, Rgb c) {
+  if (x < 0 || y < 0 || x >= w_ || y >= h_) return;
+  uint8_t* p = &px_[(size_t(y) * w_ + x) * 3];
+  p[0] = c.r, p[1] = c.g, p[2] = c.b;
+}
+
+void Canvas::line(int x0, int y0, int x1, int y1, Rgb c) {  // Bresenham
+  const int dx = std::abs(x1 - x0), dy = -std::abs(y1 - y0), sx = x0 < x1 ? 1 : -1, sy = y0 < y1 ? 1 : -1;
+  for (int err = dx + dy;;) {
+    set(x0, y0, c);
+    if (x0 == x1 && y0 == y1) return;
+    const int e2 = 2 * err;
+    if (e2 >= dy) err += dy, x0 += sx;
+    if (e2 <= dx) err += dx, y0 += sy;
+  }
+}
+
+void Canvas::dashed_vline(int x, int y0, int y1, Rgb c, int dash) {
+  for (int y = std::min(y0, y1); y <= std::max(y0, y1); ++y)
+    if ((y / dash) % 2 == 0) set(x, y, c);
+}
+
+void Canvas::fill(int x0, int y0, int x1, int y1, Rgb c) {
+  for (int y = std::min(y0, y1); y <= std::max(y0, y1); ++y)
+    for (int x = std::min(x0, x1); x <= std::max(x0, x1); ++x) set(x, y, c);
+}
+
+int Canvas::text(int x, int y, const std::string& s, Rgb c, int scale) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const Glyph* g = glyph(s[i]);
+    if (!g) continue;
+    for (int r = 0; r < 7; ++r)
+      for (int col = 0; col < 5; ++col)
+        if (g->rows[r] & (0x10 >> col)) fill(x + int(i) * 6 * scale + col * scale, y + r * scale,
+                                             x + int(i) * 6 * scale + col * scale + scale - 1, y + r * scale + scale - 1, c);
+  }
+  return text_width(s, scale);
+}
+
+void write_png(const std::string& path, const Canvas& c) {
+  std::string raw;
+  raw.reserve(size_t(c.height()) * (size_t(c.width()) * 3 + 1));
+  const auto& px = c.pixels();
+  for (int y = 0; y < c.height(); ++y) {
+    raw += char(0);  // filter: none
+    raw.append(reinterpret_cast<const char*>(&px[size_t(y) * c.width() * 3]), size_t(c.width()) * 3);
+  }
+  uLongf n = compressBound(uLong(raw.size()));
+  std::string z(n, '\0');
+  KCP_CHECK(compress2(reinterpret_cast<Bytef*>(&z[0]), &n, reinterpret_cast<const Bytef*>(raw.data()),
+                      uLong(raw.size()), 6) == Z_OK, path, ": zlib compression failed");
+  z.resize(n);
+  std::string ihdr;
+  put_u32(ihdr, uint32_t(c.width()));
+  put_u32(ihdr, uint32_t(c.height()));
+  ihdr += std::string("\x08\x02\x00\x00\x00", 5);  // 8-bit RGB, deflate, filter 0, no interlace
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream os(tmp, std::ios::binary);
+    KCP_CHECK(os.good(), path, ": cannot write");
+    os.write("\x89PNG\r\n\x1a\n", 8);
+    chunk(os, "IHDR", ihdr);
+    chunk(os, "IDAT", z);
+    chunk(os, "IEND", "");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  KCP_CHECK(!ec, path, ": cannot rename the temporary file: ", ec.message());
+}
+
+}  // namespace kcp::app

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Captures real FLA calls across the flag matrix (scripts/gpu_capture.py, issue 13) and, when this
+# build's kcp has `check` (HDF5), judges them. The lent GPU machine has no HDF5 headers: there the
+# files land in the output folder and are checked on a machine with HDF5 (`kcp check DIR`).
+#   scripts/gpu_capture.sh [OUT_DIR] [BUILD_DIR]   defaults $OUT/captures (or gpu-logs/captures), build/
+#   needs torch, triton and FLA importable (e.g. PYTHONPATH=<fla checkout>); skipped otherwise.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+DIR=${1:-${OUT:-gpu-logs}/captures}
+BUILD=${2:-build}
+if ! python3 -c "import torch, triton, fla" 2>/dev/null; then
+  echo "gpu_capture: FLA (or torch/triton) not importable: skipped"; exit 0
+fi
+mkdir -p "$DIR"
+timeout "${CAPTURE_TIMEOUT:-540}" python3 scripts/gpu_capture.py "$DIR" 2>&1 | tee "$DIR/capture.log"
+rc=${PIPESTATUS[0]}
+if [ -x "$BUILD/kcp" ] && "$BUILD/kcp" help 2>&1 | grep -qE '^  check '; then
+  "$BUILD/kcp" check --json "$DIR/check.json" "$DIR" | tee "$DIR/check.log"
+  rc=$((rc | PIPESTATUS[0]))
+else
+  echo "gpu_capture: this kcp has no 'check' (built without HDF5): run 'kcp check $DIR' where HDF5 is"
+fi
+exit "$rc"

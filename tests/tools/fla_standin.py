@@ -1,0 +1,164 @@
+"""Stand-ins for FLA's chunk_kda, chunk_gated_delta_rule and chunk_gla for the CPU capture test: the exact
+call signatures of FLA 0.5.2 (bc3b101), including the **kwargs routes (A_log, dt_bias, chunk_size,
+gdn's use_gate_in_kernel, transpose_state_layout), with naive float32 torch math (a token loop), so
+autograd gives the gradients. Written from ALGORITHMS.md section 2 (FLA's meaning of every flag), no FLA code:
+  l2norm  x / sqrt(sum x^2 + 1e-6);  beta  s * sigmoid(b), s = 2 with allow_neg_eigval
+  kda gate  -exp(A_log) softplus(g + dt_bias)  or  lb * sigmoid(c (g + dt_bias)), c = exp(A_log) or 1
+  gdn gate  -exp(A_log) softplus(g + dt_bias);  value head hv reads q/k head hv // (HV / H)
+  delta rule  S <- diag(exp(a_t)) S;  S <- S + beta_t k_t (v_t - S^T k_t)^T;  o_t = scale S^T q_t
+  gla         S <- diag(exp(g_t)) S + k_t v_t^T;  o_t = scale S^T q_t
+Outputs in v's dtype, final state float32. PLANT = {"o": 0.01} scales o by 1.01 (a planted error);
+{"dq": 0.01} scales the gradient of q. Used by tests/tools/test_kcp_capture.py.
+"""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+PLANT = {}
+
+
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, s):
+        ctx.s = s
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (grad.double() * ctx.s).to(grad.dtype), None  # in bf16, 1.01 itself would round to 1.0078
+
+
+@dataclass
+class FLACPContext:  # the fields of fla.ops.cp.context.FLACPContext
+    group: object = None
+    cu_seqlens: torch.Tensor = None
+    cu_seqlens_cpu: torch.Tensor = None
+    is_last_rank: bool = None
+    pre_num_ranks: int = None
+    is_first_rank: bool = None
+    post_num_ranks: int = None
+    conv1d_kernel_size: int = None
+    pre_num_conv_tokens: int = None
+
+
+def _l2norm(x):
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
+def _recurrence(q, k, v, a, beta, scale, h0, cu_seqlens, state_v_first, per_channel):
+    """q, k [B,T,HV,K] (already expanded), v [B,T,HV,V], a log decay [B,T,HV] or [B,T,HV,K], beta [B,T,HV]
+    or None (gla); float32. Returns o [B,T,HV,V] and the final states [N,HV,K,V]."""
+    B, T, HV, K = q.shape
+    if cu_seqlens is not None:
+        seqs = [(0, int(cu_seqlens[i]), int(cu_seqlens[i + 1])) for i in range(len(cu_seqlens) - 1)]
+    else:
+        seqs = [(b, 0, T) for b in range(B)]
+    rows, finals = [[None] * T for _ in range(B)], []
+    for n, (b, t0, t1) in enumerate(seqs):
+        S = torch.zeros(HV, K, v.shape[-1])
+        if h0 is not None:
+            S = h0[n].float().transpose(-1, -2) if state_v_first else h0[n].float()
+        for t in range(t0, t1):
+            decay = torch.exp(a[b, t])
+            S = S * (decay[:, :, None] if per_channel else decay[:, None, None])
+            if beta is None:
+                S = S + k[b, t][:, :, None] * v[b, t][:, None, :]
+            else:
+                e = v[b, t] - torch.einsum("hkv,hk->hv", S, k[b, t])
+                S = S + beta[b, t][:, None, None] * k[b, t][:, :, None] * e[:, None, :]
+            rows[b][t] = scale * torch.einsum("hkv,hk->hv", S, q[b, t])
+        finals.append(S.transpose(-1, -2) if state_v_first else S)
+    return torch.stack([torch.stack(r) for r in rows]), torch.stack(finals)
+
+
+def _finish(o, ht, v, output_final_state):
+    if "o" in PLANT:
+        o = o.double() * (1 + PLANT["o"])
+    return o.to(v.dtype), (ht if output_final_state else None)
+
+
+def _expand(x, HV):
+    H = x.shape[2]
+    return x if H == HV else x.repeat_interleave(HV // H, dim=2)
+
+
+def _prep_qk(q, k, HV, l2):
+    if "dq" in PLANT:
+        q = _ScaleGrad.apply(q, 1 + PLANT["dq"])
+    q, k = q.float(), k.float()
+    if l2:
+        q, k = _l2norm(q), _l2norm(k)
+    return _expand(q, HV), _expand(k, HV)
+
+
+def _prep_beta(beta, sigmoid, neg):
+    beta = beta.float()
+    return (2 if neg else 1) * torch.sigmoid(beta) if sigmoid else beta
+
+
+def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+              use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+              allow_neg_eigval=False, safe_gate=False, lower_bound=None, disable_recompute=False,
+              return_intermediate_states=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+              cp_context=None, **kwargs):
+    if "transpose_state_layout" in kwargs:
+        state_v_first = kwargs.pop("transpose_state_layout")
+    if cp_context is not None:
+        assert initial_state is None and not output_final_state
+        cu_seqlens = cp_context.cu_seqlens
+    A_log, dt_bias = (kwargs.get("A_log"), kwargs.get("dt_bias")) if use_gate_in_kernel else (None, None)
+    chunk_size = kwargs.pop("chunk_size", 64)
+    assert chunk_size in (32, 64)
+    if allow_neg_eigval and not use_beta_sigmoid_in_kernel:
+        raise ValueError("`allow_neg_eigval=True` requires `use_beta_sigmoid_in_kernel=True`.")
+    HV, K = v.shape[2], q.shape[-1]
+    scale = K ** -0.5 if scale is None else scale
+    a = g.float()
+    if use_gate_in_kernel:
+        x = a + (dt_bias.float().view(HV, K) if dt_bias is not None else 0)
+        if lower_bound is not None:
+            z = torch.exp(A_log.float())[:, None] * x if A_log is not None else x
+            a = lower_bound * torch.sigmoid(z)
+        else:
+            a = -torch.exp(A_log.float())[:, None] * F.softplus(x)
+    qq, kk = _prep_qk(q, k, HV, use_qk_l2norm_in_kernel)
+    b = _prep_beta(beta, use_beta_sigmoid_in_kernel, allow_neg_eigval)
+    o, ht = _recurrence(qq, kk, v.float(), a, b, scale, initial_state, cu_seqlens, state_v_first, True)
+    return _finish(o, ht, v, output_final_state)
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
+                           state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None, chunk_indices=None,
+                           cp_context=None, **kwargs):
+    if "transpose_state_layout" in kwargs:
+        state_v_first = kwargs.pop("transpose_state_layout")
+    if "head_first" in kwargs:
+        raise DeprecationWarning("head_first has been removed.")
+    chunk_size = kwargs.pop("chunk_size", 64)
+    assert chunk_size in (16, 32, 64)
+    if cp_context is not None:
+        cu_seqlens = cp_context.cu_seqlens
+    use_gate_in_kernel = kwargs.get("use_gate_in_kernel", False)
+    A_log, dt_bias = kwargs.get("A_log"), kwargs.get("dt_bias")
+    HV = v.shape[2]
+    scale = k.shape[-1] ** -0.5 if scale is None else scale
+    a = g.float()
+    if use_gate_in_kernel:
+        a = -torch.exp(A_log.float()) * F.softplus(a + (dt_bias.float() if dt_bias is not None else 0))
+    qq, kk = _prep_qk(q, k, HV, use_qk_l2norm_in_kernel)
+    b = _prep_beta(beta, use_beta_sigmoid_in_kernel, allow_neg_eigval)
+    o, ht = _recurrence(qq, kk, v.float(), a, b, scale, initial_state, cu_seqlens, state_v_first, False)
+    return _finish(o, ht, v, output_final_state)
+
+
+chunk_gdn = chunk_gated_delta_rule
+
+
+def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, state_v_first=False,
+              cu_seqlens=None, cu_seqlens_cpu=None):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    qq, kk = _prep_qk(q, k, v.shape[2], False)
+    o, ht = _recurrence(qq, kk, v.float(), g.float(), None, scale, initial_state, cu_seqlens, state_v_first, True)
+    return _finish(o, ht, v, output_final_state)
