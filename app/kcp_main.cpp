@@ -4,6 +4,9 @@
 #include <exception>
 
 #include "app/commands.h"
+#ifdef KCP_HAS_IO
+#include "io/limits.h"
+#endif
 
 namespace {
 
@@ -35,13 +38,25 @@ const Command kCommands[] = {
 };
 
 void usage() {
-  std::printf("usage: kcp <command> [options]\n\ncommands:\n");
+  std::printf("usage: kcp [--max-memory SIZE] <command> [options]\n\ncommands:\n");
   for (const Command& c : kCommands) std::printf("  %-14s %s\n", c.name, c.help);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef KCP_HAS_IO
+  // kcp --max-memory SIZE <command> ...: the most a dump may make kcp allocate (io/limits.h)
+  if (argc >= 3 && !std::strcmp(argv[1], "--max-memory")) {
+    try {
+      kcp::io::set_memory_limit(kcp::io::parse_bytes(argv[2], "--max-memory"));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kcp: error: %s\n", e.what());
+      return 2;
+    }
+    argv[2] = argv[0], argc -= 2, argv += 2;
+  }
+#endif
   if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help")) {
     usage();
     return argc < 2 ? 2 : 0;

@@ -9,26 +9,49 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <set>
+
 #include "core/error.h"
+#include "io/limits.h"
 
 namespace kcp::io {
 namespace {
 
+// What one file may hold: nesting deeper than this, or more objects, is not a dump.
+constexpr int kMaxDepth = 8;
+constexpr size_t kMaxObjects = 10000;
+
+struct ReadState {
+  MemoryBudget budget;
+  std::set<std::string> seen;  // objects visited, by file address: none may be reached twice
+  size_t objects = 0;
+};
+
+void visit(ReadState& st, hid_t obj, const std::string& where) {
+  const ObjectInfo o = object_info(obj, where);
+  KCP_CHECK(st.seen.insert(o.key).second, where, ": reached a second time (a cycle or a shared object); a kcp "
+            "dump holds each group and dataset once");
+  KCP_CHECK(++st.objects <= kMaxObjects, where, ": more than ", kMaxObjects, " objects in the file (not a kcp dump)");
+}
+
 // Reads every dataset of group `name` (and of its subgroups, as separate DumpGroups).
-void read_group(const Dump& d, hid_t g, const std::string& name, std::vector<DumpGroup>& out) {
+void read_group(const Dump& d, ReadState& st, hid_t g, const std::string& name, int depth,
+                std::vector<DumpGroup>& out) {
   const std::string where = d.path + ": /" + name;
+  KCP_CHECK(depth <= kMaxDepth, where, ": groups nested deeper than ", kMaxDepth, " levels (not a kcp dump)");
+  visit(st, g, where);
   const Members m = group_members(g, where);
   DumpGroup grp;
   grp.name = name;
   grp.attrs = attrs_read(g, where);
   for (const std::string& ds : m.datasets) {
-    StoredArray s = dataset_read(g, ds, where + "/" + ds);
+    StoredArray s = dataset_read(g, ds, where + "/" + ds, &st.budget);
     grp.datasets.push_back({ds, std::move(s.data), s.source, s.encoding, std::move(s.attrs)});
   }
   out.push_back(std::move(grp));
   for (const std::string& sub : m.groups) {
     H5Id sg = group_open(g, sub, where + "/" + sub);
-    read_group(d, sg.get(), name + "/" + sub, out);
+    read_group(d, st, sg.get(), name + "/" + sub, depth + 1, out);
   }
 }
 
@@ -124,10 +147,15 @@ Dump dump_read(const std::string& path) {
             d.version, " (this kcp reads versions 1 and 2)");
   d.op = attr_string(d.attrs, "op", root, "");
   KCP_CHECK(op_known(d.op), path, ": attribute op: unknown op '", d.op, "' (expected gdn, kda, gla or conv1d)");
+  ReadState st;
+  st.budget.file = path;
+  H5Id root_group = group_open(f.get(), "/", path + ": /");
+  check_linked_once(root_group.get(), path + ": /");
+  visit(st, root_group.get(), path + ": /");
   const Members m = group_members(f.get(), path + ": /");
   for (const std::string& g : m.groups) {
     H5Id grp = group_open(f.get(), g, path + ": /" + g);
-    read_group(d, grp.get(), g, d.groups);
+    read_group(d, st, grp.get(), g, 1, d.groups);
   }
   KCP_CHECK(d.group("inputs"), path, ": /inputs: missing (every dump holds the operator's inputs there)");
   return d;
