@@ -4,13 +4,17 @@
 // backend's result under the policy (policy.h), print one row per (group, tensor). Exit status:
 // 0 when nothing fails (warnings allowed), 1 when a tensor fails, 2 when a file cannot be checked.
 // --write FILE keeps the dump plus the oracle's results as a group (a folder when several PATHs).
+// Each file is read and checked in a child process (app/isolate.h): a crash or hang of the HDF5
+// library on a corrupt file is one error line for that file, and the next file is still checked.
 // Covered by tests/validation/test_cli.cpp and the `golden` ctest label (docs/GOLDEN.md).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
 #include "io/dump.h"
 #include "app/cli_args.h"
 #include "app/commands.h"
+#include "app/isolate.h"
 #include "validation/dump_runner.h"
 #include "validation/registry.h"
 #include "app/report.h"
@@ -98,17 +102,24 @@ int cmd_check(int argc, char** argv) {
   KCP_CHECK(!files.empty(), "no dump given (usage: kcp check [--backend NAME] [--precision f64|f32] "
             "[--write FILE] PATH...)");
   const DType compute = parse_precision(a.get("precision", "f64"));
-  std::unique_ptr<Backend> be = backend_create(a.get("backend", "cpu-recurrent"));
+  // With isolation each file's child creates the backend (a CUDA context does not survive fork);
+  // the parent only checks the name, or creates it once when files are read in-process.
+  const std::string backend = a.get("backend", "cpu-recurrent");
+  const std::vector<std::string> known = backend_names();
+  std::unique_ptr<Backend> shared;
+  if (!isolation_enabled() || std::find(known.begin(), known.end(), backend) == known.end())
+    shared = backend_create(backend);  // an unknown name throws here, once
   Tally total;
   int unreadable = 0;
   for (const std::string& f : files) {
-    try {
-      total.add(check_file(*be, f, compute, write_target(a.get("write", ""), f, files.size())));
-    } catch (const Error& e) {
-      std::fflush(stdout);
-      std::fprintf(stderr, "kcp check: error: %s\n", e.what());
-      ++unreadable;
-    }
+    const std::string target = write_target(a.get("write", ""), f, files.size());
+    const Isolated r = run_isolated(f, "kcp check", [&](Tally& t) {
+      std::unique_ptr<Backend> own = shared ? nullptr : backend_create(backend);
+      t = check_file(shared ? *shared : *own, f, compute, target);
+      return 0;
+    });
+    total.add(r.tally);
+    if (r.status == 2) ++unreadable;
   }
   std::printf("kcp check: %zu file(s), %s%s\n", files.size(), total.summary().c_str(),
               unreadable ? (", " + std::to_string(unreadable) + " not checked (errors above)").c_str() : "");

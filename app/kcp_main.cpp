@@ -5,6 +5,9 @@
 
 #include "app/commands.h"
 #ifdef KCP_HAS_IO
+#include <string>
+
+#include "app/isolate.h"
 #include "io/limits.h"
 #endif
 
@@ -14,6 +17,7 @@ struct Command {
   const char* name;
   int (*run)(int, char**);
   const char* help;
+  bool isolate = false;  // reads dumps: run in a child process
 };
 
 const Command kCommands[] = {
@@ -22,10 +26,10 @@ const Command kCommands[] = {
 #ifdef KCP_HAS_IO
     {"check", kcp::app::cmd_check,
      "[--backend NAME] [--precision f64|f32] [--write FILE] PATH...: run the oracle on dumps, judge every result"},
-    {"compare", kcp::app::cmd_compare, "A.h5 B.h5: compare the matching datasets of two dumps"},
-    {"run", kcp::app::cmd_run, "--backend NAME --in X.h5 --out Y.h5: add a backend's results to a dump"},
-    {"info", kcp::app::cmd_info, "FILE: what a dump holds"},
-    {"assemble", kcp::app::cmd_assemble, "--out G.h5 SHARD...: rebuild the global dump of a TP/CP run"},
+    {"compare", kcp::app::cmd_compare, "A.h5 B.h5: compare the matching datasets of two dumps", true},
+    {"run", kcp::app::cmd_run, "--backend NAME --in X.h5 --out Y.h5: add a backend's results to a dump", true},
+    {"info", kcp::app::cmd_info, "FILE: what a dump holds", true},
+    {"assemble", kcp::app::cmd_assemble, "--out G.h5 SHARD...: rebuild the global dump of a TP/CP run", true},
 #endif
     {"bench", kcp::app::cmd_bench,
      "forward ms, GB/s, FLOP/s and roofline fraction of a device backend (default cuda-chunkwise)"},
@@ -63,6 +67,14 @@ int main(int argc, char** argv) {
   }
   for (const Command& c : kCommands) {
     if (std::strcmp(argv[1], c.name)) continue;
+#ifdef KCP_HAS_IO
+    // The commands that read dumps run in a child process (app/isolate.h); check isolates per file.
+    if (c.isolate) {
+      const kcp::app::Isolated r = kcp::app::run_isolated(
+          "", std::string("kcp ") + c.name, [&](kcp::app::Tally&) { return c.run(argc - 2, argv + 2); });
+      return r.status;
+    }
+#endif
     try {
       return c.run(argc - 2, argv + 2);
     } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/progress.h"
 
 namespace kcp::io {
 namespace {
@@ -102,6 +103,7 @@ AttrValue read_enum_attr(hid_t a, hid_t ftype, const std::string& where) {
 }
 
 AttrValue read_attr(hid_t obj, const std::string& name, const std::string& where) {
+  note_reading(where);
   H5Id a(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
   if (a.get() < 0) h5_fail(where, "cannot open the attribute");
   H5Id ft(H5Aget_type(a.get()), H5Tclose);
@@ -159,11 +161,13 @@ void write_attr(hid_t obj, const std::string& name, const AttrValue& v, const st
   } else if (const double* d = std::get_if<double>(&v)) {
     ftype = H5Id(H5Tcopy(H5T_IEEE_F64LE), H5Tclose), mtype = H5Id(H5Tcopy(H5T_NATIVE_DOUBLE), H5Tclose), buf = d;
   } else if (const std::string* s = std::get_if<std::string>(&v)) {
+    // Fixed-length, NUL-terminated: stored in the (checksummed) object header, not in the global heap
+    // that variable-length strings use, which has no checksum.
     ftype = H5Id(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(ftype.get(), H5T_VARIABLE);
+    H5Tset_size(ftype.get(), s->size() + 1);
     H5Tset_cset(ftype.get(), H5T_CSET_UTF8);
     mtype = H5Id(H5Tcopy(ftype.get()), H5Tclose);
-    cstr = s->c_str(), buf = &cstr;
+    cstr = s->c_str(), buf = cstr;
   } else if (const auto* vi = std::get_if<std::vector<int64_t>>(&v)) {
     ftype = H5Id(H5Tcopy(H5T_STD_I64LE), H5Tclose), mtype = H5Id(H5Tcopy(H5T_NATIVE_INT64), H5Tclose);
     n = vi->size(), buf = vi->data();
@@ -183,6 +187,8 @@ void h5_fail(const std::string& where, const std::string& what) {
   std::string inner;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, innermost_error, &inner);
   H5Eclear2(H5E_DEFAULT);
+  if (inner.find("fletcher32") != std::string::npos || inner.find("checksum") != std::string::npos)
+    throw Error(where + ": corrupt: a checksum does not match (flipped bits in the file?) (HDF5: " + inner + ")");
   throw Error(where + ": " + what + (inner.empty() ? "" : " (HDF5: " + inner + ")"));
 }
 
@@ -222,6 +228,7 @@ std::string unreadable_reason(const std::string& path) {
 
 H5Id file_open_read(const std::string& path) {
   silence_hdf5();
+  note_reading(path);
   const std::string why = unreadable_reason(path);
   KCP_CHECK(why.empty(), path, ": ", why);
   const htri_t is = H5Fis_hdf5(path.c_str());
@@ -236,7 +243,11 @@ H5Id file_open_read(const std::string& path) {
 
 H5Id file_create(const std::string& path) {
   silence_hdf5();
-  H5Id f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  // The 1.10 file format: superblock, object headers and chunk indexes carry checksums, so a flipped
+  // bit in the metadata is an error too (readable by HDF5 >= 1.10 and h5py).
+  H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110);
+  H5Id f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
   if (f.get() < 0) h5_fail(path, "cannot create the file");
   return f;
 }
@@ -275,6 +286,7 @@ void check_linked_once(hid_t obj, const std::string& where) {
 }
 
 Members group_members(hid_t group, const std::string& where) {
+  note_reading(where);
   Members m;
   bool ok = true;
   const std::vector<Link> links = links_of(group, ok);
@@ -285,6 +297,7 @@ Members group_members(hid_t group, const std::string& where) {
     KCP_CHECK(l.type != H5L_TYPE_EXTERNAL, at, ": an external link (to ", link_target(group, l),
               "); kcp reads nothing outside the dump");
     KCP_CHECK(l.type == H5L_TYPE_HARD, at, ": a user-defined link; a kcp dump holds no links");
+    note_reading(at);
     H5Id obj(H5Oopen(group, l.name.c_str(), H5P_DEFAULT), H5Oclose);
     if (obj.get() < 0) h5_fail(at, "cannot open the object (dangling link or damaged file?)");
     check_linked_once(obj.get(), at);

@@ -72,7 +72,8 @@ using Attributes = std::map<std::string, AttrValue>;
 std::string attr_describe(const AttrValue& v);  // "the string 'yes'", "the integer 3", ...
 
 Attributes attrs_read(hid_t obj, const std::string& where);
-// Writes bool as h5py does (enum FALSE/TRUE over int8), strings as variable-length UTF-8.
+// Writes bool as h5py does (enum FALSE/TRUE over int8), strings as fixed-length NUL-terminated UTF-8
+// (inside the checksummed object header).
 void attrs_write(hid_t obj, const Attributes& attrs, const std::string& where);
 
 // An owning, contiguous host array of any DType (bf16/f16 hold their 16-bit patterns).

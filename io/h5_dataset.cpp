@@ -1,6 +1,7 @@
 // Datasets of the HDF5 layer: element-type recognition in DUMPS.md's reader order, whole-array
 // read and write, and the owning Array. bf16 in either 16-bit form is read and written with memory
 // type == file type (no HDF5 conversion); the float32 form is widened exactly in our code.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -8,6 +9,7 @@
 #include "core/error.h"
 #include "io/h5.h"
 #include "io/limits.h"
+#include "io/progress.h"
 
 namespace kcp::io {
 namespace {
@@ -142,6 +144,26 @@ void check_label_exact(const Array& a, DType label, const std::string& where) {
   }
 }
 
+// Chunked storage with HDF5's Fletcher32 filter, so a flipped bit in the data fails the read instead
+// of being judged as numbers. Chunks of at most 2^20 elements: whole trailing dimensions, then a slice
+// of the next. Scalars and empty datasets stay contiguous (nothing to checksum).
+H5Id checksummed_layout(const std::vector<hsize_t>& dims) {
+  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  hsize_t total = 1;
+  for (hsize_t d : dims) total *= d;
+  if (dims.empty() || total == 0) return dcpl;
+  std::vector<hsize_t> chunk(dims.size(), 1);
+  hsize_t n = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    const hsize_t take = std::min<hsize_t>(dims[i], std::max<hsize_t>((hsize_t(1) << 20) / n, 1));
+    chunk[i] = take, n *= take;
+    if (take < dims[i]) break;
+  }
+  H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data());
+  H5Pset_fletcher32(dcpl.get());
+  return dcpl;
+}
+
 }  // namespace
 
 Array::Array(DType t, Shape s)
@@ -186,6 +208,7 @@ std::string_view encoding_name(Encoding e) {
 H5Id bf16_float_type() { return float16_type(8, 7, 127); }
 
 StoredArray dataset_read(hid_t loc, const std::string& name, const std::string& where, MemoryBudget* budget) {
+  note_reading(where);
   H5Id ds(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose);
   if (ds.get() < 0) h5_fail(where, "cannot open the dataset");
   H5Id ft(H5Dget_type(ds.get()), H5Tclose);
@@ -213,8 +236,9 @@ StoredArray dataset_read(hid_t loc, const std::string& name, const std::string& 
   }
   out.source = c.source;
   out.encoding = c.encoding;
+  note_reading(where);  // the attributes are read; now the data
   if (out.data.numel() > 0 && H5Dread(ds.get(), c.mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data.data()) < 0)
-    h5_fail(where, "cannot read the data (truncated or damaged file?)");
+    h5_fail(where, "cannot read the data (corrupt, truncated or damaged file?)");
   check_label_exact(out.data, out.source, where);
   return out;
 }
@@ -246,7 +270,8 @@ void dataset_write(hid_t loc, const std::string& name, const Array& a, DType sou
   std::vector<hsize_t> dims(a.shape.begin(), a.shape.end());
   H5Id space = dims.empty() ? H5Id(H5Screate(H5S_SCALAR), H5Sclose)
                             : H5Id(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
-  H5Id ds(H5Dcreate2(loc, name.c_str(), ftype.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+  H5Id dcpl = checksummed_layout(dims);
+  H5Id ds(H5Dcreate2(loc, name.c_str(), ftype.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
           H5Dclose);
   if (ds.get() < 0) h5_fail(where, "cannot create the dataset");
   if (src->numel() > 0 && H5Dwrite(ds.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, src->data()) < 0)

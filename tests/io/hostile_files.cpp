@@ -38,7 +38,11 @@ void put(hid_t loc, const char* name, hid_t type, std::vector<hsize_t> dims, con
   io::H5Id space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
   io::H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   std::vector<hsize_t> chunk(dims.size(), 1);
-  chunk.back() = std::min<hsize_t>(dims.back(), 1 << 16);
+  for (size_t i = dims.size(), n = 1; i-- > 0;) {  // up to 2^16 elements per chunk, trailing dimensions first
+    chunk[i] = std::max<hsize_t>(1, std::min<hsize_t>(dims[i], (hsize_t(1) << 16) / n));
+    n *= chunk[i];
+    if (chunk[i] < dims[i]) break;
+  }
   H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data());
   H5Pset_deflate(dcpl.get(), 9);
   if (H5Lexists(loc, name, H5P_DEFAULT) > 0) H5Ldelete(loc, name, H5P_DEFAULT);
@@ -55,8 +59,8 @@ void set_attrs(const std::string& path, const char* obj, const io::Attributes& a
   });
 }
 
-// cu_seqlens with 2^21 + 1 entries and K = V = 2^20: N*HV*K*V*8 = 2^64 wrapped to 0 bytes and the
-// backends wrote the final state past an 8-byte buffer (heap overflow, 1.3 MB file).
+// cu_seqlens with 2^21 + 1 entries, HV = 2^20, K = 2^16, V = 16: N*HV*K*V*8 = 2^64 wrapped to 0
+// bytes and the backends wrote the final state past an 8-byte buffer (heap overflow; a 0.2 MB file).
 void heap_overflow(const std::string& path) {
   io::Dump d;
   d.op = "gdn";
@@ -65,13 +69,14 @@ void heap_overflow(const std::string& path) {
   io::dump_write(path, d);
   patch_file(path, [](hid_t f) {
     io::H5Id in(H5Gopen2(f, "inputs", H5P_DEFAULT), H5Gclose);
-    const std::vector<float> qk(size_t(1) << 20, 0.0f), one(1, 0.5f);
+    const std::vector<float> qk(size_t(1) << 16, 0.0f), v(size_t(1) << 24, 0.0f), g(size_t(1) << 20, -0.1f),
+        beta(size_t(1) << 20, 0.5f);
     std::vector<int64_t> cu((size_t(1) << 21) + 1, 0);
     cu.back() = 1;
-    for (const char* n : {"q", "k", "v"}) put(in.get(), n, H5T_NATIVE_FLOAT, {1, 1, 1, 1 << 20}, qk.data());
-    const std::vector<float> g(1, -0.1f);
-    put(in.get(), "g", H5T_NATIVE_FLOAT, {1, 1, 1}, g.data());
-    put(in.get(), "beta", H5T_NATIVE_FLOAT, {1, 1, 1}, one.data());
+    for (const char* n : {"q", "k"}) put(in.get(), n, H5T_NATIVE_FLOAT, {1, 1, 1, 1 << 16}, qk.data());
+    put(in.get(), "v", H5T_NATIVE_FLOAT, {1, 1, 1 << 20, 16}, v.data());
+    put(in.get(), "g", H5T_NATIVE_FLOAT, {1, 1, 1 << 20}, g.data());
+    put(in.get(), "beta", H5T_NATIVE_FLOAT, {1, 1, 1 << 20}, beta.data());
     put(in.get(), "cu_seqlens", H5T_NATIVE_INT64, {cu.size()}, cu.data());
   });
 }
@@ -99,7 +104,7 @@ std::vector<HostileKind> make_hostile_files(const std::string& dir) {
   const std::string passwd = dir + "/outside.txt";
   std::ofstream(passwd) << "root:x:0:0:root:/root:/bin/bash\n";
 
-  heap_overflow(add("cu_seqlens_2p21", "the final state [N,HV,K,V] [2097152,1,1048576,1048576]: size overflows"));
+  heap_overflow(add("cu_seqlens_2p21", "the final state [N,HV,K,V] [2097152,1048576,65536,16]: size overflows"));
   write_good_dump(add("hard_link_to_root", "/: reachable through 2 hard links"));
   patch_file(out.back().path, [](hid_t f) { H5Lcreate_hard(f, "/", f, "inputs/loop", H5P_DEFAULT, H5P_DEFAULT); });
   write_good_dump(add("hard_link_to_parent", "/inputs: reachable through 2 hard links"));
