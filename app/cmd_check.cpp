@@ -8,8 +8,11 @@
 // --select matched nothing). --write FILE keeps the dump plus the oracle's results as a group (a
 // folder when several PATHs); --json FILE writes every verdict (json_out.h); --plot DIR draws the
 // error of every failing or selected tensor (plot.h). A file whose oracle runs longer than 3 s
-// prints its elapsed time on stderr every few seconds.
+// prints its elapsed time on stderr every few seconds. Each file is read and checked in a child
+// process (app/isolate.h): a crash or hang of the HDF5 library on a corrupt file is one error line for
+// that file, and the next file is still checked; its JSON record comes back through the isolation.
 // Covered by tests/validation/test_cli.cpp and the `golden` ctest label (docs/GOLDEN.md).
+#include <algorithm>
 #include <cmath>
 #include <chrono>
 #include <condition_variable>
@@ -23,6 +26,7 @@
 #include "app/json_out.h"
 #include "app/plot.h"
 #include "app/commands.h"
+#include "app/isolate.h"
 #include "validation/dump_runner.h"
 #include "validation/registry.h"
 #include "app/report.h"
@@ -170,23 +174,42 @@ int cmd_check(int argc, char** argv) {
   o.select = parse_selection(a.get("select", ""));
   o.plot_dir = a.get("plot", "");
   const UserBar user = parse_user_bar(a);
-  std::unique_ptr<Backend> be = backend_create(a.get("backend", "cpu-recurrent"));
+  // With isolation each file's child creates the backend (a CUDA context does not survive fork);
+  // the parent only checks the name, or creates it once when files are read in-process.
+  const std::string backend = a.get("backend", "cpu-recurrent");
+  const std::vector<std::string> known = backend_names();
+  std::unique_ptr<Backend> shared;
+  if (!isolation_enabled() || std::find(known.begin(), known.end(), backend) == known.end())
+    shared = backend_create(backend);  // an unknown name throws here, once
   Tally total;
-  std::vector<CheckedFile> checked;
+  std::vector<std::string> checked;  // each file's JSON record
   int unreadable = 0;
   for (const std::string& f : files) {
-    CheckedFile cf;
-    cf.path = f, cf.tally.user = user;
-    try {
-      check_file(*be, f, o, write_target(a.get("write", ""), f, files.size()), cf);
-      total.add(cf.tally);
-    } catch (const Error& e) {
-      std::fflush(stdout);
-      std::fprintf(stderr, "kcp check: error: %s\n", e.what());
-      cf.error = e.what();
-      ++unreadable;
+    const std::string target = write_target(a.get("write", ""), f, files.size());
+    const Isolated r = run_isolated_payload(f, "kcp check", [&](Tally& t, std::string& record) {
+      CheckedFile cf;
+      cf.path = f, cf.tally.user = user;
+      try {
+        std::unique_ptr<Backend> own = shared ? nullptr : backend_create(backend);
+        check_file(shared ? *shared : *own, f, o, target, cf);
+      } catch (const std::exception& e) {
+        cf.error = e.what();
+        record = checked_file_json(cf);
+        throw;  // printed and counted by the isolation
+      }
+      t = cf.tally;
+      record = checked_file_json(cf);
+      return 0;
+    });
+    total.add(r.tally);
+    unreadable += r.status == 2;
+    if (r.payload.empty()) {  // the child died (a signal, a time limit) before writing its record
+      CheckedFile cf;
+      cf.path = f, cf.error = r.error.empty() ? "not checked" : r.error;
+      checked.push_back(checked_file_json(cf));
+    } else {
+      checked.push_back(r.payload);
     }
-    checked.push_back(std::move(cf));
   }
   const int status = unreadable ? 2 : total.fail ? 1 : total.judged() == 0 ? 3 : 0;
   std::printf("kcp check: %zu file(s), %s%s\n", files.size(), total.summary().c_str(),

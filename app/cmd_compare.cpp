@@ -1,5 +1,7 @@
 // kcp compare A.h5 B.h5 [--delta D | --rtol X --atol Y | --ratio R] [--select LIST]
-// Two kcp dumps (root attribute format = "kcp-dump"): /inputs must be identical; every tensor of a
+// Two kcp dumps (root attribute format = "kcp-dump"): /inputs must be identical (a dataset present on
+// one side only, another shape or other values FAIL: the results are not comparable), and so must the
+// root attributes that define the call (descriptive ones such as producer or rank may differ); every tensor of a
 // result group present in both is compared, A as the candidate and B as the reference, under A's
 // group policy (or the user's bars, report.h), in kcp check's table; groups and datasets present on
 // one side only are listed as SKIP (a kcp run group is expected on one side).
@@ -12,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include "app/cli_args.h"
 #include "app/commands.h"
@@ -42,11 +45,17 @@ bool is_kcp_dump(const std::string& path) {
 Tally compare_inputs(const io::Dump& a, const io::Dump& b) {
   Tally t;
   const io::DumpGroup &ia = *a.group("inputs"), &ib = *b.group("inputs");
+  for (const io::DumpDataset& y : ib.datasets)
+    if (!ia.find(y.name)) report_fail("inputs", y.name, "only in " + b.path + ": the results are not comparable", t);
   for (const io::DumpDataset& x : ia.datasets) {
     const io::DumpDataset* y = ib.find(x.name);
-    if (!y) { report_skip("inputs", x.name, "only in " + a.path, t); continue; }
+    if (!y) { report_fail("inputs", x.name, "only in " + a.path + ": the results are not comparable", t); continue; }
     if (x.data.shape != y->data.shape) {
       report_fail("inputs", x.name, "shapes differ: " + shape_str(x.data.shape) + " vs " + shape_str(y->data.shape), t);
+      continue;
+    }
+    if (dtype_is_float(x.data.dtype) != dtype_is_float(y->data.dtype)) {
+      report_fail("inputs", x.name, "one side holds integers, the other floats", t);
       continue;
     }
     const Metrics m = compare(x.data.view(), y->data.view());
@@ -55,8 +64,53 @@ Tally compare_inputs(const io::Dump& a, const io::Dump& b) {
     else report_fail("inputs", x.name, "values differ (max_abs " + std::to_string(m.max_abs) + " at " +
                                            index_str(m.max_abs_at) + "): the results are not comparable", t);
   }
-  for (const io::DumpDataset& y : ib.datasets)
-    if (!ia.find(y.name)) report_skip("inputs", y.name, "only in " + b.path, t);
+  return t;
+}
+
+// Root attributes that describe a capture and may differ between two dumps of one call.
+bool attr_is_descriptive(const std::string& k) {
+  static const std::set<std::string> keys = {
+      "format_version", "case", "seed", "producer", "producer_version", "torch_version", "device",
+      "source_framework", "source_version", "fla_version", "capture_point", "module_name", "layer_number",
+      "iteration", "microbatch", "kernel", "global_rank", "dp_rank", "pp_rank", "assembled_from"};
+  return keys.count(k) > 0;
+}
+// Root attributes kcp may add (kcp run writes the sizes, scale and chunk_size) or that default to the
+// single-rank placement: present on one side only is fine, different values are not.
+bool attr_may_be_absent(const std::string& k) {
+  static const std::set<std::string> keys = {
+      "B", "T", "H", "HV", "K", "V", "N", "scale", "chunk_size", "tp_size", "tp_rank", "cp_size", "cp_rank",
+      "cp_mode", "cp_partition", "head_offset", "token_offset", "cp_pre_num_ranks", "cp_post_num_ranks",
+      "cp_is_first_rank", "cp_is_last_rank", "cp_pre_num_conv_tokens", "assembled_cp_mode", "assembled_cp_size",
+      "assembled_tp_size"};
+  return keys.count(k) > 0;
+}
+
+bool attr_equal(const io::AttrValue& x, const io::AttrValue& y) {
+  const double* dx = std::get_if<double>(&x);
+  const double* dy = std::get_if<double>(&y);
+  if (dx && dy) return *dx == *dy || (std::isnan(*dx) && std::isnan(*dy));  // lower_bound NaN is None
+  const int64_t* ix = std::get_if<int64_t>(&x);
+  const int64_t* iy = std::get_if<int64_t>(&y);
+  if ((dx && iy) || (ix && dy)) return (dx ? *dx : double(*ix)) == (dy ? *dy : double(*iy));
+  return x == y;
+}
+
+// The root attributes that define the call (op, flags, scale, layout, placement) must agree.
+Tally compare_root_attrs(const io::Dump& a, const io::Dump& b) {
+  Tally t;
+  std::set<std::string> keys;
+  for (const auto& [k, v] : a.attrs) keys.insert(k);
+  for (const auto& [k, v] : b.attrs) keys.insert(k);
+  for (const std::string& k : keys) {
+    if (attr_is_descriptive(k)) continue;
+    const io::AttrValue *x = io::attr_find(a.attrs, k), *y = io::attr_find(b.attrs, k);
+    if (x && y && !attr_equal(*x, *y))
+      report_fail("attrs", k, io::attr_describe(*x) + " in " + a.path + ", " + io::attr_describe(*y) + " in " + b.path, t);
+    else if ((!x || !y) && !attr_may_be_absent(k))
+      report_fail("attrs", k, "only in " + (x ? a.path : b.path) + " (" + io::attr_describe(x ? *x : *y) + ")", t);
+    else t.add(Verdict::pass);
+  }
   return t;
 }
 
@@ -67,6 +121,9 @@ int compare_dumps(const std::string& pa, const std::string& pb, const UserBar& u
   Tally t = compare_inputs(a, b);
   t.user = user;
   std::printf("  inputs: %s\n", t.summary().c_str());
+  const Tally attrs = compare_root_attrs(a, b);
+  std::printf("  root attributes: %s\n", attrs.summary().c_str());
+  t.add(attrs);
   report_header(user);
   const io::DumpGroup* in = a.group("inputs");
   const io::DumpDataset* first = in->find(a.op == "conv1d" ? "x" : "q");

@@ -6,6 +6,7 @@
 // Covered by tests/validation/test_cli.cpp.
 #include <cmath>
 #include <cstdio>
+#include <set>
 
 #include "io/dump.h"
 #include "io/dump_assemble.h"
@@ -89,6 +90,7 @@ int cmd_info(int argc, char** argv) {
   print_attrs(d.attrs, "  ");
   std::printf("  placement: %s\n", io::dump_placement(d).describe().c_str());
   if (d.op != "conv1d") std::printf("  problem: %s\n", io::dump_op_call(d, DType::f64).problem.describe().c_str());
+  else std::printf("  problem: %s\n", describe_conv1d_call(io::dump_conv1d_call(d)).c_str());
   for (const io::DumpGroup& g : d.groups) {
     std::printf("  /%s%s\n", g.name.c_str(), io::group_is_reserved(g.name) ? "" : "  (results)");
     print_attrs(g.attrs, "    @");

@@ -55,6 +55,7 @@ JsonWriter& JsonWriter::value(double x) {
 
 JsonWriter& JsonWriter::value(int64_t x) { separate(); out_ += std::to_string(x); return *this; }
 JsonWriter& JsonWriter::value(bool b) { separate(); out_ += b ? "true" : "false"; return *this; }
+JsonWriter& JsonWriter::raw(const std::string& json) { separate(); out_ += json; return *this; }
 
 namespace {
 
@@ -82,24 +83,28 @@ void write_row(JsonWriter& j, const Row& r) {
 
 }  // namespace
 
-void write_check_json(const std::string& path, const std::vector<CheckedFile>& files, const Tally& total,
+std::string checked_file_json(const CheckedFile& f) {
+  JsonWriter j;
+  j.begin_object().key("path").value(f.path);
+  if (!f.error.empty()) j.key("error").value(f.error);
+  else {
+    j.key("problem").value(f.description).key("input_dtype").value(f.input_dtype).key("placement").value(f.placement);
+    write_tally(j, f.tally);
+    j.key("tensors").begin_array();
+    for (const Row& r : f.tally.rows) write_row(j, r);
+    j.end_array();
+  }
+  j.end_object();
+  return j.str();
+}
+
+void write_check_json(const std::string& path, const std::vector<std::string>& files, const Tally& total,
                       const UserBar& user, int exit_status) {
   JsonWriter j;
   j.begin_object().key("tool").value("kcp check").key("format").value(1);
   j.key("user_bar").value(user.any() ? user.describe() : std::string("policy (docs/GOLDEN.md)"));
   j.key("files").begin_array();
-  for (const CheckedFile& f : files) {
-    j.begin_object().key("path").value(f.path);
-    if (!f.error.empty()) j.key("error").value(f.error);
-    else {
-      j.key("problem").value(f.description).key("input_dtype").value(f.input_dtype).key("placement").value(f.placement);
-      write_tally(j, f.tally);
-      j.key("tensors").begin_array();
-      for (const Row& r : f.tally.rows) write_row(j, r);
-      j.end_array();
-    }
-    j.end_object();
-  }
+  for (const std::string& f : files) j.raw(f);
   j.end_array();
   j.key("total").begin_object();
   write_tally(j, total);

@@ -24,6 +24,7 @@ class JsonWriter {
   JsonWriter& value(int64_t x);
   JsonWriter& value(int x) { return value(static_cast<int64_t>(x)); }
   JsonWriter& value(bool b);
+  JsonWriter& raw(const std::string& json);  // a value already written by another JsonWriter
   const std::string& str() const { return out_; }
 
  private:
@@ -38,8 +39,10 @@ struct CheckedFile {
   Tally tally;
 };
 
-// Writes the record atomically (temp file + rename).
-void write_check_json(const std::string& path, const std::vector<CheckedFile>& files, const Tally& total,
+// One file's record (an object), written where the file was checked (in kcp check's child process).
+std::string checked_file_json(const CheckedFile& f);
+// Writes the record of the run atomically (temp file + rename); `files` are checked_file_json's.
+void write_check_json(const std::string& path, const std::vector<std::string>& files, const Tally& total,
                       const UserBar& user, int exit_status);
 
 }  // namespace kcp::app

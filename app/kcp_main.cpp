@@ -10,6 +10,12 @@
 #ifndef KCP_VERSION
 #define KCP_VERSION "unknown"
 #endif
+#ifdef KCP_HAS_IO
+#include <string>
+
+#include "app/isolate.h"
+#include "io/limits.h"
+#endif
 
 namespace {
 
@@ -17,6 +23,7 @@ struct Command {
   const char* name;
   int (*run)(int, char**);
   const char* help;
+  bool isolate = false;  // reads dumps: run in a child process
 };
 
 const Command kCommands[] = {
@@ -25,10 +32,10 @@ const Command kCommands[] = {
 #ifdef KCP_HAS_IO
     {"check", kcp::app::cmd_check,
      "[options] PATH...: run the oracle on dumps, judge every result (--json, --plot, --ratio, --rtol/--atol)"},
-    {"compare", kcp::app::cmd_compare, "A.h5 B.h5: two dumps (kcp's bars) or any two HDF5 files (h5diff -d style)"},
-    {"run", kcp::app::cmd_run, "--backend NAME --in X.h5 --out Y.h5: add a backend's results to a dump"},
-    {"info", kcp::app::cmd_info, "FILE: what a dump holds"},
-    {"assemble", kcp::app::cmd_assemble, "--out G.h5 SHARD...: rebuild the global dump of a TP/CP run"},
+    {"compare", kcp::app::cmd_compare, "A.h5 B.h5: two dumps (kcp's bars) or any two HDF5 files (h5diff -d style)", true},
+    {"run", kcp::app::cmd_run, "--backend NAME --in X.h5 --out Y.h5: add a backend's results to a dump", true},
+    {"info", kcp::app::cmd_info, "FILE: what a dump holds", true},
+    {"assemble", kcp::app::cmd_assemble, "--out G.h5 SHARD...: rebuild the global dump of a TP/CP run", true},
 #endif
     {"bench", kcp::app::cmd_bench,
      "forward ms, GB/s, FLOP/s and roofline fraction of a device backend (default cuda-chunkwise)"},
@@ -41,7 +48,8 @@ const Command kCommands[] = {
 };
 
 void usage() {
-  std::printf("usage: kcp <command> [options]    (kcp <command> --help: its options; kcp --version)\n\ncommands:\n");
+  std::printf("usage: kcp [--max-memory SIZE] <command> [options]    (kcp <command> --help: its options; kcp "
+              "--version)\n\ncommands:\n");
   for (const Command& c : kCommands) std::printf("  %-14s %s\n", c.name, c.help);
 }
 
@@ -67,6 +75,18 @@ int print_help(const char* command) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef KCP_HAS_IO
+  // kcp --max-memory SIZE <command> ...: the most a dump may make kcp allocate (io/limits.h)
+  if (argc >= 3 && !std::strcmp(argv[1], "--max-memory")) {
+    try {
+      kcp::io::set_memory_limit(kcp::io::parse_bytes(argv[2], "--max-memory"));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kcp: error: %s\n", e.what());
+      return 2;
+    }
+    argv[2] = argv[0], argc -= 2, argv += 2;
+  }
+#endif
   if (argc >= 2 && (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "version"))) {
     std::printf("kcp %s\n", KCP_VERSION);
     return 0;
@@ -79,6 +99,14 @@ int main(int argc, char** argv) {
   if (wants_help(argc, argv)) return print_help(argv[1]);
   for (const Command& c : kCommands) {
     if (std::strcmp(argv[1], c.name)) continue;
+#ifdef KCP_HAS_IO
+    // The commands that read dumps run in a child process (app/isolate.h); check isolates per file.
+    if (c.isolate) {
+      const kcp::app::Isolated r = kcp::app::run_isolated(
+          "", std::string("kcp ") + c.name, [&](kcp::app::Tally&) { return c.run(argc - 2, argv + 2); });
+      return r.status;
+    }
+#endif
     try {
       return c.run(argc - 2, argv + 2);
     } catch (const std::exception& e) {

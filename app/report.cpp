@@ -155,13 +155,18 @@ std::vector<std::string> expand_dump_paths(const std::vector<std::string>& args)
     std::error_code ec;
     if (fs::is_directory(a, ec)) {
       std::vector<std::string> files;
-      for (const auto& e : fs::directory_iterator(a, ec))
-        if (e.is_regular_file() && e.path().extension() == ".h5") files.push_back(e.path().string());
+      for (const auto& e : fs::directory_iterator(a, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.find(".h5.tmp-") != std::string::npos)  // io/dump.cpp's temporary name: a killed run's leftover
+          std::fprintf(stderr, "kcp: note: ignoring %s (the temporary file of a kcp run that was killed; remove it)\n",
+                       e.path().string().c_str());
+        else if (e.is_regular_file() && e.path().extension() == ".h5") files.push_back(e.path().string());
+      }
       KCP_CHECK(!files.empty(), a, ": no .h5 files in this folder");
       std::sort(files.begin(), files.end());
       out.insert(out.end(), files.begin(), files.end());
     } else {
-      KCP_CHECK(fs::exists(a, ec), a, ": no such file or folder");
+      KCP_CHECK(fs::exists(fs::symlink_status(a, ec)), a, ": no such file or folder");  // the reader explains the rest
       out.push_back(a);
     }
   }

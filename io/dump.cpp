@@ -1,34 +1,60 @@
 // dump_read / dump_write and the typed attribute getters (see dump.h).
 #include "io/dump.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
+#include <set>
+
 #include "core/error.h"
+#include "io/limits.h"
+#include "io/progress.h"
 
 namespace kcp::io {
 namespace {
 
+// What one file may hold: nesting deeper than this, or more objects, is not a dump.
+constexpr int kMaxDepth = 8;
+constexpr size_t kMaxObjects = 10000;
+
+struct ReadState {
+  MemoryBudget budget;
+  std::set<std::string> seen;  // objects visited, by file address: none may be reached twice
+  size_t objects = 0;
+};
+
+void visit(ReadState& st, hid_t obj, const std::string& where) {
+  const ObjectInfo o = object_info(obj, where);
+  KCP_CHECK(st.seen.insert(o.key).second, where, ": reached a second time (a cycle or a shared object); a kcp "
+            "dump holds each group and dataset once");
+  KCP_CHECK(++st.objects <= kMaxObjects, where, ": more than ", kMaxObjects, " objects in the file (not a kcp dump)");
+}
+
 // Reads every dataset of group `name` (and of its subgroups, as separate DumpGroups).
-void read_group(const Dump& d, hid_t g, const std::string& name, std::vector<DumpGroup>& out) {
+void read_group(const Dump& d, ReadState& st, hid_t g, const std::string& name, int depth,
+                std::vector<DumpGroup>& out) {
   const std::string where = d.path + ": /" + name;
+  KCP_CHECK(depth <= kMaxDepth, where, ": groups nested deeper than ", kMaxDepth, " levels (not a kcp dump)");
+  visit(st, g, where);
   const Members m = group_members(g, where);
   DumpGroup grp;
   grp.name = name;
   grp.attrs = attrs_read(g, where);
   for (const std::string& ds : m.datasets) {
-    StoredArray s = dataset_read(g, ds, where + "/" + ds);
+    StoredArray s = dataset_read(g, ds, where + "/" + ds, &st.budget);
     grp.datasets.push_back({ds, std::move(s.data), s.source, s.encoding, std::move(s.attrs)});
   }
   out.push_back(std::move(grp));
   for (const std::string& sub : m.groups) {
     H5Id sg = group_open(g, sub, where + "/" + sub);
-    read_group(d, sg.get(), name + "/" + sub, out);
+    read_group(d, st, sg.get(), name + "/" + sub, depth + 1, out);
   }
 }
 
@@ -38,12 +64,54 @@ std::string temp_name(const std::string& target) {
   return target + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
 }
 
-// Removes the temporary file unless the write reached its rename.
+// Temporary files being written, for the SIGINT/SIGTERM handler: fixed slots of plain chars, since
+// a signal handler may only unlink() what it finds (no allocation, no locks).
+constexpr int kTempSlots = 16;
+char g_temp_paths[kTempSlots][4096];
+std::atomic<int> g_temp_used[kTempSlots];  // 0 free, 1 being filled, 2 holds a path
+struct sigaction g_previous[2];
+
+void remove_temps_and_reraise(int sig) {
+  for (int i = 0; i < kTempSlots; ++i)
+    if (g_temp_used[i].load() == 2) ::unlink(g_temp_paths[i]);
+  sigaction(sig, &g_previous[sig == SIGINT ? 0 : 1], nullptr);  // then die as the signal would have
+  ::raise(sig);
+}
+
+// Installs the handler unless it is already there (someone may have replaced it since: a test, a
+// program's own handler, which is then called after the cleanup as the previous action).
+void install_temp_cleanup() {
+  const int sigs[2] = {SIGINT, SIGTERM};
+  for (int i = 0; i < 2; ++i) {
+    struct sigaction cur {};
+    sigaction(sigs[i], nullptr, &cur);
+    if (cur.sa_handler == remove_temps_and_reraise) continue;
+    struct sigaction sa {};
+    sa.sa_handler = remove_temps_and_reraise;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sigs[i], &sa, &g_previous[i]);
+  }
+}
+
+// Removes the temporary file unless the write reached its rename; also on SIGINT/SIGTERM meanwhile.
 struct TempFile {
   std::string path;
   bool committed = false;
+  int slot = -1;
+  explicit TempFile(std::string p) : path(std::move(p)) {
+    install_temp_cleanup();
+    for (int i = 0, free = 0; i < kTempSlots && path.size() < sizeof g_temp_paths[0]; ++i, free = 0)
+      if (g_temp_used[i].compare_exchange_strong(free, 1)) {
+        std::memcpy(g_temp_paths[i], path.c_str(), path.size() + 1);
+        g_temp_used[i].store(2), slot = i;
+        break;
+      }
+  }
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
   ~TempFile() {
     if (!committed) std::remove(path.c_str());
+    if (slot >= 0) g_temp_used[slot].store(0);
   }
 };
 
@@ -111,6 +179,7 @@ std::vector<const DumpGroup*> Dump::result_groups() const {
 bool op_known(std::string_view op) { return op == "gdn" || op == "kda" || op == "gla" || op == "conv1d"; }
 
 Dump dump_read(const std::string& path) {
+  note_reading(path);
   H5Id f = file_open_read(path);
   Dump d;
   d.path = path;
@@ -124,12 +193,18 @@ Dump dump_read(const std::string& path) {
             d.version, " (this kcp reads versions 1 and 2)");
   d.op = attr_string(d.attrs, "op", root, "");
   KCP_CHECK(op_known(d.op), path, ": attribute op: unknown op '", d.op, "' (expected gdn, kda, gla or conv1d)");
+  ReadState st;
+  st.budget.file = path;
+  H5Id root_group = group_open(f.get(), "/", path + ": /");
+  check_linked_once(root_group.get(), path + ": /");
+  visit(st, root_group.get(), path + ": /");
   const Members m = group_members(f.get(), path + ": /");
   for (const std::string& g : m.groups) {
     H5Id grp = group_open(f.get(), g, path + ": /" + g);
-    read_group(d, grp.get(), g, d.groups);
+    read_group(d, st, grp.get(), g, 1, d.groups);
   }
   KCP_CHECK(d.group("inputs"), path, ": /inputs: missing (every dump holds the operator's inputs there)");
+  note_done_reading();
   return d;
 }
 

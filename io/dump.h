@@ -4,7 +4,10 @@
 //   /layer/..., /debug/  optional captures kcp lists but does not judge
 // dump_read() accepts format "kcp-dump" versions 1 and 2; dump_write() writes version 2 to a
 // temporary name next to the target and renames it on success, so no partial file is ever left.
-// Covered by tests/io/test_dump.cpp.
+// dump_read runs in the calling process and bounds what a file can make it allocate (io/limits.h),
+// but the HDF5 library underneath is not hardened: a corrupt file can crash or hang it. Read files
+// from untrusted sources in a child process, as the kcp programs do (app/isolate.h).
+// Covered by tests/io/test_dump.cpp and tests/io/test_hostile.cpp.
 #pragma once
 
 #include <string>

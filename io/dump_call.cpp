@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/limits.h"
 
 namespace kcp::io {
 namespace {
@@ -41,6 +42,8 @@ TensorView take(std::map<std::string, Array>& owned, const DumpGroup& in, const 
 std::vector<int64_t> read_index_vector(const DumpDataset& ds, const std::string& where) {
   KCP_CHECK(!dtype_is_float(ds.data.dtype) && ds.data.shape.size() == 1, where,
             ": expected a 1-d integer tensor, got ", dtype_name(ds.data.dtype), " ", shape_str(ds.data.shape));
+  KCP_CHECK(ds.data.numel() > 0, where, ": empty; packed sequences need [0, ..., T] (leave the dataset out for B "
+            "separate sequences)");
   const Tensor<int64_t> t = to_tensor<int64_t>(ds.data.view());
   return t.vec();
 }
@@ -111,6 +114,62 @@ void check_size_attrs(const Dump& d, const Problem& p) {
   }
 }
 
+// /inputs/<name> as a group instead of a dataset, and required tensors with no elements (T = 0).
+void check_input_objects(const Dump& d, const std::vector<std::string>& required) {
+  std::vector<std::string> names = op_input_names();
+  names.insert(names.end(), {"cu_seqlens", "cu_seqlens_local", "x", "weight", "bias", "dy"});
+  for (const DumpGroup& g : d.groups)
+    KCP_CHECK(!(g.name.rfind("inputs/", 0) == 0 && std::find(names.begin(), names.end(), g.name.substr(7)) != names.end()),
+              d.path, ": /", g.name, ": a group, expected a dataset (a tensor)");
+  const DumpGroup& in = *d.group("inputs");
+  for (const std::string& n : required)
+    if (const DumpDataset* ds = in.find(n))
+      KCP_CHECK(ds->data.numel() > 0, d.path, ": /inputs/", n, ": shape ", shape_str(ds->data.shape),
+                " has no elements (", ds->data.shape.size() > 1 && ds->data.shape[1] == 0 ? "T = 0 tokens" : "a size is 0",
+                "); kcp checks calls with at least one token");
+}
+
+int64_t read_chunk_size(const Dump& d) {
+  const int64_t C = attr_int(d.attrs, "chunk_size", d.path + ":", 64);
+  KCP_CHECK(C >= 1 && C <= 1024 && (C & (C - 1)) == 0, d.path, ": attribute chunk_size: expected a power of two "
+            "from 1 to 1024 (FLA's chunk sizes are 16, 32, 64), got ", C);
+  return C;
+}
+
+std::optional<double> read_scale(const Dump& d) {
+  if (!attr_find(d.attrs, "scale")) return std::nullopt;
+  const double scale = attr_number(d.attrs, "scale", d.path + ":", NAN);
+  KCP_CHECK(std::isfinite(scale) && scale > 0, d.path, ": attribute scale: must be positive and finite, got ", scale,
+            " (leave it out for the default K^-0.5)");
+  return scale;
+}
+
+// Every tensor the decoded call makes kcp allocate, from sizes checked for overflow, against the
+// memory limit: outputs, states, gradients, the chunkwise backends' per-chunk states, and the
+// staged copies of the inputs.
+void check_derived_sizes(const OpCall& c) {
+  const Problem& p = c.problem;
+  MemoryBudget b{c.path};
+  const int64_t e = dtype_size(p.compute);
+  auto add = [&](const char* what, const Shape& s, const char* dims) {
+    const std::string w = c.path + ": " + what + " " + dims;
+    b.add(what, checked_bytes(s, e, w), std::string(dims) + " = " + shape_str(s) + " " + std::string(dtype_name(p.compute)));
+  };
+  const int64_t chunks = (p.T + p.chunk_size - 1) / p.chunk_size;
+  int64_t state_rows = 0;
+  KCP_CHECK(!__builtin_add_overflow(chunks, p.N, &state_rows), c.path, ": chunk count overflows");
+  add("the output o", {p.B, p.T, p.HV, p.V}, "[B,T,HV,V]");
+  add("the final state", {p.N, p.HV, p.K, p.V}, "[N,HV,K,V]");
+  add("the per-chunk states", {state_rows, p.HV, p.K, p.V}, "[T/C+N,HV,K,V]");
+  for (const auto& [name, a] : c.tensors)
+    b.add("the staged copy of /inputs/" + name, checked_bytes(a.shape, 8, c.path + ": /inputs/" + name));
+  if (c.cotangents.d_o.empty()) return;
+  add("the gradients dq, dk", {2 * p.B, p.T, p.H, p.K}, "2x[B,T,H,K]");
+  add("the gradient dv", {p.B, p.T, p.HV, p.V}, "[B,T,HV,V]");
+  add("the gradient dg", {p.B, p.T, p.HV, p.per_channel_gate() ? p.K : 1}, "[B,T,HV(,K)]");
+  add("the gradient dinitial_state", {p.N, p.HV, p.K, p.V}, "[N,HV,K,V]");
+}
+
 }  // namespace
 
 std::string Placement::describe() const {
@@ -151,6 +210,7 @@ OpCall dump_op_call(const Dump& d, DType compute) {
   const Variant var = variant_parse(d.op);
   const DumpGroup& in = *d.group("inputs");
   const std::string why = "a " + d.op + " dump needs q, k, v, g" + (var == Variant::gla ? "" : ", beta");
+  check_input_objects(d, {"q", "k", "v", "g", "beta"});
   Inputs& x = c.inputs;
   x.q = take(c.tensors, in, d.path, "q", true, why), x.k = take(c.tensors, in, d.path, "k", true, why);
   x.v = take(c.tensors, in, d.path, "v", true, why), x.g = take(c.tensors, in, d.path, "g", true, why);
@@ -163,9 +223,8 @@ OpCall dump_op_call(const Dump& d, DType compute) {
   c.placement = dump_placement(d);
   ProblemOptions opt;
   opt.compute = compute;
-  opt.chunk_size = attr_int(d.attrs, "chunk_size", d.path + ":", 64);
-  const double scale = attr_number(d.attrs, "scale", d.path + ":", NAN);
-  if (!std::isnan(scale)) opt.scale = scale;
+  opt.chunk_size = read_chunk_size(d);
+  opt.scale = read_scale(d);
   opt.check_finite = false;  // done above, with the dataset's name
   try {
     KCP_CHECK(x.q.rank() == 4, "q: expected shape [B,T,H,K], got ", shape_str(x.q.shape));
@@ -179,6 +238,7 @@ OpCall dump_op_call(const Dump& d, DType compute) {
     rethrow_in_file(d.path, e);
   }
   check_size_attrs(d, c.problem);
+  check_derived_sizes(c);
   const std::string idt = attr_string(d.attrs, "input_dtype", d.path + ":", "");
   c.input_dtype = idt.empty() ? in.find("q")->source : dtype_parse(idt);
   return c;
@@ -189,6 +249,7 @@ Conv1dCall dump_conv1d_call(const Dump& d) {
   c.path = d.path;
   const DumpGroup& in = *d.group("inputs");
   const std::string why = "a conv1d dump needs x and weight";
+  check_input_objects(d, {"x", "weight"});
   c.x = take(c.tensors, in, d.path, "x", true, why);
   c.weight = take(c.tensors, in, d.path, "weight", true, why);
   if (c.weight.rank() == 3 && c.weight.dim(1) == 1)  // Megatron's conv1d.weight [D,1,W]

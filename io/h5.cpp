@@ -1,10 +1,14 @@
 // Files, groups, errors and attributes of the HDF5 layer (datasets are in h5_dataset.cpp).
 #include "io/h5.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
 #include "core/error.h"
+#include "io/progress.h"
 
 namespace kcp::io {
 namespace {
@@ -23,15 +27,33 @@ herr_t innermost_error(unsigned, const H5E_error2_t* e, void* out) {
   return 0;
 }
 
-std::vector<std::string> link_names(hid_t group, bool& ok) {
-  std::vector<std::string> names;
-  auto cb = [](hid_t, const char* name, const H5L_info_t*, void* op) -> herr_t {
-    static_cast<std::vector<std::string>*>(op)->push_back(name);
+struct Link {
+  std::string name;
+  H5L_type_t type;
+};
+
+std::vector<Link> links_of(hid_t group, bool& ok) {
+  std::vector<Link> links;
+  auto cb = [](hid_t, const char* name, const H5L_info_t* info, void* op) -> herr_t {
+    static_cast<std::vector<Link>*>(op)->push_back({name, info ? info->type : H5L_TYPE_ERROR});
     return 0;
   };
   hsize_t idx = 0;
-  ok = H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &names) >= 0;
-  return names;
+  ok = H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, &idx, cb, &links) >= 0;
+  return links;
+}
+
+// Where a soft or external link points, for the message.
+std::string link_target(hid_t group, const Link& l) {
+  H5L_info_t info;
+  if (H5Lget_info(group, l.name.c_str(), &info, H5P_DEFAULT) < 0 || info.u.val_size > 4096) return "?";
+  std::string buf(info.u.val_size + 1, '\0');
+  if (H5Lget_val(group, l.name.c_str(), buf.data(), buf.size(), H5P_DEFAULT) < 0) return "?";
+  if (l.type == H5L_TYPE_SOFT) return "'" + std::string(buf.c_str()) + "'";
+  const char *file = nullptr, *path = nullptr;
+  unsigned flags = 0;
+  if (H5Lunpack_elink_val(buf.data(), buf.size(), &flags, &file, &path) < 0 || !file || !path) return "?";
+  return "'" + std::string(path) + "' in file '" + file + "'";
 }
 
 std::vector<std::string> attr_names(hid_t obj, bool& ok) {
@@ -81,6 +103,7 @@ AttrValue read_enum_attr(hid_t a, hid_t ftype, const std::string& where) {
 }
 
 AttrValue read_attr(hid_t obj, const std::string& name, const std::string& where) {
+  note_reading(where);
   H5Id a(H5Aopen(obj, name.c_str(), H5P_DEFAULT), H5Aclose);
   if (a.get() < 0) h5_fail(where, "cannot open the attribute");
   H5Id ft(H5Aget_type(a.get()), H5Tclose);
@@ -138,11 +161,13 @@ void write_attr(hid_t obj, const std::string& name, const AttrValue& v, const st
   } else if (const double* d = std::get_if<double>(&v)) {
     ftype = H5Id(H5Tcopy(H5T_IEEE_F64LE), H5Tclose), mtype = H5Id(H5Tcopy(H5T_NATIVE_DOUBLE), H5Tclose), buf = d;
   } else if (const std::string* s = std::get_if<std::string>(&v)) {
+    // Fixed-length, NUL-terminated: stored in the (checksummed) object header, not in the global heap
+    // that variable-length strings use, which has no checksum.
     ftype = H5Id(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(ftype.get(), H5T_VARIABLE);
+    H5Tset_size(ftype.get(), s->size() + 1);
     H5Tset_cset(ftype.get(), H5T_CSET_UTF8);
     mtype = H5Id(H5Tcopy(ftype.get()), H5Tclose);
-    cstr = s->c_str(), buf = &cstr;
+    cstr = s->c_str(), buf = cstr;
   } else if (const auto* vi = std::get_if<std::vector<int64_t>>(&v)) {
     ftype = H5Id(H5Tcopy(H5T_STD_I64LE), H5Tclose), mtype = H5Id(H5Tcopy(H5T_NATIVE_INT64), H5Tclose);
     n = vi->size(), buf = vi->data();
@@ -162,13 +187,50 @@ void h5_fail(const std::string& where, const std::string& what) {
   std::string inner;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, innermost_error, &inner);
   H5Eclear2(H5E_DEFAULT);
+  if (inner.find("fletcher32") != std::string::npos || inner.find("checksum") != std::string::npos)
+    throw Error(where + ": corrupt: a checksum does not match (flipped bits in the file?) (HDF5: " + inner + ")");
   throw Error(where + ": " + what + (inner.empty() ? "" : " (HDF5: " + inner + ")"));
 }
 
+namespace {
+
+// Why `path` cannot be read as a dump file, or "" when it is a readable regular file. Checked before
+// HDF5 sees it: H5Fis_hdf5 on a FIFO would block, and its answer for a directory or an unreadable
+// file is "not HDF5".
+std::string unreadable_reason(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec == std::errc::too_many_symbolic_link_levels) return "a symbolic link loop";
+  if (ec == std::errc::permission_denied) return "permission denied (on a folder of its path)";
+  if (ec || st.type() == fs::file_type::not_found) {
+    std::error_code lec;
+    if (fs::is_symlink(fs::symlink_status(path, lec))) return "a symbolic link to a missing file";
+    return "no such file";
+  }
+  switch (st.type()) {
+    case fs::file_type::regular: break;
+    case fs::file_type::directory: return "a directory, expected an HDF5 file";
+    case fs::file_type::fifo: return "a FIFO (named pipe), expected an HDF5 file";
+    case fs::file_type::socket: return "a socket, expected an HDF5 file";
+    case fs::file_type::character:
+    case fs::file_type::block: return "a device, expected an HDF5 file";
+    default: return "not a regular file";
+  }
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    std::fclose(f);
+    return "";
+  }
+  return errno == EACCES ? "permission denied (cannot open it for reading)" : "cannot open: " + std::string(std::strerror(errno));
+}
+
+}  // namespace
+
 H5Id file_open_read(const std::string& path) {
   silence_hdf5();
-  std::error_code ec;
-  KCP_CHECK(std::filesystem::is_regular_file(path, ec), path, ": no such file");
+  note_reading(path);
+  const std::string why = unreadable_reason(path);
+  KCP_CHECK(why.empty(), path, ": ", why);
   const htri_t is = H5Fis_hdf5(path.c_str());
   if (is <= 0) {
     H5Eclear2(H5E_DEFAULT);
@@ -181,7 +243,11 @@ H5Id file_open_read(const std::string& path) {
 
 H5Id file_create(const std::string& path) {
   silence_hdf5();
-  H5Id f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  // The 1.10 file format: superblock, object headers and chunk indexes carry checksums, so a flipped
+  // bit in the metadata is an error too (readable by HDF5 >= 1.10 and h5py).
+  H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_V110);
+  H5Id f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), H5Fclose);
   if (f.get() < 0) h5_fail(path, "cannot create the file");
   return f;
 }
@@ -198,17 +264,46 @@ H5Id group_create(hid_t loc, const std::string& name, const std::string& where) 
   return g;
 }
 
+ObjectInfo object_info(hid_t obj, const std::string& where) {
+  ObjectInfo o;
+#if H5_VERSION_GE(1, 12, 0)
+  H5O_info2_t info;
+  if (H5Oget_info3(obj, &info, H5O_INFO_BASIC) < 0) h5_fail(where, "cannot read the object header");
+  o.key = std::to_string(info.fileno) + ":" + std::string(reinterpret_cast<const char*>(&info.token), sizeof info.token);
+#else
+  H5O_info_t info;
+  if (H5Oget_info2(obj, &info, H5O_INFO_BASIC) < 0) h5_fail(where, "cannot read the object header");
+  o.key = std::to_string(info.fileno) + ":" + std::to_string(info.addr);
+#endif
+  o.links = info.rc;
+  return o;
+}
+
+void check_linked_once(hid_t obj, const std::string& where) {
+  const ObjectInfo o = object_info(obj, where);
+  KCP_CHECK(o.links <= 1, where, ": reachable through ", o.links, " hard links (a cycle or a shared object); a kcp "
+            "dump holds each group and dataset once");
+}
+
 Members group_members(hid_t group, const std::string& where) {
+  note_reading(where);
   Members m;
   bool ok = true;
-  const std::vector<std::string> names = link_names(group, ok);
+  const std::vector<Link> links = links_of(group, ok);
   if (!ok) h5_fail(where, "cannot list the group's members");
-  for (const std::string& name : names) {
-    H5Id obj(H5Oopen(group, name.c_str(), H5P_DEFAULT), H5Oclose);
-    if (obj.get() < 0) h5_fail(where + "/" + name, "cannot open the object (dangling link or damaged file?)");
+  for (const Link& l : links) {
+    const std::string at = (where.ends_with("/") ? where : where + "/") + l.name;
+    KCP_CHECK(l.type != H5L_TYPE_SOFT, at, ": a soft link (to ", link_target(group, l), "); a kcp dump holds no links");
+    KCP_CHECK(l.type != H5L_TYPE_EXTERNAL, at, ": an external link (to ", link_target(group, l),
+              "); kcp reads nothing outside the dump");
+    KCP_CHECK(l.type == H5L_TYPE_HARD, at, ": a user-defined link; a kcp dump holds no links");
+    note_reading(at);
+    H5Id obj(H5Oopen(group, l.name.c_str(), H5P_DEFAULT), H5Oclose);
+    if (obj.get() < 0) h5_fail(at, "cannot open the object (dangling link or damaged file?)");
+    check_linked_once(obj.get(), at);
     const H5I_type_t t = H5Iget_type(obj.get());
-    if (t == H5I_GROUP) m.groups.push_back(name);
-    else if (t == H5I_DATASET) m.datasets.push_back(name);
+    if (t == H5I_GROUP) m.groups.push_back(l.name);
+    else if (t == H5I_DATASET) m.datasets.push_back(l.name);
   }
   return m;
 }

@@ -50,7 +50,15 @@ H5Id group_create(hid_t loc, const std::string& name, const std::string& where);
 struct Members {
   std::vector<std::string> groups, datasets;  // in HDF5's name order
 };
+// Refuses soft, external and user-defined links and any object with more than one hard link (so a
+// group can never contain itself), each with one line naming the path.
 Members group_members(hid_t group, const std::string& where);
+struct ObjectInfo {
+  std::string key;    // identifies the object within the open files (file number + address/token)
+  unsigned links = 0;  // hard links to it
+};
+ObjectInfo object_info(hid_t obj, const std::string& where);
+void check_linked_once(hid_t obj, const std::string& where);  // the error group_members gives
 
 // Attribute values kcp understands; anything else is kept as Unsupported (read, never fatal
 // unless the reader needs that attribute).
@@ -64,7 +72,8 @@ using Attributes = std::map<std::string, AttrValue>;
 std::string attr_describe(const AttrValue& v);  // "the string 'yes'", "the integer 3", ...
 
 Attributes attrs_read(hid_t obj, const std::string& where);
-// Writes bool as h5py does (enum FALSE/TRUE over int8), strings as variable-length UTF-8.
+// Writes bool as h5py does (enum FALSE/TRUE over int8), strings as fixed-length NUL-terminated UTF-8
+// (inside the checksummed object header).
 void attrs_write(hid_t obj, const Attributes& attrs, const std::string& where);
 
 // An owning, contiguous host array of any DType (bf16/f16 hold their 16-bit patterns).
@@ -99,7 +108,11 @@ struct StoredArray {
   Encoding encoding;
   Attributes attrs;  // all attributes of the dataset, dtype and encoding included
 };
-StoredArray dataset_read(hid_t loc, const std::string& name, const std::string& where);
+struct MemoryBudget;  // io/limits.h
+// Refuses external raw storage and virtual datasets, a declared size the file cannot hold or the
+// budget (when given) cannot pay for, and float data labelled bf16/f16 that is not of that type.
+StoredArray dataset_read(hid_t loc, const std::string& name, const std::string& where,
+                         MemoryBudget* budget = nullptr);
 // Writes `a` in `encoding` (bf16 arrays only may use the bf16 forms). Sets attributes dtype
 // (= `source`) and encoding, plus `extra`.
 void dataset_write(hid_t loc, const std::string& name, const Array& a, DType source, Encoding encoding,

@@ -1,10 +1,15 @@
 // Datasets of the HDF5 layer: element-type recognition in DUMPS.md's reader order, whole-array
 // read and write, and the owning Array. bf16 in either 16-bit form is read and written with memory
 // type == file type (no HDF5 conversion); the float32 form is widened exactly in our code.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <new>
 
 #include "core/error.h"
 #include "io/h5.h"
+#include "io/limits.h"
+#include "io/progress.h"
 
 namespace kcp::io {
 namespace {
@@ -27,11 +32,12 @@ struct TypeChoice {
   H5Id mem;           // memory type to read with
 };
 
-std::string dtype_attr(const Attributes& a) {
+std::string dtype_attr(const Attributes& a, const std::string& where) {
   auto it = a.find("dtype");
   if (it == a.end()) return "";
   const std::string* s = std::get_if<std::string>(&it->second);
-  return s ? *s : "";
+  KCP_CHECK(s, where, ": attribute dtype: expected a string such as 'bfloat16', got ", attr_describe(it->second));
+  return *s;
 }
 
 H5Id copy_of(hid_t t) { return H5Id(H5Tcopy(t), H5Tclose); }
@@ -97,6 +103,67 @@ Shape read_shape(hid_t ds, const std::string& where) {
   return s;
 }
 
+// Data must live in this file, as an ordinary dataset: external raw storage (H5Pset_external) and
+// virtual datasets would make kcp read other files (e.g. /etc/passwd as /inputs/q).
+void check_storage_kind(hid_t ds, const std::string& where) {
+  H5Id dcpl(H5Dget_create_plist(ds), H5Pclose);
+  if (dcpl.get() < 0) h5_fail(where, "cannot read the dataset's creation properties");
+  const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+  KCP_CHECK(layout != H5D_VIRTUAL, where, ": a virtual dataset (its data lives in other files); kcp reads data "
+            "stored in the dump itself");
+  KCP_CHECK(H5Pget_external_count(dcpl.get()) == 0, where, ": external raw storage (the data lives in another "
+            "file); kcp reads data stored in the dump itself");
+}
+
+// Before allocating: the declared size must fit the memory budget and what the file can hold. A
+// deflate stream expands at most ~1032:1, so more than 1100x the stored bytes (plus 1 MiB for small
+// fill-value datasets) is a header that lies about the size.
+void check_declared_size(hid_t ds, const Shape& s, DType t, const std::string& where, MemoryBudget* budget) {
+  const int64_t bytes = checked_bytes(s, dtype_size(t), where);
+  const int64_t stored = int64_t(H5Dget_storage_size(ds));
+  H5Id fid(H5Iget_file_id(ds), H5Fclose);
+  hsize_t file_size = 0;
+  if (fid.get() >= 0) H5Fget_filesize(fid.get(), &file_size);
+  KCP_CHECK(file_size == 0 || stored <= int64_t(file_size), where, ": the header says ", bytes_str(double(stored)),
+            " of data are stored, but the file is only ", bytes_str(double(file_size)), " (damaged file?)");
+  KCP_CHECK(bytes <= stored * 1100 + (int64_t(1) << 20), where, ": declares ", shape_str(s), " (",
+            bytes_str(double(bytes)), ") but the file stores only ", bytes_str(double(stored)),
+            " of it (damaged or crafted file?)");
+  if (budget) budget->add(where, bytes, "declared " + shape_str(s) + " " + std::string(dtype_name(t)));
+}
+
+// A float32/float64 dataset labelled bfloat16 or float16 must hold values of that type.
+void check_label_exact(const Array& a, DType label, const std::string& where) {
+  if (a.dtype == label || !(label == DType::bf16 || label == DType::f16) || !dtype_is_float(a.dtype)) return;
+  const Tensor<double> x = to_tensor<double>(a.view());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double v = x.data()[i];
+    KCP_CHECK(std::isnan(v) || round_to(label, v) == v, where, ": labelled ", dtype_name(label), " (attribute dtype) "
+              "but stored ", dtype_name(a.dtype), " value ", v, " at flat index ", i, " is not a ", dtype_name(label),
+              " value");
+  }
+}
+
+// Chunked storage with HDF5's Fletcher32 filter, so a flipped bit in the data fails the read instead
+// of being judged as numbers. Chunks of at most 2^20 elements: whole trailing dimensions, then a slice
+// of the next. Scalars and empty datasets stay contiguous (nothing to checksum).
+H5Id checksummed_layout(const std::vector<hsize_t>& dims) {
+  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  hsize_t total = 1;
+  for (hsize_t d : dims) total *= d;
+  if (dims.empty() || total == 0) return dcpl;
+  std::vector<hsize_t> chunk(dims.size(), 1);
+  hsize_t n = 1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    const hsize_t take = std::min<hsize_t>(dims[i], std::max<hsize_t>((hsize_t(1) << 20) / n, 1));
+    chunk[i] = take, n *= take;
+    if (take < dims[i]) break;
+  }
+  H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data());
+  H5Pset_fletcher32(dcpl.get());
+  return dcpl;
+}
+
 }  // namespace
 
 Array::Array(DType t, Shape s)
@@ -140,14 +207,16 @@ std::string_view encoding_name(Encoding e) {
 
 H5Id bf16_float_type() { return float16_type(8, 7, 127); }
 
-StoredArray dataset_read(hid_t loc, const std::string& name, const std::string& where) {
+StoredArray dataset_read(hid_t loc, const std::string& name, const std::string& where, MemoryBudget* budget) {
+  note_reading(where);
   H5Id ds(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), H5Dclose);
   if (ds.get() < 0) h5_fail(where, "cannot open the dataset");
   H5Id ft(H5Dget_type(ds.get()), H5Tclose);
   if (ft.get() < 0) h5_fail(where, "cannot read the element type");
+  check_storage_kind(ds.get(), where);
   StoredArray out;
   out.attrs = attrs_read(ds.get(), where);
-  const std::string label = dtype_attr(out.attrs);
+  const std::string label = dtype_attr(out.attrs, where);
   TypeChoice c = [&] {
     try {
       return choose_type(ft.get(), label, where);
@@ -157,11 +226,20 @@ StoredArray dataset_read(hid_t loc, const std::string& name, const std::string& 
       throw Error(where + ": attribute dtype: " + msg);  // dtype_parse's message about the label
     }
   }();
-  out.data = Array(c.stored, read_shape(ds.get(), where));
+  const Shape shape = read_shape(ds.get(), where);
+  check_declared_size(ds.get(), shape, c.stored, where, budget);
+  try {
+    out.data = Array(c.stored, shape);
+  } catch (const std::bad_alloc&) {
+    throw Error(detail::concat(where, ": cannot allocate ", shape_str(shape), " ", dtype_name(c.stored),
+                               " (out of memory)"));
+  }
   out.source = c.source;
   out.encoding = c.encoding;
+  note_reading(where);  // the attributes are read; now the data
   if (out.data.numel() > 0 && H5Dread(ds.get(), c.mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data.data()) < 0)
-    h5_fail(where, "cannot read the data (truncated or damaged file?)");
+    h5_fail(where, "cannot read the data (corrupt, truncated or damaged file?)");
+  check_label_exact(out.data, out.source, where);
   return out;
 }
 
@@ -192,7 +270,8 @@ void dataset_write(hid_t loc, const std::string& name, const Array& a, DType sou
   std::vector<hsize_t> dims(a.shape.begin(), a.shape.end());
   H5Id space = dims.empty() ? H5Id(H5Screate(H5S_SCALAR), H5Sclose)
                             : H5Id(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
-  H5Id ds(H5Dcreate2(loc, name.c_str(), ftype.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+  H5Id dcpl = checksummed_layout(dims);
+  H5Id ds(H5Dcreate2(loc, name.c_str(), ftype.get(), space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
           H5Dclose);
   if (ds.get() < 0) h5_fail(where, "cannot create the dataset");
   if (src->numel() > 0 && H5Dwrite(ds.get(), mtype.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, src->data()) < 0)

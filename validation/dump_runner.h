@@ -21,6 +21,8 @@ using Results = std::map<std::string, io::Array>;
 // the forward runs and *backward_skipped (when given) receives the backend's reason.
 Results run_op_call(Backend& backend, const io::OpCall& call, std::string* backward_skipped = nullptr);
 Results run_conv1d_call(const io::Conv1dCall& call, DType compute);
+// Validates a conv1d call as run_conv1d_call would (errors name the file and tensor) and describes it.
+std::string describe_conv1d_call(const io::Conv1dCall& call);
 
 // Either of the above for a whole dump: ops run on `backend`, conv1d on the reference.
 struct DumpRun {

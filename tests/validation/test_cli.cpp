@@ -4,6 +4,7 @@
 // every bad input gives exit 2, one stderr line naming the file and object, and no output file.
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -11,10 +12,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "io/dump.h"
 #include "validation/cases.h"
+#include "tests/io/hostile_files.h"
 #include "tests/io/io_fixtures.h"
 
 using namespace kcp;
@@ -239,4 +242,71 @@ TEST_CASE("chunkwise shards: results that depend on other ranks are SKIP, the re
   const Run g = kcp_cli("check " + dir.file("g.h5"), dir);
   CHECK(g.rc == 0);
   CHECK(count(g.out, " PASS") == 6);
+}
+
+TEST_CASE("hostile dumps through kcp: exit 2, one line naming the file and the object, no output file") {
+  test::TempDir dir("cli_hostile");
+  const std::vector<test::HostileKind> kinds = test::make_hostile_files(dir.path.string());
+  const size_t files_before = dir.count();
+  const std::string out = dir.file("out.h5");
+  for (const test::HostileKind& k : kinds) {
+    for (const std::string& args : {"check " + k.path, "info " + k.path,
+                                    "run --backend cpu-recurrent --in " + k.path + " --out " + out}) {
+      INFO("kcp ", args);
+      const Run r = kcp_cli(args, dir);
+      CHECK(r.rc == 2);
+      CHECK(count(r.err, "\n") == 1);
+      CHECK(r.err.find(k.path + ": " + k.expect) != std::string::npos);
+      CHECK(!std::filesystem::exists(out));
+      CHECK(dir.count() == files_before);
+    }
+  }
+  const Run m = kcp_cli("--max-memory 1K info " + golden("gdn_fp32_tail.h5"), dir);
+  CHECK(m.rc == 2);
+  CHECK(m.err.find("over the memory limit of 1.0 KiB") != std::string::npos);
+}
+
+TEST_CASE("paths that are not dump files: a directory, a FIFO, a symlink loop, a missing file") {
+  test::TempDir dir("cli_paths");
+  namespace fs = std::filesystem;
+  fs::create_directory(dir.file("folder.h5"));
+  REQUIRE(mkfifo(dir.file("fifo.h5").c_str(), 0600) == 0);
+  fs::create_symlink(dir.file("loop_b.h5"), dir.file("loop_a.h5"));
+  fs::create_symlink(dir.file("loop_a.h5"), dir.file("loop_b.h5"));
+  const std::pair<std::string, std::string> cases[] = {
+      {"folder.h5", "a directory, expected an HDF5 file"}, {"fifo.h5", "a FIFO (named pipe)"},
+      {"loop_a.h5", "a symbolic link loop"}, {"absent.h5", "no such file"}};
+  for (const auto& [name, expect] : cases) {
+    const Run r = kcp_cli("info " + dir.file(name), dir);
+    INFO(name, ": ", r.err);
+    CHECK(r.rc == 2);
+    CHECK(r.err.find(dir.file(name) + ": " + expect) != std::string::npos);
+  }
+}
+
+TEST_CASE("kcp compare fails on inputs or root attributes that differ or exist on one side only") {
+  test::TempDir dir("cli_compare");
+  const io::Dump base = io::dump_read(golden("gdn_fp32_tail.h5"));
+  io::dump_write(dir.file("a.h5"), base);
+  const std::pair<std::string, std::function<void(io::Dump&)>> cases[] = {
+      {"attrs   use_qk_l2norm_in_kernel", [](io::Dump& d) { d.attrs["use_qk_l2norm_in_kernel"] = true; }},
+      {"attrs   scale", [](io::Dump& d) { d.attrs["scale"] = 0.5; }},
+      {"attrs   state_layout", [](io::Dump& d) { d.attrs["state_layout"] = std::string("VK"); }},
+      {"inputs  initial_state", [](io::Dump& d) {
+         for (io::DumpGroup& g : d.groups)
+           if (g.name == "inputs") std::erase_if(g.datasets, [](const io::DumpDataset& x) { return x.name == "initial_state"; });
+       }},
+  };
+  for (const auto& [row, mutate] : cases) {
+    io::Dump d = base;
+    mutate(d);
+    io::dump_write(dir.file("b.h5"), d);
+    for (const char* order : {"a.h5 b.h5", "b.h5 a.h5"}) {
+      const std::string args = std::string(order);
+      const Run r = kcp_cli("compare " + dir.file(args.substr(0, 4)) + " " + dir.file(args.substr(5)), dir);
+      INFO(row, " ", order, "\n", r.out);
+      CHECK(r.rc == 1);
+      CHECK(r.out.find(row.substr(row.find_last_of(' ') + 1)) != std::string::npos);
+    }
+  }
 }
