@@ -6,6 +6,9 @@
 // o written once); FLOP/s of the operations the chunkwise algorithm executes (FLA-style count,
 // PERFORMANCE.md 3.1); the H100 lower bound LB = max(fused FLOPs / 800 TF/s, bytes / 3.0 TB/s) and
 // LB / time; FLA's Triton time measured on the same H100 where PERFORMANCE.md 8 has it.
+// --backward 1: forward + backward per timed run (gradients in FLA's dtypes: dq, dk, dv in the input
+// dtype, dg and dbeta float32), printed as median and min ms; FLA's forward+backward from the issue's
+// measurement (same H100, FLA bc3b101d) where known; scripts/bench_backward.sh times FLA in the same call.
 // A benchmark, never a test: figures go to docs/CUDA.md with date, device and commit.
 #include <algorithm>
 #include <cmath>
@@ -35,6 +38,31 @@ std::vector<std::string> str_list(const std::string& s) {
   return v;
 }
 
+// FLA's Triton forward+backward on the same H100 (issue 11, FLA bc3b101d, bf16, K = V = 128).
+double fla_fwd_bwd_ms(Variant var, int64_t T, int64_t H) {
+  if (H != 16) return 0;
+  if (var == Variant::gdn) return T == 8192 ? 2.61 : T == 32768 ? 5.27 : 0;
+  return T == 8192 ? 5.13 : 0;
+}
+
+// Gradient buffers of one forward+backward (FLA's dtypes).
+struct BwdBuffers {
+  std::vector<DeviceBuffer> bufs;
+  Grads g;
+};
+BwdBuffers make_bwd_buffers(Backend& be, Variant var, int64_t T, int64_t H, int64_t K, int64_t V, DType dt) {
+  BwdBuffers b;
+  b.bufs.reserve(5);
+  auto put = [&](DType t, Shape sh) {
+    b.bufs.emplace_back(be.queue(), size_t(shape_numel(sh)) * size_t(dtype_size(t)));
+    return TensorView(b.bufs.back().get(), t, std::move(sh), be.device());
+  };
+  b.g.dq = put(dt, {1, T, H, K}), b.g.dk = put(dt, {1, T, H, K}), b.g.dv = put(dt, {1, T, H, V});
+  b.g.dg = put(DType::f32, var == Variant::gdn ? Shape{1, T, H} : Shape{1, T, H, K});
+  b.g.dbeta = put(DType::f32, {1, T, H});
+  return b;
+}
+
 // FLA's Triton forward on the same H100 (PERFORMANCE.md section 8), gdn only.
 double fla_ms(Variant var, int64_t T, int64_t H) {
   if (var != Variant::gdn) return 0;
@@ -48,10 +76,35 @@ struct Row {
   std::string text;
 };
 
+// Forward+backward: median and min ms against FLA's.
+Row bench_backward(Backend& be, const Problem& p, std::vector<BenchInputs>& in, const Outputs& out, int warmup,
+                   int repeat, std::string prefix) {
+  if (Support sup = be.supports_backward(p); !sup) return {prefix + "unsupported: " + sup.reason + " |"};
+  BwdBuffers gb = make_bwd_buffers(be, p.variant, p.T, p.H, p.K, p.V, in[0].in.q.dtype);
+  const size_t sets = in.size();
+  auto run = [&](int i) {
+    const BenchInputs& x = in[size_t(i) % sets];
+    be.forward(p, x.in, out);
+    be.backward(p, x.in, {x.d_o, {}}, gb.g);
+  };
+  for (int i = 0; i < warmup; ++i) run(i);
+  be.synchronize();
+  std::vector<double> ms;
+  for (int i = 0; i < repeat; ++i) ms.push_back(be.queue().time_ms([&] { run(i); }));
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2], fla = fla_fwd_bwd_ms(p.variant, p.T, p.H);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%.3f | %.3f | - | - | - | - | %s | %s |", med, ms.front(),
+                fla > 0 ? detail::concat(fla).c_str() : "-",
+                fla > 0 ? detail::concat(int(std::lround(100 * fla / med)), "%").c_str() : "-");
+  return {prefix + buf};
+}
+
 Row bench_shape(Backend& be, Variant var, int64_t T, int64_t H, int64_t K, int64_t V, DType dt, int warmup,
-                int repeat, int sets) {
+                int repeat, int sets, bool backward) {
   std::vector<BenchInputs> in;
-  for (int s = 0; s < sets; ++s) in.push_back(make_bench_inputs(be, {var, H, K, V, dt}, 0, T, 1000 + uint64_t(s)));
+  for (int s = 0; s < sets; ++s)
+    in.push_back(make_bench_inputs(be, {var, H, K, V, dt}, 0, T, 1000 + uint64_t(s), backward));
   ProblemOptions opt;
   opt.compute = DType::f32, opt.check_finite = false;
   const Problem p = make_problem(var, in[0].in, Flags{}, opt);
@@ -60,6 +113,7 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t H, int64_t K, int64
   if (Support sup = be.supports(p); !sup) return {os.str() + "unsupported: " + sup.reason + " |"};
   DeviceBuffer o(be.queue(), size_t(T * H * V) * size_t(dtype_size(dt)));
   const Outputs out{TensorView(o.get(), dt, {1, T, H, V}, be.device()), {}};
+  if (backward) return bench_backward(be, p, in, out, warmup, repeat, os.str());
   for (int i = 0; i < warmup; ++i) be.forward(p, in[size_t(i % sets)].in, out);
   be.synchronize();
   std::vector<double> ms;
@@ -83,21 +137,22 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t H, int64_t K, int64
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args a(argc, argv, {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets"}, {});
+  Args a(argc, argv, {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets", "backward"}, {});
   const std::string name = a.get("backend", "cuda-chunkwise");
   const DType dt = dtype_parse(a.get("dtype", "bfloat16"));
   const int64_t K = a.get_int("K", 128), V = a.get_int("V", 128);
+  const bool backward = a.get_int("backward", 0) != 0;
   const int warmup = int(a.get_int("warmup", 5)), repeat = int(a.get_int("repeat", 50)), sets = int(a.get_int("sets", 3));
   KCP_CHECK(repeat >= 1 && sets >= 1 && warmup >= 0, "bench: --repeat and --sets must be >= 1, --warmup >= 0");
   auto be = backend_create(name);
-  std::printf("kcp bench: %s, %s q/k/v, float32 gates and beta, K=%lld V=%lld, B=1, median of %d after %d "
+  std::printf("kcp bench: %s, %s, %s q/k/v, float32 gates and beta, K=%lld V=%lld, B=1, median of %d after %d "
               "warm-up runs, %d rotating input sets\n",
-              name.c_str(), std::string(dtype_name(dt)).c_str(), (long long)K, (long long)V, repeat, warmup, sets);
+              name.c_str(), backward ? "forward+backward" : "forward", std::string(dtype_name(dt)).c_str(), (long long)K, (long long)V, repeat, warmup, sets);
   std::vector<Row> rows;
   for (const std::string& vs : str_list(a.get("variant", "gdn,kda")))
     for (long long T : int_list(a.get("T", "8192,32768")))
       for (long long H : int_list(a.get("H", "16,32"))) {
-        rows.push_back(bench_shape(*be, variant_parse(vs), T, H, K, V, dt, warmup, repeat, sets));
+        rows.push_back(bench_shape(*be, variant_parse(vs), T, H, K, V, dt, warmup, repeat, sets, backward));
         std::printf("%s\n", rows.back().text.c_str());
         std::fflush(stdout);
       }

@@ -12,8 +12,6 @@
 namespace kcp::cuda {
 namespace {
 
-constexpr const char* kNoBackward = "cuda-chunkwise: backward is not implemented yet";
-
 // Views a call passes must be CUDA device views; checked before the queue is created, so the
 // message names the argument on a machine without a GPU too.
 void expect_device(const TensorView& t, const char* name) {
@@ -42,7 +40,7 @@ class CudaChunkwiseBackend final : public Backend {
     if (p.compute != DType::f32) return Support::no("computes in float32 only (ask for compute = float32)");
     return {};
   }
-  Support supports_backward(const Problem&) const override { return Support::no(kNoBackward); }
+  Support supports_backward(const Problem& p) const override { return supports(p); }
   Support supports_conv1d(const Conv1dProblem& p) const override {
     if (p.W > 8) return Support::no(detail::concat("conv1d W = ", p.W, ": the kernels take W <= 8"));
     return {};
@@ -55,14 +53,25 @@ class CudaChunkwiseBackend final : public Backend {
       expect_device(*v, n);
     pipeline().forward(p, in, out);
   }
-  void backward(const Problem&, const Inputs&, const Cotangents&, const Grads&) override { throw Error(kNoBackward); }
+  void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) override {
+    require_support(*this, p);
+    for (auto [v, n] : {std::pair{&in.q, "q"}, {&in.k, "k"}, {&in.v, "v"}, {&in.g, "g"}, {&in.beta, "beta"},
+                        {&d.d_o, "d_o"}, {&d.d_final_state, "d_final_state"}, {&gr.dq, "dq"}, {&gr.dk, "dk"},
+                        {&gr.dv, "dv"}, {&gr.dg, "dg"}, {&gr.dbeta, "dbeta"}, {&gr.d_initial_state, "d_initial_state"},
+                        {&gr.dA_log, "dA_log"}, {&gr.ddt_bias, "ddt_bias"}})
+      expect_device(*v, n);
+    pipeline().backward(p, in, d, gr);
+  }
   void transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) override {
     require_support(*this, p);
     expect_device(in.q, "q"), expect_device(packed, "packed");
     pipeline().transition_forward(p, in, seq_begin, packed);
   }
-  void transition_backward(const Problem&, const Inputs&, const TensorView&, int64_t, const TensorView&) override {
-    throw Error(kNoBackward);
+  void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq_begin,
+                           const TensorView& packed) override {
+    require_support(*this, p);
+    expect_device(in.q, "q"), expect_device(d_o, "d_o"), expect_device(packed, "packed");
+    pipeline().transition_backward(p, in, d_o, seq_begin, packed);
   }
 
   void conv1d_forward(const Conv1dProblem& p, const Conv1dTensors& t, const TensorView& y) override {

@@ -35,6 +35,17 @@ struct StageBuffers {
   TensorView vnew;            // [TT,HV,V]
 };
 
+// Float32 device buffers of the backward (cuda/chunk_bwd.cuh), valid after backward().
+struct BackwardBuffers {
+  TensorView qn, kn;          // [TT,H,K] q, k after the fused L2 norm
+  TensorView dh;              // [NT,HV,K,V] gradient of the state leaving each chunk
+  TensorView dvnew;           // [TT,HV,V]
+  TensorView dqv, dkv;        // [TT,HV,K] dq, dk per value head (before the group sum and L2 norm)
+  TensorView dbeta_e;         // [TT,HV] w.r.t. the effective beta
+  TensorView da;              // [TT,HV,Kg] w.r.t. the per-token log decay a
+  TensorView dx, dalog;       // [TT,HV,Kg] fused gate: w.r.t. g + dt_bias, and the dA_log terms
+};
+
 class Pipeline {
  public:
   // Runs on `queue`'s CUDA device and stream (cuda/queue_cuda.h); the queue must outlive the pipeline.
@@ -56,6 +67,17 @@ class Pipeline {
   // Folded state kernel (gdn, 16-bit inputs): 16-column groups per block, 1 or 2; 0 (the default)
   // picks by the device's multiprocessor count. For tests, which must cover both.
   void set_state_groups(int groups);
+
+  // Gradients of L = sum(o * d_o) + sum(final_state * d_final_state) w.r.t. the inputs as passed
+  // (Backend::backward): recomputes the forward's stages (buffers() then holds them, h and vnew
+  // included), then runs the backward kernels (chunk_bwd.cuh). Asynchronous on the queue's stream.
+  void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr);
+  const BackwardBuffers& backward_buffers() const;
+  const StageBuffers& buffers() const;
+  // (dS_ext, M^T) of the sequences seq_begin .. seq_begin+count-1 (Backend::transition_backward):
+  // packed [count, HV, K, V+K] float32 on the device.
+  void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq_begin,
+                           const TensorView& packed);
 
   // (S_ext, M) of the sequences seq_begin .. seq_begin+count-1 in one pass over their chunks:
   // packed [count, HV, K, V+K] float32 on the device (core/transition.h).

@@ -1,6 +1,6 @@
 // What cuda-chunkwise promises without running a kernel, so it runs on CI (no GPU): supports() is
 // derived from the instantiated head sizes and states every limit; backward and
-// transition_backward throw the documented kcp::Error; host views are rejected by name before any
+// transition_backward are supported with the forward and reject host views; host views are rejected by name before any
 // CUDA call.
 #include <doctest/doctest.h>
 
@@ -38,7 +38,7 @@ TEST_CASE("supports() matches the instantiated kernels and names every limit") {
   CHECK(be->supports(problem(Variant::kda, 128, 128)));
 }
 
-TEST_CASE("backward and transition_backward are not implemented and say so") {
+TEST_CASE("backward and transition_backward are supported where the forward is, and reject host views by name") {
   auto be = cuda::make_cuda_backend();
   const val::CaseData c = [] {
     val::CaseSpec s;
@@ -47,13 +47,13 @@ TEST_CASE("backward and transition_backward are not implemented and say so") {
   }();
   const Problem p = c.problem(DType::f32);
   CHECK(be->supports(p));
-  CHECK_FALSE(be->supports_backward(p));
-  CHECK(be->supports_backward(p).reason == "cuda-chunkwise: backward is not implemented yet");
+  CHECK(be->supports_backward(p));
+  CHECK_FALSE(be->supports_backward(problem(Variant::gdn, 64, 64, 32)));
   auto g = val::make_grads<float>(p, c.inputs());
   CHECK_THROWS_WITH_AS(be->backward(p, c.inputs(), c.cotangents(), g.views()),
-                       "cuda-chunkwise: backward is not implemented yet", Error);
+                       doctest::Contains("q must be a CUDA device view"), Error);
   CHECK_THROWS_WITH_AS(be->transition_backward(p, c.inputs(), c.d_o.view(), 0, {}),
-                       "cuda-chunkwise: backward is not implemented yet", Error);
+                       doctest::Contains("q must be a CUDA device view"), Error);
 }
 
 TEST_CASE("host views are rejected with the argument's name") {

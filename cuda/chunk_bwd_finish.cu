@@ -1,0 +1,160 @@
+// Backward stages around the chunk kernels (the fused input transforms, ALGORITHMS.md 2.1-2.2, 3.3;
+// CPU twins in reference/gates.h):
+//   prep:   qn = q * rstd_q, kn = k * rstd_k (rstd = 1 without the fused L2 norm)      [TT,H,K]
+//   qk:     dqn = sum over the G value heads of q/k head h of dqv; with the norm
+//           dq = rstd (dqn - (dqn . qn) qn), else dq = dqn (k likewise)
+//   gates:  dbeta = dbeta_e, or dbeta_e * s sig (1 - sig) through the beta sigmoid;
+//           dg = gate_backward(g + dt_bias, da): log decay da; softplus -da c softplus'(x) with
+//           dA_log term da (-c softplus(x)); lower bound c dz, dz = da lb sig (1 - sig), dA_log
+//           term dz z (c = exp(A_log) or 1, z = c x)
+//   sums:   dA_log[hv] and ddt_bias[hv(*K + d)] summed over the tokens in a fixed order (one block
+//           per output element, deterministic).
+// Covered by tests/cuda/test_cuda_backward.cpp.
+#include "cuda/chunk_bwd.cuh"
+
+#include "cuda/cuda_check.cuh"
+#include "cuda/dispatch.cuh"
+
+namespace kcp::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+template <class Tin>
+__global__ void __launch_bounds__(kThreads) bwd_prep_kernel(const BwdParams bp) {
+  const ChunkParams& p = bp.c;
+  const int64_t tt = blockIdx.x;
+  const int h = blockIdx.y;
+  const float rq = p.l2norm ? p.rstd_q[tt * p.H + h] : 1.0f, rk = p.l2norm ? p.rstd_k[tt * p.H + h] : 1.0f;
+  const Tin* q = static_cast<const Tin*>(p.q.p) + row_off(p.q, tt, h);
+  const Tin* k = static_cast<const Tin*>(p.k.p) + row_off(p.k, tt, h);
+  for (int d = threadIdx.x; d < p.K; d += kThreads) {
+    bp.qn[(tt * p.H + h) * p.K + d] = to_float(q[d]) * rq;
+    bp.kn[(tt * p.H + h) * p.K + d] = to_float(k[d]) * rk;
+  }
+}
+
+__device__ float block_sum(float x, float* red) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
+  __syncthreads();
+  float t = 0.0f;
+  for (int w = 0; w < int(blockDim.x + 31) / 32; ++w) t += red[w];
+  return t;
+}
+
+// One q/k row (token tt, head h) per block; K <= kThreads.
+__device__ void finish_row(const BwdParams& bp, const float* dxv, const float* xn, const float* rstd,
+                           const OutRowsView& out, int64_t tt, int h, float* red) {
+  const ChunkParams& p = bp.c;
+  const int d = threadIdx.x;
+  float g = 0.0f, y = 0.0f;
+  if (d < p.K) {
+    for (int j = 0; j < p.G; ++j) g += dxv[(tt * p.HV + h * p.G + j) * p.K + d];
+    y = xn[(tt * p.H + h) * p.K + d];
+  }
+  if (p.l2norm) {
+    const float dot = block_sum(g * y, red);
+    g = rstd[tt * p.H + h] * (g - dot * y);
+  }
+  if (d < p.K) store_any(out.p, out.dt, tt * out.st + int64_t(h) * out.sx + d, g);
+}
+
+__global__ void __launch_bounds__(kThreads) bwd_qk_kernel(const BwdParams bp) {
+  __shared__ float red[kThreads / 32];
+  const int64_t tt = blockIdx.x;
+  const int h = blockIdx.y;
+  if (bp.dq.p) finish_row(bp, bp.dqv, bp.qn, bp.c.rstd_q, bp.dq, tt, h, red);
+  if (bp.dk.p) finish_row(bp, bp.dkv, bp.kn, bp.c.rstd_k, bp.dk, tt, h, red);
+}
+
+// One (token, value head) per block: dbeta and the Kg gate elements.
+__global__ void __launch_bounds__(kThreads) bwd_gate_kernel(const BwdParams bp) {
+  const ChunkParams& p = bp.c;
+  const int64_t tt = blockIdx.x;
+  const int hv = blockIdx.y, Kg = p.kda ? p.K : 1;
+  if (threadIdx.x == 0 && bp.dbeta.p) {
+    float db = bp.dbeta_e[tt * p.HV + hv];
+    if (p.beta_sigmoid) {
+      const float s = sigmoid_f(load_any(p.beta.p, p.beta.dt, row_off(p.beta, tt, hv)));
+      db *= p.beta_scale * s * (1.0f - s);
+    }
+    store_any(bp.dbeta.p, bp.dbeta.dt, row_off(bp.dbeta, tt, hv), db);
+  }
+  const float rate = p.A_log.p ? expf(load_any(p.A_log.p, p.A_log.dt, hv * p.A_log.s)) : 1.0f;
+  for (int d = threadIdx.x; d < Kg; d += kThreads) {
+    const int64_t e = (tt * p.HV + hv) * Kg + d;
+    const float da = bp.da[e];
+    float dx = da, dal = 0.0f;
+    if (p.gate != kGateLogDecay) {
+      const float bias = p.dt_bias.p ? load_any(p.dt_bias.p, p.dt_bias.dt, (int64_t(hv) * Kg + d) * p.dt_bias.s) : 0.0f;
+      const float x = load_any(p.g.p, p.g.dt, row_off(p.g, tt, hv) + d) + bias;
+      if (p.gate == kGateSoftplus) {
+        dal = da * (-rate * softplus_f(x));
+        dx = -da * rate * (x > 20.0f ? 1.0f : sigmoid_f(x));
+      } else {
+        const float z = rate * x, s = sigmoid_f(z), dz = da * p.lower_bound * s * (1.0f - s);
+        dal = p.A_log.p ? dz * z : 0.0f;
+        dx = rate * dz;
+      }
+      bp.dx[e] = dx, bp.dalog[e] = dal;
+    }
+    if (bp.dg.p) store_any(bp.dg.p, bp.dg.dt, row_off(bp.dg, tt, hv) + d, dx);
+  }
+}
+
+// blockIdx.x < HV: dA_log[hv] over (tt, d); else ddt_bias[hv*Kg + d] over tt.
+__global__ void __launch_bounds__(kThreads) bwd_param_sum_kernel(const BwdParams bp, int do_alog) {
+  __shared__ float red[kThreads / 32];
+  const ChunkParams& p = bp.c;
+  const int Kg = p.kda ? p.K : 1;
+  float acc = 0.0f;
+  if (do_alog) {
+    const int hv = blockIdx.x;
+    for (int64_t i = threadIdx.x; i < p.TT * Kg; i += kThreads)
+      acc += bp.dalog[((i / Kg) * p.HV + hv) * Kg + i % Kg];
+    acc = block_sum(acc, red);
+    if (threadIdx.x == 0) store_any(bp.dA_log.p, bp.dA_log.dt, hv * bp.dA_log.s, acc);
+  } else {
+    const int e = blockIdx.x, hv = e / Kg, d = e % Kg;
+    for (int64_t tt = threadIdx.x; tt < p.TT; tt += kThreads) acc += bp.dx[(tt * p.HV + hv) * Kg + d];
+    acc = block_sum(acc, red);
+    if (threadIdx.x == 0) store_any(bp.ddt_bias.p, bp.ddt_bias.dt, e * bp.ddt_bias.s, acc);
+  }
+}
+
+}  // namespace
+
+void launch_bwd_prep(const BwdParams& bp, int input_dtype, cudaStream_t stream) {
+  const ChunkParams& p = bp.c;
+  if (p.TT == 0) return;
+  dispatch_input_type(input_dtype, [&](auto tag) {
+    using Tin = typename decltype(tag)::type;
+    bwd_prep_kernel<Tin><<<dim3(unsigned(p.TT), p.H), kThreads, 0, stream>>>(bp);
+    KCP_CUDA_LAUNCH_CHECK();
+  });
+}
+
+void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream) {
+  const ChunkParams& p = bp.c;
+  if (p.TT == 0) return;
+  KCP_CHECK(p.K <= kThreads, "cuda-chunkwise backward: K = ", p.K, " above ", kThreads);
+  if (bp.dq.p || bp.dk.p) {
+    bwd_qk_kernel<<<dim3(unsigned(p.TT), p.H), kThreads, 0, stream>>>(bp);
+    KCP_CUDA_LAUNCH_CHECK();
+  }
+  bwd_gate_kernel<<<dim3(unsigned(p.TT), p.HV), kThreads, 0, stream>>>(bp);
+  KCP_CUDA_LAUNCH_CHECK();
+  if (p.gate == kGateLogDecay) return;
+  if (bp.dA_log.p) {
+    bwd_param_sum_kernel<<<p.HV, kThreads, 0, stream>>>(bp, 1);
+    KCP_CUDA_LAUNCH_CHECK();
+  }
+  if (bp.ddt_bias.p) {
+    bwd_param_sum_kernel<<<p.HV * (p.kda ? p.K : 1), kThreads, 0, stream>>>(bp, 0);
+    KCP_CUDA_LAUNCH_CHECK();
+  }
+}
+
+}  // namespace kcp::cuda

@@ -1,0 +1,122 @@
+// Pipeline::backward and Pipeline::transition_backward: the forward's stages run again with h and
+// vnew kept (cumsum -> kkt + solve -> WY -> state, never the folded kernel), then the backward
+// kernels of chunk_bwd.cuh: prep -> dhu -> chunk -> finish.
+// Backward workspace, float32: qn, kn 2*TT*H*K; dh NT*HV*K*V; dvnew TT*HV*V; dqv, dkv 2*TT*HV*K;
+// dbeta_e TT*HV; da, dx, dalog 3*TT*HV*Kg (on top of the forward's stage buffers with h and vnew).
+// Covered by tests/cuda/test_cuda_backward.cpp.
+#include "cuda/chunk_bwd.cuh"
+#include "cuda/chunkwise_impl.cuh"
+#include "cuda/device_guard.cuh"
+#include "core/transition.h"
+
+namespace kcp::cuda {
+namespace {
+
+OutRowsView out_rows(const TensorView& t, const char* name) {
+  if (t.empty()) return {};
+  return rows_view<OutRowsView>(t, name);
+}
+
+OutScalarView out_scalar(const TensorView& t, const char* name) {
+  OutScalarView s;
+  if (t.empty()) return s;
+  expect_device(t, name);
+  s.p = t.data, s.s = t.stride[0], s.dt = dtype_code(t, name);
+  return s;
+}
+
+}  // namespace
+
+// Carves the backward workspace (growing it when needed) into bbuf.
+void Pipeline::Impl::size_backward_workspace(const Problem& p) {
+  Impl& im = *this;
+  const int64_t TT = p.B * p.T, NT = im.NT, Kg = p.per_channel_gate() ? p.K : 1;
+  BackwardBuffers& b = im.bbuf;
+  const std::pair<TensorView*, Shape> items[] = {
+      {&b.qn, {TT, p.H, p.K}},         {&b.kn, {TT, p.H, p.K}},     {&b.dh, {NT, p.HV, p.K, p.V}},
+      {&b.dvnew, {TT, p.HV, p.V}},     {&b.dqv, {TT, p.HV, p.K}},   {&b.dkv, {TT, p.HV, p.K}},
+      {&b.dbeta_e, {TT, p.HV}},        {&b.da, {TT, p.HV, Kg}},     {&b.dx, {TT, p.HV, Kg}},
+      {&b.dalog, {TT, p.HV, Kg}}};
+  size_t total = 0;
+  for (const auto& it : items) total += round_up(sizeof(float) * size_t(shape_numel(it.second)));
+  if (total > im.bws_bytes) {
+    KCP_CUDA_CHECK(cudaFree(im.d_bws));
+    im.d_bws = nullptr;
+    KCP_CUDA_CHECK(cudaMalloc(&im.d_bws, total));
+    im.bws_bytes = total;
+  }
+  size_t off = 0;
+  for (const auto& it : items) {
+    *it.first = TensorView(static_cast<char*>(im.d_bws) + off, DType::f32, it.second, Device::cuda);
+    off += round_up(sizeof(float) * size_t(shape_numel(it.second)));
+  }
+}
+
+// Forward recompute with h and vnew, the backward workspace, and the parameter block.
+BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count) {
+  Impl& im = *this;
+  const Setup st = im.setup(p, in, seq_first, seq_count, true);
+  im.size_backward_workspace(p);
+  im.run_front(st);
+  StateParams sp;
+  sp.c = st.c;
+  sp.Vw = int(p.V), sp.u = st.c.u;
+  sp.init = in.initial_state.empty() || seq_count >= 0 ? kInitZero : kInitGiven;
+  if (sp.init == kInitGiven) sp.h0 = state_view(in.initial_state, p.flags.state_v_first, "initial_state");
+  sp.h = static_cast<float*>(im.buf.h.data), sp.vnew = static_cast<float*>(im.buf.vnew.data);
+  launch_chunk_state(sp, st.dtype, im.stream, false);
+  BwdParams bp;
+  bp.c = st.c;
+  auto f = [](const TensorView& t) { return static_cast<float*>(t.data); };
+  const BackwardBuffers& b = im.bbuf;
+  bp.h = f(im.buf.h), bp.vnew = f(im.buf.vnew), bp.qn = f(b.qn), bp.kn = f(b.kn);
+  bp.dh = f(b.dh), bp.dvnew = f(b.dvnew), bp.dqv = f(b.dqv), bp.dkv = f(b.dkv);
+  bp.dbeta_e = f(b.dbeta_e), bp.da = f(b.da), bp.dx = f(b.dx), bp.dalog = f(b.dalog);
+  bp.Vw = int(p.V);
+  launch_bwd_prep(bp, st.dtype, im.stream);
+  return bp;
+}
+
+void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) {
+  check_cotangents(p, d);
+  check_grads(p, in, gr);
+  DeviceGuard guard(impl_->device);
+  BwdParams bp = impl_->backward_setup(p, in, 0, -1);
+  bp.d_o = rows_view<RowsView>(d.d_o, "d_o");
+  if (!d.d_final_state.empty()) bp.dht = state_view(d.d_final_state, p.flags.state_v_first, "d_final_state");
+  if (!gr.d_initial_state.empty()) bp.dh0 = state_view(gr.d_initial_state, p.flags.state_v_first, "d_initial_state");
+  bp.dq = out_rows(gr.dq, "dq"), bp.dk = out_rows(gr.dk, "dk"), bp.dv = out_rows(gr.dv, "dv");
+  bp.dg = out_rows(gr.dg, "dg"), bp.dbeta = out_rows(gr.dbeta, "dbeta");
+  if (!in.A_log.empty()) bp.dA_log = out_scalar(gr.dA_log, "dA_log");
+  if (!in.dt_bias.empty()) bp.ddt_bias = out_scalar(gr.ddt_bias, "ddt_bias");
+  launch_bwd_dhu(bp, impl_->stream);
+  launch_bwd_chunk(bp, impl_->stream);
+  launch_bwd_finish(bp, impl_->stream);
+}
+
+const BackwardBuffers& Pipeline::backward_buffers() const { return impl_->bbuf; }
+const StageBuffers& Pipeline::buffers() const { return impl_->buf; }
+
+void Pipeline::transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq_begin,
+                                   const TensorView& packed) {
+  KCP_CHECK(packed.rank() == 4, "transition_backward: expected a packed buffer [count,HV,K,V+K], got ",
+            shape_str(packed.shape));
+  const int64_t count = packed.dim(0);
+  KCP_CHECK(seq_begin >= 0 && count >= 0 && seq_begin + count <= p.N, "transition_backward: sequences [", seq_begin,
+            ", ", seq_begin + count, ") outside [0, ", p.N, ")");
+  check_transition_buffer(p, packed, count, Device::cuda, "transition_backward");
+  KCP_CHECK(d_o.shape == shape_v(p), "transition_backward: d_o: expected shape ", shape_str(shape_v(p)), ", got ",
+            shape_str(d_o.shape));
+  if (count == 0) return;
+  DeviceGuard guard(impl_->device);
+  BwdParams bp = impl_->backward_setup(p, in, seq_begin, count);
+  bp.d_o = rows_view<RowsView>(d_o, "d_o");
+  bp.dh = nullptr, bp.dvnew = nullptr;  // only the chains' ends are needed
+  bp.dh0 = state_view(packed.narrow(3, 0, p.V), false, "ds_ext");  // dS_ext: from zero, with do
+  launch_bwd_dhu(bp, impl_->stream);
+  bp.d_o = {}, bp.init = kInitIdentity, bp.Vw = int(p.K);  // M^T: the transposed chain on I, do = 0
+  bp.dh0 = state_view(packed.narrow(3, p.V, p.K), false, "m_t");
+  launch_bwd_dhu(bp, impl_->stream);
+}
+
+}  // namespace kcp::cuda

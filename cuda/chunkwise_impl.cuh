@@ -1,0 +1,195 @@
+// Pipeline::Impl (chunkwise.h), shared by the forward (chunkwise.cu) and the backward
+// (chunkwise_backward.cu): the chunk table and float32 workspace kept on the device between calls,
+// the views of the arguments as the kernels' parameter blocks, and the stage launches.
+// Covered by tests/cuda/test_cuda_forward.cpp, test_cuda_stages.cpp, test_cuda_backward.cpp.
+#pragma once
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+#include "cuda/chunkwise.h"
+#include "cuda/chunk_bwd.cuh"
+#include "cuda/chunk_cumsum.cuh"
+#include "cuda/chunk_kkt.cuh"
+#include "cuda/chunk_state.cuh"
+#include "cuda/chunk_state_fold.cuh"
+#include "cuda/chunk_wy.cuh"
+#include "cuda/cuda_check.cuh"
+#include "cuda/key_dims.h"
+
+namespace kcp::cuda {
+
+inline int dtype_code(const TensorView& t, const char* name) {
+  switch (t.dtype) {
+    case DType::f32: return kF32;
+    case DType::f16: return kF16;
+    case DType::bf16: return kBF16;
+    case DType::f64: return kF64;
+    default: throw Error(detail::concat("cuda-chunkwise: ", name, " must be a float tensor, got ", dtype_name(t.dtype)));
+  }
+}
+
+inline void expect_device(const TensorView& t, const char* name) {
+  KCP_CHECK(t.device == Device::cuda, "cuda-chunkwise: ", name, " must be a CUDA device view (use the backend's alloc/upload)");
+}
+
+// [B,T,X(,D)] with B and T merged into one token index.
+template <class View>
+inline View rows_view(const TensorView& t, const char* name) {
+  expect_device(t, name);
+  KCP_CHECK(t.dim(0) == 1 || t.stride[0] == t.dim(1) * t.stride[1], "cuda-chunkwise: ", name,
+            ": batch and time must be mergeable (stride[0] == T*stride[1]), got strides ", shape_str(t.stride));
+  KCP_CHECK(t.rank() == 3 || t.stride[3] == 1, "cuda-chunkwise: ", name, ": the last dimension must be contiguous");
+  View v;
+  v.p = t.data, v.st = t.stride[1], v.sx = t.stride[2], v.dt = dtype_code(t, name);
+  return v;
+}
+
+// q, k and v rows are copied 16 bytes at a time (cp.async).
+inline void expect_aligned_rows(const TensorView& t, const char* name) {
+  const int64_t es = dtype_size(t.dtype);
+  const bool ok = reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.stride[1] * es) % 16 == 0 && (t.stride[2] * es) % 16 == 0;
+  KCP_CHECK(ok, "cuda-chunkwise: ", name, ": rows must start on 16-byte boundaries (pointer and strides)");
+}
+
+inline StateView state_view(const TensorView& t, bool v_first, const char* name) {
+  expect_device(t, name);
+  StateView s;
+  s.p = t.data, s.dt = dtype_code(t, name);
+  if (t.rank() == 3) {  // transition buffers [HV,K,V]
+    s.sn = 0, s.shv = t.stride[0], s.si = t.stride[1], s.sj = t.stride[2];
+  } else {
+    s.sn = t.stride[0], s.shv = t.stride[1];
+    s.si = v_first ? t.stride[3] : t.stride[2], s.sj = v_first ? t.stride[2] : t.stride[3];
+  }
+  return s;
+}
+
+inline ScalarView scalar_view(const TensorView& t, const char* name) {
+  ScalarView s;
+  if (t.empty()) return s;
+  expect_device(t, name);
+  s.p = t.data, s.s = t.stride[0], s.dt = dtype_code(t, name);
+  return s;
+}
+
+inline size_t round_up(size_t b) { return (b + 255) / 256 * 256; }
+
+
+struct Pipeline::Impl {
+  int device = 0;                // the queue's CUDA ordinal (made current by every public method)
+  cudaStream_t stream = nullptr; // the queue's stream: every launch and copy goes here
+  int sms = 0;                   // multiprocessors of `device`
+  std::vector<int64_t> table_key;
+  int NT = 0, N = 0;
+  void* d_table = nullptr;
+  size_t table_bytes = 0;
+  void* d_ws = nullptr;
+  size_t ws_bytes = 0;
+  StageBuffers buf;
+  void* d_bws = nullptr;  // the backward's float32 workspace (chunkwise_backward.cu)
+  size_t bws_bytes = 0;
+  BackwardBuffers bbuf;
+  int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
+
+  ~Impl() {
+    cudaFree(d_table);  // destructor: errors cannot be reported, and the memory is gone either way
+    cudaFree(d_ws);
+    cudaFree(d_bws);
+  }
+
+  // Chunk table of the sequences [first, first+count) (count < 0: all), numbered from 0 in the
+  // table; uploaded when it differs from the last one.
+  void build_table(const Problem& p, int64_t first, int64_t count) {
+    if (count < 0) first = 0, count = p.N;
+    std::vector<int64_t> key = {p.B, p.T, p.N, first, count};
+    key.insert(key.end(), p.cu_seqlens.begin(), p.cu_seqlens.end());
+    if (key == table_key && d_table) return;
+    std::vector<ChunkInfo> chunks;
+    std::vector<int> seq0;
+    for (int64_t n = first; n < first + count; ++n) {
+      const SeqRange r = p.sequence(n);
+      seq0.push_back(int(chunks.size()));
+      for (int64_t c = 0; c * kChunk < r.len; ++c)
+        chunks.push_back({int(n - first), int(r.b * p.T + r.t0 + c * kChunk), int(std::min<int64_t>(kChunk, r.len - c * kChunk)), int(c)});
+    }
+    seq0.push_back(int(chunks.size()));
+    NT = int(chunks.size()), N = int(seq0.size()) - 1;
+    const size_t need = sizeof(ChunkInfo) * chunks.size() + sizeof(int) * seq0.size();
+    if (need > table_bytes) {
+      KCP_CUDA_CHECK(cudaFree(d_table));
+      d_table = nullptr;
+      KCP_CUDA_CHECK(cudaMalloc(&d_table, need));
+      table_bytes = need;
+    }
+    // From pageable memory: the copies are staged before cudaMemcpyAsync returns, so the vectors
+    // may go; ordered on the stream with the kernels that read the table.
+    KCP_CUDA_CHECK(cudaMemcpyAsync(d_table, chunks.data(), sizeof(ChunkInfo) * chunks.size(), cudaMemcpyHostToDevice,
+                                   stream));
+    KCP_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(d_table) + sizeof(ChunkInfo) * chunks.size(), seq0.data(),
+                                   sizeof(int) * seq0.size(), cudaMemcpyHostToDevice, stream));
+    table_key = key;
+  }
+
+  // Carves the workspace (growing it when needed) and fills buf with views of it.
+  // `wy`: w and u are needed (every path but the folded forward).
+  void size_workspace(const Problem& p, bool stages, bool wy) {
+    const int64_t TT = p.B * p.T, NT64 = NT, Kg = p.per_channel_gate() ? p.K : 1;
+    const bool kda = p.variant == Variant::kda, l2 = p.flags.use_qk_l2norm_in_kernel;
+    struct Item { TensorView* view; Shape shape; bool on; };
+    const std::vector<Item> items = {
+        {&buf.gcum, {TT, p.HV, Kg}, true},  {&buf.beta, {TT, p.HV}, true},
+        {&buf.rstd_q, {TT, p.H}, l2},       {&buf.rstd_k, {TT, p.H}, l2},
+        {&buf.P, {NT64, p.HV, kChunk, kChunk}, true}, {&buf.Aqk, {NT64, p.HV, kChunk, kChunk}, true},
+        {&buf.w, {TT, p.HV, p.K}, wy},      {&buf.u, {TT, p.HV, p.V}, wy},
+        {&buf.kg, {TT, p.HV, p.K}, kda},    {&buf.qg, {TT, p.HV, p.K}, kda},
+        {&buf.h, {NT64, p.HV, p.K, p.V}, stages}, {&buf.vnew, {TT, p.HV, p.V}, stages}};
+    size_t total = 0;
+    for (const Item& it : items)
+      if (it.on) total += round_up(sizeof(float) * size_t(shape_numel(it.shape)));
+    if (total > ws_bytes) {
+      KCP_CUDA_CHECK(cudaFree(d_ws));
+      d_ws = nullptr;
+      KCP_CUDA_CHECK(cudaMalloc(&d_ws, total));
+      ws_bytes = total;
+    }
+    size_t off = 0;
+    for (const Item& it : items) {
+      *it.view = {};
+      if (!it.on) continue;
+      *it.view = TensorView(static_cast<char*>(d_ws) + off, DType::f32, it.shape, Device::cuda);
+      off += round_up(sizeof(float) * size_t(shape_numel(it.shape)));
+    }
+  }
+
+  struct Setup {
+    ChunkParams c;
+    int dtype = kF32;
+  };
+  // seq_count < 0: every sequence; else the sequences [seq_first, seq_first + seq_count).
+  Setup setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count, bool stages);
+  StateParams state_params(const Setup& st, const Problem& p, const Inputs& in, const Outputs& out) const;
+  // The forward's state stage: folded for gdn with 16-bit inputs, else from w and u.
+  // KCP_CUDA_STATE_GROUPS=1|2 overrides the automatic choice (diagnostics, like the stage times).
+  void launch_state(const StateParams& sp, int dtype) const {
+    static const int env_groups = [] {
+      const char* e = std::getenv("KCP_CUDA_STATE_GROUPS");
+      return e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
+    }();
+    if (state_fold_applies(sp.c, dtype))
+      launch_chunk_state_fold(sp, dtype, state_groups ? state_groups : env_groups, stream);
+    else launch_chunk_state(sp, dtype, stream, false);
+  }
+  // The backward (chunkwise_backward.cu): its workspace, and the forward recompute with h and vnew
+  // plus the parameter block, for the sequences [seq_first, seq_first + seq_count) (count < 0: all).
+  void size_backward_workspace(const Problem& p);
+  BwdParams backward_setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count);
+  void run_front(const Setup& st) const {
+    launch_chunk_cumsum(st.c, st.dtype, stream);
+    launch_chunk_kkt(st.c, st.dtype, stream);
+    launch_chunk_wy(st.c, st.dtype, stream);
+  }
+};
+
+}  // namespace kcp::cuda

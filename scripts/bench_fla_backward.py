@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""FLA's chunk_gated_delta_rule / chunk_kda forward+backward timed on the GPU, next to kcp's.
+
+Same shapes and inputs as `kcp bench --backward 1` (app/bench.cpp, app/bench_inputs.h): B = 1,
+q/k/v/do bf16 (q, k L2-normalized per row), g ~ U(-0.3, -0.001) float32 (per channel for kda),
+beta ~ U(0, 1) float32, no initial or final state. Median of CUDA-event times after warm-up, rotating
+over 3 input sets; peak device memory of one forward+backward (torch.cuda.max_memory_allocated,
+inputs included). With --kcp FILE (the output of `kcp bench --backward 1`) prints one table with
+both and the ratio FLA / kcp. FLA from FLA_PATH (default ../../.fla, i.e. /work/main/.fla carried).
+A benchmark, never a test. Used by scripts/bench_backward.sh.
+"""
+import argparse
+import os
+import sys
+
+
+def fla_time(variant, T, H, K, V, repeat, warmup):
+    import torch
+    torch.manual_seed(0)
+    dev = "cuda"
+    sets = []
+    for _ in range(3):
+        q = torch.nn.functional.normalize(torch.randn(1, T, H, K, device=dev), dim=-1).bfloat16()
+        k = torch.nn.functional.normalize(torch.randn(1, T, H, K, device=dev), dim=-1).bfloat16()
+        v = torch.randn(1, T, H, V, device=dev).bfloat16()
+        gs = (1, T, H) if variant == "gdn" else (1, T, H, K)
+        g = -(torch.rand(gs, device=dev) * 0.299 + 0.001)
+        beta = torch.rand(1, T, H, device=dev)
+        do = torch.randn(1, T, H, V, device=dev).bfloat16()
+        for t in (q, k, v, g, beta):
+            t.requires_grad_(True)
+        sets.append((q, k, v, g, beta, do))
+    if variant == "gdn":
+        import fla.ops.common.chunk_o as m
+        m.TRITON_ABOVE_3_7_1 = True  # FLA's gdn backward on Triton 3.6 (see the issue)
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fn
+    else:
+        from fla.ops.kda import chunk_kda as fn
+
+    def run(i):
+        q, k, v, g, beta, do = sets[i % 3]
+        o, _ = fn(q, k, v, g, beta, output_final_state=False)
+        torch.autograd.backward(o, do)
+
+    for i in range(warmup):
+        run(i)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    run(0)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    ms = []
+    for i in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        run(i)
+        b.record()
+        torch.cuda.synchronize()
+        ms.append(a.elapsed_time(b))
+    ms.sort()
+    return ms[len(ms) // 2], peak
+
+
+def kcp_rows(path):
+    rows = {}
+    if not path or not os.path.exists(path):
+        return rows
+    for line in open(path):
+        f = [x.strip() for x in line.strip().strip("|").split("|")]
+        if len(f) >= 5 and f[0] in ("gdn", "kda") and f[1].isdigit():
+            try:
+                rows[(f[0], int(f[1]), int(f[2]))] = float(f[3])
+            except ValueError:
+                pass
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="gdn:8192:16,gdn:32768:16,kda:8192:16")
+    ap.add_argument("--kcp", default="")
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    a = ap.parse_args()
+    sys.path.insert(0, os.environ.get("FLA_PATH", os.path.join(os.path.dirname(__file__), "../../../.fla")))
+    kcp = kcp_rows(a.kcp)
+    print("| op | T | H | FLA fwd+bwd ms | FLA peak MiB | kcp fwd+bwd ms | FLA / kcp |")
+    print("|---|---|---|---|---|---|---|")
+    for s in a.shapes.split(","):
+        var, T, H = s.split(":")
+        T, H = int(T), int(H)
+        ms, peak = fla_time(var, T, H, 128, 128, a.repeat, a.warmup)
+        mine = kcp.get((var, T, H))
+        ratio = f"{ms / mine:.2f}" if mine else "-"
+        print(f"| {var} | {T} | {H} | {ms:.3f} | {peak:.0f} | {mine if mine else '-'} | {ratio} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

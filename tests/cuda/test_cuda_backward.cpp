@@ -1,0 +1,252 @@
+// cuda-chunkwise backward (cuda/chunk_bwd.cuh):
+//  1. stages: after one backward, each float32 workspace buffer against its CPU chunkwise twin
+//     (reference/chunkwise_backward.cpp, float64, on the same inputs): dh and dvnew (stage dhu),
+//     dq/dk per value head, dbeta w.r.t. the effective beta and da w.r.t. the log decay (stage chunk),
+//     in pipeline order, so the first failing buffer names the kernel;
+//  2. the whole gradient against the float64 oracle (cpu-recurrent) over the forward tests' sweep:
+//     lengths 1, 63, 64, 65, odd long, packed sequences, grouped value heads, every flag, q/k/v in
+//     float32, float16, bfloat16; dq, dk, dv and d_o in the input dtype, the rest float32 (FLA's dtypes);
+//  3. transition_backward (dS_ext, M^T) of a range of sequences against the oracle's.
+// Every output is NaN-poisoned first: a NaN left is an unwritten element.
+// Bars (validation/tolerance.h, float_rule.h): 16-bit inputs: FLA's own bars for its chunk kernels
+// (kFlaChunkGrad for dq, dk, dv, dh0; kFlaChunkGateBeta for dg, dbeta, dA_log, ddt_bias), since the
+// forward's intermediates are TF32-rounded as FLA's are rounded to 16 bits; float32 inputs: the
+// forward's float32 bar kFloatVsDouble, or the float32 rule against the float32 recurrence where that
+// is looser (the gate gradients, whose floor scales with the sum's condition number). The float32
+// rule alone is not met by the chunkwise pipeline on strong (softplus) gates: the gate cumsum is
+// float32 (as the forward's and FLA's), so exp2 of its differences carries ~eps |B| relative error;
+// observed 2e-6 .. 5e-6 on dq, dk, dv, dbeta (H100, 2026-11-24), FLA's own float32 error is ~1e-3.
+// Stages and transitions: kCudaTf32 (16-bit) / kFloatVsDouble.
+// Skipped where no CUDA device is present.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/transition.h"
+#include "cuda/backend_cuda.h"
+#include "cuda/chunkwise.h"
+#include "reference/backend_cpu.h"
+#include "reference/chunkwise.h"
+#include "tests/cuda/cuda_support.h"
+#include "validation/compare.h"
+#include "validation/float_rule.h"
+#include "validation/run_case.h"
+#include "validation/tolerance.h"
+
+using namespace kcp;
+
+namespace {
+
+struct BwdCase {
+  val::CaseSpec spec;
+  DType qkv = DType::bf16;
+  std::string name() const { return spec.name() + " qkv=" + std::string(dtype_name(qkv)); }
+};
+
+bool check_tensor(const std::string& what, const std::string& name, const Tensor<double>& got, const TensorView& ref,
+                  double bar) {
+  const val::Metrics m = val::compare(got.view(), ref);
+  std::printf("  %-10s rel_l2 %.3e  max_abs %.3e  (bar %.1e)  %s\n", what.c_str(), m.rel_l2, m.max_abs, bar, name.c_str());
+  INFO(what, ": rel_l2 ", m.rel_l2, ", max_abs ", m.max_abs, " at ", val::index_str(m.max_abs_at), " (", m.a_at,
+       " vs ", m.b_at, "), NaN ", m.nan_a);
+  CHECK(m.nan_a == 0);
+  CHECK(m.finite_ok());
+  CHECK(m.rel_l2 <= bar);
+  return m.rel_l2 <= bar && m.nan_a == 0;
+}
+
+std::vector<BwdCase> sweep(uint64_t seed) {
+  struct L { int64_t B, T; std::vector<int64_t> lens; int64_t H, HV, K, V; };
+  const std::vector<L> layouts = {{1, 1, {}, 2, 2, 64, 64},          {2, 63, {}, 2, 2, 64, 64},
+                                  {1, 64, {}, 1, 2, 32, 64},         {2, 65, {}, 2, 4, 64, 32},
+                                  {1, 0, {50, 100, 1, 77}, 2, 2, 32, 32}, {1, 0, {64, 37, 0, 90, 1, 60}, 1, 3, 64, 64},
+                                  {1, 333, {}, 2, 2, 128, 128},      {1, 0, {129, 255}, 1, 2, 128, 96}};
+  const DType dtypes[] = {DType::bf16, DType::f32, DType::f16};
+  std::vector<BwdCase> out;
+  for (Variant var : {Variant::gdn, Variant::kda})
+    for (size_t li = 0; li < layouts.size(); ++li)
+      for (int f = 0; f < 10; ++f) {
+        if ((li + size_t(f)) % 3 != 0 && f != 0) continue;  // every flag on some layouts, plain on all
+        const L& l = layouts[li];
+        val::CaseSpec s;
+        s.variant = var, s.B = l.B, s.T = l.T, s.seqlens = l.lens, s.H = l.H, s.HV = l.HV, s.K = l.K, s.V = l.V;
+        Flags& fl = s.flags;
+        switch (f) {
+          case 1: fl.use_qk_l2norm_in_kernel = true; break;
+          case 2: fl.use_beta_sigmoid_in_kernel = true; break;
+          case 3: fl.use_beta_sigmoid_in_kernel = fl.allow_neg_eigval = true; break;
+          case 4: fl.use_gate_in_kernel = true; break;
+          case 5: fl.use_gate_in_kernel = true, s.dt_bias = false; break;
+          case 6:
+          case 7:
+            if (var == Variant::gdn) continue;
+            fl.use_gate_in_kernel = true, fl.lower_bound = -5.0, fl.safe_gate = true, s.A_log = f == 6;
+            break;
+          case 8: fl.state_v_first = true; break;
+          case 9: s.initial_state = s.final_state = false, s.scale = 0.3; break;
+          default: break;
+        }
+        BwdCase c;
+        c.spec = s, c.spec.seed = seed + out.size(), c.qkv = dtypes[out.size() % 3];
+        out.push_back(c);
+      }
+  return out;
+}
+
+// Device gradients shaped like the host set: dq, dk, dv in the input dtype, the rest float32.
+struct DeviceGrads {
+  std::vector<std::pair<std::string, test::DeviceTensor>> t;
+  Grads views;
+};
+DeviceGrads device_grads(Backend& be, const val::GradSet<double>& host, DType qkv) {
+  DeviceGrads d;
+  d.t.reserve(8);
+  auto put = [&](const char* name, const Tensor<double>& h, DType dt, TensorView& v) {
+    if (h.empty()) return;
+    d.t.emplace_back(name, test::poisoned(be, dt, h.shape()));
+    v = d.t.back().second.view;
+  };
+  put("dq", host.dq, qkv, d.views.dq), put("dk", host.dk, qkv, d.views.dk), put("dv", host.dv, qkv, d.views.dv);
+  put("dg", host.dg, DType::f32, d.views.dg), put("dbeta", host.dbeta, DType::f32, d.views.dbeta);
+  put("dinitial_state", host.dh0, DType::f32, d.views.d_initial_state);
+  put("dA_log", host.dA_log, DType::f32, d.views.dA_log), put("ddt_bias", host.ddt_bias, DType::f32, d.views.ddt_bias);
+  return d;
+}
+
+template <class S>
+const Tensor<S>& host_grad(const val::GradSet<S>& g, const std::string& n) {
+  if (n == "dq") return g.dq;
+  if (n == "dk") return g.dk;
+  if (n == "dv") return g.dv;
+  if (n == "dg") return g.dg;
+  if (n == "dbeta") return g.dbeta;
+  if (n == "dinitial_state") return g.dh0;
+  if (n == "dA_log") return g.dA_log;
+  return g.ddt_bias;
+}
+
+}  // namespace
+
+TEST_CASE("cuda-chunkwise backward matches the float64 oracle" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  for (const BwdCase& bc : sweep(val::seed_from_env(800))) {
+    SUBCASE(bc.name().c_str()) {
+      val::CaseData c = test::round_case(val::make_case(bc.spec), bc.qkv);
+      for (int64_t i = 0; i < c.d_o.numel(); ++i) c.d_o.data()[i] = round_to(bc.qkv, c.d_o.data()[i]);  // FLA: do in the input dtype
+      const auto ref = val::run_case<double>(*oracle, c, true);
+      const Problem p = c.problem(DType::f32);
+      test::DeviceInputs din = test::upload_inputs(*gpu, c, bc.qkv);
+      test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, bc.qkv), dht;
+      if (!c.dht.empty()) dht = test::to_device(*gpu, c.dht, DType::f32);
+      DeviceGrads dg = device_grads(*gpu, ref.grads, bc.qkv);
+      gpu->backward(p, din.views, {d_o.view, dht.view}, dg.views);
+      val::RunResult<float> r32;
+      val::GradConditioning cond;
+      const bool f32 = bc.qkv == DType::f32;
+      if (f32) {  // the float32 rule's baseline: the float32 recurrence on the same inputs
+        r32 = val::run_case<float>(*oracle, c, true);
+        cond = val::grad_conditioning(c.problem(DType::f64), c.inputs(), c.cotangents(), ref.grads.dg.view());
+      }
+      for (auto& [name, t] : dg.t) {
+        const Tensor<double>& want = host_grad(ref.grads, name);
+        double bar = (name == "dg" || name == "dbeta" || name == "dA_log" || name == "ddt_bias")
+                         ? val::tol::kFlaChunkGateBeta : val::tol::kFlaChunkGrad;
+        if (f32)  // the forward's float32 bar, or the float32 rule where that is looser (the gate sums)
+          bar = std::max(val::tol::kFloatVsDouble,
+                         val::float_rule_bar(val::compare(host_grad(r32.grads, name).view(), want.view()).rel_l2, cond.of(name)));
+        check_tensor(name, bc.name(), test::to_host(*gpu, t.view), want.view(), bar);
+      }
+    }
+  }
+}
+
+TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  const uint64_t seed = val::seed_from_env(801);
+  for (Variant var : {Variant::gdn, Variant::kda})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      val::CaseSpec s;
+      s.variant = var, s.seqlens = {70, 0, 130, 1}, s.H = 1, s.HV = 2, s.K = 64, s.V = 32, s.seed = seed;
+      s.flags.use_qk_l2norm_in_kernel = true;
+      SUBCASE((s.name() + " qkv=" + std::string(dtype_name(dt))).c_str()) {
+        const val::CaseData c = test::round_case(val::make_case(s), dt);
+        const Problem p64 = c.problem(DType::f64), p32 = c.problem(DType::f32);
+        test::DeviceInputs din = test::upload_inputs(*gpu, c, dt);
+        test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, DType::f32), dht = test::to_device(*gpu, c.dht, DType::f32);
+        cuda::Pipeline pipe(gpu->queue());
+        pipe.backward(p32, din.views, {d_o.view, dht.view}, {});
+        const cuda::BackwardBuffers& b = pipe.backward_buffers();
+        const int64_t TT = p64.T, Kg = var == Variant::kda ? p64.K : 1;
+        const double kNaN = std::nan("");
+        Tensor<double> dh(b.dh.shape, kNaN), dvnew(b.dvnew.shape, kNaN), dqv(b.dqv.shape, kNaN), dkv(b.dkv.shape, kNaN);
+        Tensor<double> dbeta({TT, p64.HV}, kNaN), da({TT, p64.HV, Kg}, kNaN);
+        int64_t chunk0 = 0;
+        for (int64_t n = 0; n < p64.N; ++n) {
+          const SeqRange seq = p64.sequence(n);
+          const int64_t nt = ref::chunk_count(seq.len, 64);
+          for (int64_t hv = 0; hv < p64.HV; ++hv) {
+            const ref::HeadData<double> d = ref::load_head<double>(p64, c.inputs(), n, hv);
+            const ref::HeadCotangents<double> hc = ref::load_head_cotangents(p64, c.cotangents(), d);
+            const ref::ChunkwiseBackwardTrace<double> t = ref::chunkwise_backward_trace(p64, d, hc.d_o, hc.dht);
+            for (int64_t ci = 0; ci < nt; ++ci)
+              for (int64_t i = 0; i < p64.K; ++i)
+                for (int64_t j = 0; j < p64.V; ++j) dh(chunk0 + ci, hv, i, j) = t.dh[size_t(ci)](i, j);
+            for (int64_t r = 0; r < seq.len; ++r) {
+              const int64_t tt = seq.t0 + r, ci = r / 64, rr = r % 64;
+              for (int64_t j = 0; j < p64.V; ++j) dvnew(tt, hv, j) = t.chunk[size_t(ci)].dvnew(rr, j);
+              for (int64_t i = 0; i < p64.K; ++i) dqv(tt, hv, i) = t.grads.dq(r, i), dkv(tt, hv, i) = t.grads.dk(r, i);
+              for (int64_t i = 0; i < Kg; ++i) da(tt, hv, i) = t.grads.da(r, i);
+              dbeta(tt, hv) = t.grads.dbeta(r);
+            }
+          }
+          chunk0 += nt;
+        }
+        const double bar = dt == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
+        const std::string nm = s.name();
+        // pipeline order: the first failure names the kernel
+        if (!check_tensor("dhu:dh", nm, test::to_host(*gpu, b.dh), dh.view(), bar)) return;
+        if (!check_tensor("dhu:dvnew", nm, test::to_host(*gpu, b.dvnew), dvnew.view(), bar)) return;
+        check_tensor("chunk:dq", nm, test::to_host(*gpu, b.dqv), dqv.view(), bar);
+        check_tensor("chunk:dk", nm, test::to_host(*gpu, b.dkv), dkv.view(), bar);
+        check_tensor("chunk:dbeta", nm, test::to_host(*gpu, b.dbeta_e), dbeta.view(), bar);
+        check_tensor("chunk:da", nm, test::to_host(*gpu, b.da), da.view(), bar);
+      }
+    }
+}
+
+TEST_CASE("transition_backward of a range of sequences matches the oracle's (dS_ext, M^T)" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  const uint64_t seed = val::seed_from_env(802);
+  for (Variant var : {Variant::gdn, Variant::kda})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      val::CaseSpec s;
+      s.variant = var, s.seqlens = {70, 0, 130, 1}, s.H = 1, s.HV = 2, s.K = 64, s.V = 32;
+      s.flags.use_qk_l2norm_in_kernel = var == Variant::kda;
+      s.flags.use_beta_sigmoid_in_kernel = var == Variant::gdn;
+      s.seed = seed + uint64_t(dt == DType::f32);
+      SUBCASE((s.name() + " qkv=" + std::string(dtype_name(dt))).c_str()) {
+        const val::CaseData c = test::round_case(val::make_case(s), dt);
+        const Problem p64 = c.problem(DType::f64), p32 = c.problem(DType::f32);
+        test::DeviceInputs din = test::upload_inputs(*gpu, c, dt);
+        test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, DType::f32);
+        const double bar = dt == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
+        Tensor<double> ref(transition_shape(p64.N, p64.HV, p64.K, p64.V));
+        oracle->transition_backward(p64, c.inputs(), c.d_o.view(), 0, ref.view());
+        for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 4}, {1, 2}, {3, 1}}) {
+          INFO("sequences [", first, ", ", first + count, ")");
+          test::DeviceTensor packed = test::poisoned(*gpu, DType::f32, transition_shape(count, p32.HV, p32.K, p32.V));
+          gpu->transition_backward(p32, din.views, d_o.view, first, packed.view);
+          const Tensor<double> got = test::to_host(*gpu, packed.view);
+          for (int64_t i = 0; i < count; ++i) {
+            const TensorView g = transition_element(got.view(), i), r = transition_element(ref.view(), first + i);
+            check_tensor("ds_ext", s.name(), to_tensor<double>(transition_s(g)), transition_s(r), bar);
+            check_tensor("m_t", s.name(), to_tensor<double>(transition_m(g)), transition_m(r), bar);
+          }
+        }
+      }
+    }
+}
