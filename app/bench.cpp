@@ -4,8 +4,8 @@
 // timed runs, rotating over several input sets (distinct data) so the 50 MB L2 cannot serve them.
 // Printed per shape: median and min ms; achieved bytes/s (the minimum bytes: each input read once,
 // o written once); FLOP/s of the operations the chunkwise algorithm executes (FLA-style count,
-// PERFORMANCE.md 3.1); the H100 lower bound LB = max(fused FLOPs / 800 TF/s, bytes / 3.0 TB/s) and
-// LB / time; FLA's Triton time measured on the same H100 where PERFORMANCE.md 8 has it.
+// docs/BENCHMARKS.md "GPU"); the H100 lower bound LB = max(fused FLOPs / 800 TF/s, bytes / 3.0 TB/s) and
+// LB / time; FLA's Triton time measured on the same H100 where docs/BENCHMARKS.md has it.
 // --backward 1: forward + backward per timed run (gradients in FLA's dtypes: dq, dk, dv in the input
 // dtype, dg and dbeta float32), printed as median and min ms; FLA's forward+backward from the issue's
 // measurement (same H100, FLA bc3b101d) where known; scripts/bench_backward.sh times FLA in the same call.
@@ -63,7 +63,7 @@ BwdBuffers make_bwd_buffers(Backend& be, Variant var, int64_t T, int64_t H, int6
   return b;
 }
 
-// FLA's Triton forward on the same H100 (PERFORMANCE.md section 8), gdn only.
+// FLA's Triton forward on the same H100 (docs/BENCHMARKS.md "GPU"), gdn only.
 double fla_ms(Variant var, int64_t T, int64_t H) {
   if (var != Variant::gdn) return 0;
   if (T == 8192 && H == 16) return 0.500;

@@ -1,6 +1,6 @@
 // Element types kcp reads and writes, and the exact conversions between them.
 // bfloat16 and float16 narrow with round-to-nearest-even (PyTorch's rule; HDF5's own conversion
-// rounds ties away from zero, see docs/DUMPS.md), and widen exactly.
+// rounds ties away from zero, see docs/DUMP_FORMAT.md section 3), and widen exactly.
 // Covered by tests/core/test_dtype.cpp.
 #pragma once
 

@@ -11,8 +11,8 @@
 //             fill_zero(dst)
 //   algebra on packed transitions (core/transition.h): fold, compose, start, identity
 // Views passed to a queue must live on its device(); the host versions of the view and algebra
-// operations are the reference the CUDA ones are tested against (tests/cuda/test_cuda_queue.cpp).
-// Covered by tests/core/test_queue.cpp.
+// operations are the reference the CUDA ones are tested against (tests/cuda/test_cuda_transition.cpp).
+// Covered by tests/core/test_transition.cpp.
 #pragma once
 
 #include <cstddef>

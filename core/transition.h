@@ -7,7 +7,7 @@
 // compose(later, earlier) = (M_l M_e, M_l S_e + S_l) is associative with identity (I, 0); a reset
 // (M = 0) marks a run that starts a sequence. The operations on packed buffers are Queue methods
 // (core/queue.h) so they run where the buffer lives; this header has the layout helpers.
-// Covered by tests/core/test_queue.cpp (host algebra) and tests/cuda/test_cuda_queue.cpp (device).
+// Covered by tests/core/test_transition.cpp (host algebra) and tests/cuda/test_cuda_transition.cpp (device).
 #pragma once
 
 #include <cstdint>

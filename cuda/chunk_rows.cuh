@@ -2,7 +2,7 @@
 // cumsum (kda's per-channel gates are tiles, loaded by each stage), the effective beta, and the L2
 // norm's rstd of k and q (1 without the fused norm). Rows past the chunk's length L repeat the last
 // valid gate (so exp2 of differences stays finite) and leave beta/rstd unwritten (cp_async zero fill).
-// Covered by tests/cuda/test_cuda.cpp (stage tests of kkt and WY).
+// Covered by tests/cuda/test_cuda_stages.cpp (stage tests of kkt and WY).
 #pragma once
 
 #include "cuda/chunk_params.cuh"

@@ -1,5 +1,5 @@
 // Run-time value -> template parameter, in one place, so that the backend's supports() is derived
-// from exactly what the launchers instantiate (ggml's lesson, STYLE.md 1.2):
+// from exactly what the launchers instantiate (ggml's lesson; docs/ARCHITECTURE.md):
 //   input element type (q, k, v): float, half, bfloat16;  key head size K: 32, 64, 128.
 // Any other value throws kcp::Error naming it. Covered by tests/cuda/test_cuda_backend.cpp.
 #pragma once

@@ -3,7 +3,7 @@
 // process may hold queues on several devices. Memory comes from cudaMalloc (device) and
 // cudaMallocHost (pinned host staging for MPI on device buffers); timing uses events on the stream.
 // The view operations and the transition algebra are kernels in cuda/queue_ops.cu, float32 and
-// float64; the host queue's loops are their reference (tests/cuda/test_cuda_queue.cpp).
+// float64; the host queue's loops are their reference (tests/cuda/test_cuda_transition.cpp).
 // Plain C++ header: no CUDA types.
 #pragma once
 

@@ -4,7 +4,7 @@
 //   fold:     x = x0 or 0; for each element j of a range (ascending or descending): x = M_j x + S_j
 //   compose:  out = (M_l M_e, M_l S_e + S_l)
 //   start:    S = M x0 + S; M = 0        identity: M = I, S = 0
-// Covered by tests/cuda/test_cuda_queue.cpp.
+// Covered by tests/cuda/test_cuda_transition.cpp.
 #pragma once
 
 #include <cuda_runtime.h>

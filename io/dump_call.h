@@ -15,7 +15,7 @@
 
 namespace kcp::io {
 
-// Where a per-rank capture sits in a TP/CP run (DUMPS.md section 6, ALGORITHMS.md section 5.1).
+// Where a per-rank capture sits in a TP/CP run (docs/DUMP_FORMAT.md section 5, docs/ALGORITHMS.md section 5.1).
 struct Placement {
   int64_t tp_size = 1, tp_rank = 0, cp_size = 1, cp_rank = 0;  // cp_rank -1: a reassembled file
   std::string cp_mode = "none";                                // none | headwise | chunkwise

@@ -1,6 +1,6 @@
 // A thin RAII layer over the HDF5 C API: identifiers that close themselves, every failed call turned
 // into one kcp::Error naming the file and the object ("x.h5: /inputs/q: cannot read (HDF5: ...)"),
-// and typed read/write of attributes and of whole datasets. Tensor element types (DUMPS.md section 4):
+// and typed read/write of attributes and of whole datasets. Tensor element types (docs/DUMP_FORMAT.md section 3):
 //   float64, float32, int32, int64: IEEE / two's complement, little-endian in files we write;
 //   float16: 2-byte float, 5-bit exponent (what numpy/h5py write);
 //   bfloat16: (a) 2-byte float with an 8-bit exponent, bias 127 ("bf16_float"), (b) uint16 or 2-byte

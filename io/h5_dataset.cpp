@@ -1,4 +1,4 @@
-// Datasets of the HDF5 layer: element-type recognition in DUMPS.md's reader order, whole-array
+// Datasets of the HDF5 layer: element-type recognition in the reader order of docs/DUMP_FORMAT.md section 3, whole-array
 // read and write, and the owning Array. bf16 in either 16-bit form is read and written with memory
 // type == file type (no HDF5 conversion); the float32 form is widened exactly in our code.
 #include <algorithm>

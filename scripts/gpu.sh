@@ -41,8 +41,8 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     if [ -n "$exe" ]; then run_suite "$t" "$exe"; else summary+=("| $t | not built | - |"); fi
   done
   if "$BUILD/kcp" help 2>&1 | grep -qE '^  check '; then
-    # cuda-chunkwise has no backward yet (supports_backward says so): kcp check judges o and
-    # final_state of every file against FLA's results and reports the gradients as skipped.
+    # Every tensor of every file against FLA's results, gradients included (the CUDA backward);
+    # shapes cuda-chunkwise does not support are reported as skipped with the reason.
     run_suite golden_check "$BUILD/kcp" check --backend cuda-chunkwise --precision f32 data/golden
   else
     echo "golden check: this build has no 'kcp check': skipped"

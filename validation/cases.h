@@ -1,11 +1,11 @@
 // Seeded test problems: a CaseSpec names a problem (its name() is the doctest subcase name and the
 // filter key), make_case() draws its inputs and cotangents from a counter-based RNG (core/rng.h),
 // so a case is reproduced from its printed name and seed alone.
-// Distributions (STYLE.md 5.7, FLA's tests): q, k ~ N(0,1) then L2-normalized (raw when the kernel
+// Distributions (as FLA's tests draw them): q, k ~ N(0,1) then L2-normalized (raw when the kernel
 // normalizes), v ~ N(0,1), log decay g ~ U(-0.3, -0.001) (raw gate ~ N(0,1) with
 // A_log = log U(1,16), dt_bias ~ N(0, 0.5^2) when the gate is fused), beta ~ U(0,1) (logits ~ N(0,1)
 // with the fused sigmoid), h0, do, dht ~ N(0,1).
-// Covered by tests/validation/test_cases.cpp.
+// Covered by the suites that draw from it (tests/reference, tests/chunkwise, tests/cp, the cp-sweep).
 #pragma once
 
 #include <cstdint>

@@ -3,7 +3,7 @@
 //   max_abs (and where), rel_l2 = ||a-b||/||b||, fla_ratio = rms(a-b)/(rms(b)+1e-8) (FLA's
 //   err_ratio), cosine similarity, max distance in bfloat16 ULPs, NaN/Inf counts on each side.
 // first_mismatches() lists the first disagreeing elements for a failure report.
-// Covered by tests/validation/test_compare.cpp.
+// Covered by tests/validation/test_policy.cpp and every suite that judges a result.
 #pragma once
 
 #include <string>

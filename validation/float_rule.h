@@ -1,4 +1,4 @@
-// The float32 rule (STYLE.md 5.2), written once: a float32 result passes when
+// The float32 rule, written once: a float32 result passes when
 //   err(candidate, float64 oracle) <= kFloatRuleFactor * err(float32 recurrence, oracle) + kFloatRuleFloor * cond
 // with rel_l2 errors. cond = 1 for most tensors. The gate gradients are sums whose terms cancel:
 // dg[t] sums K*V (gdn) or V (kda, gla) products of the state and its gradient, and dA_log / ddt_bias

@@ -2,7 +2,7 @@
 // once for every backend: inputs are uploaded (converted to a chosen dtype), outputs are zero-filled
 // device tensors that download() copies back into their host views. On a host backend every view
 // passes through unchanged (no copies). Views are whole tensors or narrowed parts of them.
-// Covered by the cp-sweep on cuda-chunkwise (scripts/gpu.sh) and tests/cuda/test_cuda_cp.cpp.
+// Covered by the cp-sweep on cuda-chunkwise (scripts/gpu.sh) and tests/cp/cp_fault_job.cpp.
 #pragma once
 
 #include <utility>

@@ -24,7 +24,7 @@ bool one_of(std::string_view x, std::initializer_list<std::string_view> set) {
 }
 
 // FLA's thresholds for its chunk kernels against its float32 token reference (tests/ops/test_kda.py,
-// test_gated_delta.py; DUMPS.md section 8). They hold for float32 inputs too: FLA's float32 path
+// test_gated_delta.py; docs/ALGORITHMS.md section 6). They hold for float32 inputs too: FLA's float32 path
 // runs its dots in TF32 (10-bit mantissa), so its error is of the bf16 kind.
 Bar kernel_bar(std::string_view op, std::string_view tensor) {
   if (one_of(tensor, {"o", "final_state"})) return {tol::kFlaChunkOutput, false, true, "FLA test_chunk: o, ht"};

@@ -32,7 +32,7 @@ inline constexpr double kElementF64 = 1e-13;
 // larger than float rounding (a dropped term is O(1)).
 inline constexpr double kFloatVsDouble = 1e-4;
 
-// The float32 rule for faster algorithms (STYLE.md 5.2): err(candidate, oracle_f64) must be at most
+// The float32 rule for faster algorithms (validation/float_rule.h, docs/ALGORITHMS.md section 6): err(candidate, oracle_f64) must be at most
 // kFloatRuleFactor * err(float32 recurrence, oracle_f64) + kFloatRuleFloor. The floor covers a
 // baseline that happens to be nearly exact (one float32 rounding of unit values is 6e-8).
 inline constexpr double kFloatRuleFactor = 2.0;
@@ -57,7 +57,7 @@ inline constexpr double kFlaChunkOutput = 0.005;    // o, final_state
 inline constexpr double kFlaChunkGrad = 0.008;      // dq, dk, dv, dinitial_state
 inline constexpr double kFlaChunkGateBeta = 0.02;   // dg, dbeta, dA_log, ddt_bias (fused gate)
 // KDA's test_chunk is stricter on the fused-gate parameters than GDN's: ddt_bias 0.008, and dA_log
-// 0.003 as a warning only (FLA does not fail on it; DUMPS.md section 8). GDN keeps kFlaChunkGateBeta.
+// 0.003 as a warning only (FLA does not fail on it; docs/ALGORITHMS.md section 6). GDN keeps kFlaChunkGateBeta.
 inline constexpr double kFlaChunkKdaDtBias = 0.008;
 inline constexpr double kFlaChunkKdaALogWarn = 0.003;
 // FLA's assert_close passes a tensor at once when max|ref - x| <= 1e-6, whatever the ratio: a tensor

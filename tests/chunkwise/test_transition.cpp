@@ -6,7 +6,7 @@
 //             given equals dM dht + dS_ext.
 // float64 bar: tolerance.h kExactF64; float32: the float32 rule against the float64 recurrence on the
 // applied maps (M alone is reported, see below).
-// A zero-length sequence must give exactly (0, I) (STYLE.md 5.4: T = 0 leaves the state untouched).
+// A zero-length sequence must give exactly (0, I) (docs/ALGORITHMS.md 1.3: T = 0 leaves the state untouched).
 #include <doctest/doctest.h>
 
 #include <cstdio>

@@ -97,7 +97,7 @@ TEST_CASE("bfloat16 as other tools write it reads as the same values") {
   io::Array wide = io::array_convert(ref, DType::f32);
   {
     H5Id f = io::file_create(path);
-    // h5py / DUMPS.md section 4 form (a): IEEE f32 copied, fields set, size 2, bias 127
+    // h5py's form, docs/DUMP_FORMAT.md section 3 "bf16_float": IEEE f32 copied, fields set, size 2, bias 127
     H5Id t(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
     H5Tset_fields(t.get(), 15, 7, 8, 0, 7);
     H5Tset_size(t.get(), 2);
@@ -126,7 +126,7 @@ TEST_CASE("bfloat16 as other tools write it reads as the same values") {
 }
 
 TEST_CASE("HDF5's float32 -> bf16 conversion rounds ties away from zero; kcp rounds to even") {
-  // 0x3F808000 lies halfway between bf16 0x3F80 and 0x3F81 (DUMPS.md section 4).
+  // 0x3F808000 lies halfway between bf16 0x3F80 and 0x3F81 (docs/DUMP_FORMAT.md section 3).
   const uint32_t tie_bits = 0x3F808000u;
   float tie;
   std::memcpy(&tie, &tie_bits, 4);

@@ -249,7 +249,7 @@ class KernelCapture:
                   f"(recorded as ignored_args; kcp leaves them out as the kernel does)")
 
     def _record_cp_context(self, ctx):
-        """FLA's chunkwise CP context (DUMPS.md section 1.5): its fields as cp_* attributes; its
+        """FLA's chunkwise CP context (docs/ALGORITHMS.md 5.1, docs/DUMP_FORMAT.md section 5): its fields as cp_* attributes; its
         rank-local cu_seqlens (which FLA uses instead of the argument) as /inputs/cu_seqlens_local."""
         if ctx is None:
             return

@@ -1,4 +1,4 @@
-"""kcp_dump.megatron: capture the kernel call of a Megatron-LM GDN / KDA layer (docs/DUMPS.md section 3).
+"""kcp_dump.megatron: capture the kernel call of a Megatron-LM GDN / KDA layer (docs/DUMP_FORMAT.md section 6).
 
 install_megatron_capture(module, folder, ...) replaces the module attribute `gated_delta_rule` (set in
 `_setup_variant_attrs`, always called with keyword arguments) with a KernelCapture writing group
