@@ -53,6 +53,7 @@ void run_kernel_forward(const LayerConfig& c, const LayerParams<S>& w, const Lay
   ps.kp = make_problem(c.variant, ps.kin, layer_kernel_flags(c), opt);
   st.o = Tensor<S>(shape_v(ps.kp));
   st.final_state = Tensor<S>(shape_state(ps.kp));
+  if (in.kernel.forward) return in.kernel.forward(ps.kp, ps.kin, Outputs{st.o.view(), {}});
   const auto backend = make_cpu_backend(c.kernel);
   require_support(*backend, ps.kp);
   backend->forward(ps.kp, ps.kin, Outputs{st.o.view(), st.final_state.view()});
@@ -126,6 +127,7 @@ void run_kernel_backward(const LayerConfig& c, const LayerInputs<S>& in, const P
   if (!in.initial_state.empty()) gr.d_initial_state = Tensor<S>(in.initial_state.shape());
   const Grads g{ds.q.view(), ds.k.view(), ds.v.view(), ds.g.view(), ds.beta.view(), gr.d_initial_state.view(),
                 gr.dparams["A_log"].view(), gr.dparams["dt_bias"].view()};
+  if (in.kernel.backward) return in.kernel.backward(ps.kp, ps.kin, Cotangents{d_o.view(), dht.view()}, g);
   const auto backend = make_cpu_backend(c.kernel);
   backend->backward(ps.kp, ps.kin, Cotangents{d_o.view(), dht.view()}, g);
 }

@@ -70,12 +70,21 @@ template <class S> using LayerParams = std::map<std::string, Tensor<S>>;
 LayerParams<double> layer_init_params(const LayerConfig& c, uint64_t seed);
 template <class D, class S> LayerParams<D> layer_params_cast(const LayerParams<S>& p);
 
+// How the layer runs its kernel. Default (empty functions): the config's CPU backend on the whole
+// call. Context parallelism (cp/layer_cp.h) substitutes cp::ContextParallel; the final state is then
+// not produced (as in FLA's and Megatron's CP) and backward always follows a forward of the same call.
+struct LayerKernel {
+  std::function<void(const Problem&, const Inputs&, const Outputs&)> forward;
+  std::function<void(const Problem&, const Inputs&, const Cotangents&, const Grads&)> backward;
+};
+
 template <class S>
 struct LayerInputs {
   Tensor<S> x;                      // [B,T,hidden]
   std::vector<int64_t> cu_seqlens;  // [N+1] or empty (dense: N = B)
   Tensor<S> initial_state;          // optional [N,HV,K,V]
   Tensor<S> x_halo;                 // optional [P,hidden], P <= W-1: tokens before the first (CP)
+  LayerKernel kernel;               // optional: how the kernel runs (CP)
 };
 
 // What each stage produced, bshd (token axis 1), cut back to the unpadded T.
