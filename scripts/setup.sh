@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build libeigen3-dev libopenmpi-dev openmpi-bin libhdf5-dev hdf5-tools
-          doctest-dev python3 python3-h5py python3-numpy)
+          doctest-dev python3 python3-h5py python3-numpy python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
