@@ -207,24 +207,31 @@ class KDALayer(nn.Module):
 # --- capture -----------------------------------------------------------------------------------------
 
 def _hooks(module, rec):
-    """Forward hooks that record each stage under kcp's names (reference/layer.h LayerStages)."""
+    """Forward hooks that record each stage under kcp's names (reference/layer.h LayerStages), and
+    tensor hooks that record the gradient at each stage as "d" + name (dq, do, dqkv_conv, ...)."""
+    def keep(name, t):
+        rec[name] = t
+        if t.requires_grad:
+            t.register_hook(lambda g: rec.__setitem__("d" + name, g))
+
     def on(name, fn):
         return getattr(module, name).register_forward_hook(fn)
 
-    def proj(_, inp, out):
-        rec["qkv_proj"] = module.qkv_proj_out
-    hs = [on("conv1d", lambda _, i, o: rec.__setitem__("qkv_conv", o)),
-          on("q_norm", lambda _, i, o: rec.__setitem__("q", o)),
-          on("k_norm", lambda _, i, o: rec.__setitem__("k", o)),
-          on("beta_proj", lambda _, i, o: rec.__setitem__("beta_logit", o)),
-          on("out_norm", lambda _, i, o: rec.update(y=o, gate=i[1])),
-          on("out_proj", lambda _, i, o: rec.__setitem__("out", o))]
+    def out_norm(_, inp, out):  # a forward hook must return None (a value would replace the output)
+        keep("y", out)
+        keep("gate", inp[1])
 
     def kernel(_, inp, out):
-        rec.update(v=inp[2], g=inp[3], beta=inp[4], o=out[0], final_state=out[1])
-        proj(None, None, None)
-    hs.append(on("kernel", kernel))
-    return hs
+        keep("qkv_proj", module.qkv_proj_out)
+        for n, t in zip(("q", "k", "v", "g", "beta"), inp[:5]):
+            keep(n, t)
+        keep("o", out[0])
+        rec["final_state"] = out[1]
+    return [on("conv1d", lambda _, i, o: keep("qkv_conv", o)),
+            on("beta_proj", lambda _, i, o: keep("beta_logit", o)),
+            on("out_norm", out_norm),
+            on("out_proj", lambda _, i, o: rec.__setitem__("out", o)),
+            on("kernel", kernel)]
 
 
 def _put(grp, name, t, T=None):
@@ -264,7 +271,7 @@ def capture_layer(module, x, path, cu_seqlens=None, dout=None, source="maxtext-d
         _put(lg, "x", x)
         if cu_seqlens is not None:
             lg.create_dataset("cu_seqlens", data=np.asarray(cu_seqlens, dtype=np.int64))
-        for name, t in rec.items():
+        for name, t in rec.items():  # stages, and after the backward the gradients at them
             _put(lg, name, t, None if name == "final_state" else T)
         pg = f.create_group("layer/params")
         for name, p in params.items():

@@ -1,6 +1,8 @@
 // layer_check(): the oracle run and the pairing of layer_check.h.
 #include "validation/layer_check.h"
 
+#include <map>
+
 #include "validation/tolerance.h"
 
 namespace kcp::val {
@@ -41,6 +43,27 @@ const Tensor<double>& stage_tensor(const ref::LayerStages<double>& s, const std:
 
 }  // namespace
 
+const std::vector<LayerStageName>& layer_backward_names() {
+  static const std::vector<LayerStageName> s = {
+      {"dy", "out_proj bwd"},          {"grads/out_proj.weight", "out_proj bwd"},
+      {"do", "out_gate bwd"},          {"dgate", "out_gate bwd"},
+      {"grads/out_norm.weight", "out_gate bwd"},
+      {"grads/gate_proj.weight", "out_gate:proj bwd"}, {"grads/gate_proj.lora_a", "out_gate:proj bwd"},
+      {"grads/gate_proj.lora_b", "out_gate:proj bwd"},
+      {"dq", "kernel bwd"},            {"dk", "kernel bwd"},       {"dv", "kernel bwd"},
+      {"dg", "kernel bwd"},            {"dbeta", "kernel bwd"},    {"grads/A_log", "kernel bwd"},
+      {"grads/dt_bias", "kernel bwd"},
+      {"dbeta_logit", "gate:beta bwd"}, {"grads/beta_proj.weight", "gate:beta bwd"},
+      {"grads/g_proj.weight", "gate:g bwd"}, {"grads/g_proj.lora_a", "gate:g bwd"},
+      {"grads/g_proj.lora_b", "gate:g bwd"}, {"grads/g_proj.bias", "gate:g bwd"},
+      {"dqkv_conv", "qk_norm bwd"},
+      {"dqkv_proj", "conv bwd"},       {"grads/conv1d.weight", "conv bwd"}, {"grads/conv1d.bias", "conv bwd"},
+      {"dx", "in_proj bwd"},           {"grads/in_proj.weight", "in_proj bwd"},
+      {"grads/q_proj.weight", "in_proj bwd"}, {"grads/k_proj.weight", "in_proj bwd"},
+      {"grads/v_proj.weight", "in_proj bwd"}};
+  return s;
+}
+
 LayerCheck layer_check(const LayerDumpCall& c) {
   LayerCheck lc;
   lc.description = c.config.describe() + " x " + shape_str(c.in.x.shape()) +
@@ -49,8 +72,11 @@ LayerCheck layer_check(const LayerDumpCall& c) {
   for (const LayerStageName& s : layer_stage_names()) add_pair(lc, c, s.tensor, s.stage, stage_tensor(st, s.tensor));
   if (c.dout.empty()) return lc;
   const ref::LayerGrads<double> g = ref::layer_backward(c.config, c.params, c.in, c.dout, c.dht);
-  add_pair(lc, c, "dx", "backward", g.dx);
-  for (const auto& [name, t] : g.dparams) add_pair(lc, c, "grads/" + name, "backward", t);
+  std::map<std::string, const Tensor<double>*> oracle = {{"dx", &g.dx}};
+  for (const auto& [name, t] : layer_stage_grads(g)) oracle[name] = t;
+  for (const auto& [name, t] : g.dparams) oracle["grads/" + name] = &t;
+  for (const LayerStageName& s : layer_backward_names())
+    if (oracle.count(s.tensor)) add_pair(lc, c, s.tensor, s.stage, *oracle.at(s.tensor));
   return lc;
 }
 

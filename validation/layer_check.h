@@ -1,8 +1,10 @@
 // Judging a layer dump (layer_dump.h) against the float64 layer oracle: run reference/layer.h on the
 // dump's x, weights and config, then pair every tensor the producer stored with the oracle's, in
 // pipeline order (in_proj, gate projections, conv, qk norm, beta, kernel, output norm, output gate,
-// out_proj, then dx and the weight gradients). The first pair over its bar names the stage where the
-// producer first departs; later stages inherit the error, so only the first one is the diagnosis.
+// out_proj), then the backward in its own order (layer_backward_names: dy, do, ..., dq, ..., dx and
+// each weight gradient, labelled by the stage whose backward produced it). The first pair over its
+// bar names the stage where the producer first departs; later stages inherit the error, so only the
+// first one is the diagnosis.
 // Bars (tolerance.h kLayer*) follow the dtype the tensor was produced in.
 // Covered by tests/validation/test_layer_dump.cpp (planted errors, one per stage).
 #pragma once
@@ -30,6 +32,8 @@ struct LayerCheck {
   std::vector<LayerPair> pairs;
 };
 LayerCheck layer_check(const LayerDumpCall& c);
+// The backward tensors in the order the backward produces them, each with its stage ("kernel bwd", ...).
+const std::vector<LayerStageName>& layer_backward_names();
 Bar layer_bar(DType stored);
 
 // Index of the first pair that fails (problem, or judge() == fail); -1 when none does.

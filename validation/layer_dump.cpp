@@ -11,7 +11,7 @@ namespace {
 bool has_token_axis(const std::string& n) {
   if (n == "x" || n == "dout" || n == "dx" || n == "out") return true;
   for (const LayerStageName& s : layer_stage_names())
-    if (n == s.tensor) return n != std::string("final_state");
+    if (n == s.tensor || n == "d" + std::string(s.tensor)) return std::string(s.tensor) != "final_state";
   return false;
 }
 
@@ -95,6 +95,13 @@ const std::vector<LayerStageName>& layer_stage_names() {
   return s;
 }
 
+std::vector<std::pair<std::string, const Tensor<double>*>> layer_stage_grads(const ref::LayerGrads<double>& g) {
+  const ref::LayerStages<double>& s = g.dstages;
+  return {{"dqkv_proj", &s.qkv_proj}, {"dg", &s.g},       {"dgate", &s.gate}, {"dbeta_logit", &s.beta_logit},
+          {"dqkv_conv", &s.qkv_conv}, {"dq", &s.q},       {"dk", &s.k},       {"dv", &s.v},
+          {"dbeta", &s.beta},         {"do", &s.o},       {"dy", &s.y}};
+}
+
 bool is_layer_dump(const io::Dump& d) {
   return io::attr_string(d.attrs, "capture_point", d.path + ":", "") == "layer" && d.group("layer");
 }
@@ -171,6 +178,7 @@ io::Dump layer_dump(const LayerCaseData& d, const ref::LayerStages<double>& st, 
   for (const auto& [name, t] : d.params) put(pg, name, t, stored);
   if (gr) {
     put(lg, "dx", gr->dx, stored);
+    for (const auto& [name, t] : layer_stage_grads(*gr)) put(lg, name, *t, stored);
     for (const auto& [name, t] : gr->dparams) put(gg, name, t, stored);
   }
   out.groups.push_back(std::move(lg));

@@ -5,7 +5,8 @@
 //                     g_lora_rank, gate_lora_rank, g_bias, qk_l2norm, l2norm_eps, lower_bound (NaN:
 //                     none), safe_gate, output_gate, norm_eps, scale, pad_multiple, chunk_size)
 //   /layer/<name>     x, cu_seqlens, initial_state, dout, dht (inputs and cotangents); the producer's
-//                     out, dx and stage captures (names of reference/layer.h's LayerStages)
+//                     out, dx and stage captures (names of reference/layer.h's LayerStages), and the
+//                     gradients at the stages, "d" + stage name (dq, do, dqkv_conv, ...)
 //   /layer/params/<w> the weights (layer_param_specs names);  /layer/grads/<w> their gradients
 // Megatron names are read as aliases: hidden_in = x, core_attn_out = o, conv_out = qkv_conv,
 // beta_proj_out = beta_logit, dhidden_in = dx.
@@ -37,6 +38,10 @@ struct LayerDumpCall {
   std::map<std::string, Tensor<double>> found;  // the producer's tensors: stages, out, dx, grads/<w>
   std::map<std::string, DType> stored;          // the dtype each found tensor was produced in
 };
+// The gradients at the stages (LayerGrads::dstages) under their dump names: dqkv_proj, dg, dgate,
+// dbeta_logit, dqkv_conv, dq, dk, dv, dbeta, do (w.r.t. the kernel output o), dy.
+std::vector<std::pair<std::string, const Tensor<double>*>> layer_stage_grads(const ref::LayerGrads<double>& g);
+
 bool is_layer_dump(const io::Dump& d);
 LayerDumpCall read_layer_call(const io::Dump& d);
 

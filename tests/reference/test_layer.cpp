@@ -75,6 +75,73 @@ TEST_CASE("layer: every gradient matches finite differences of the whole layer")
   }
 }
 
+namespace {
+
+// y[r, o] = sum_e x[r, e] w[row0 + o, e] for o < n (rows of w.dim(1) inputs): a projection section by loops.
+Tensor<double> loop_linear(const Tensor<double>& x, const Tensor<double>& w, int64_t row0, int64_t n, Shape shape) {
+  const int64_t in = w.dim(1), rows = x.numel() / in;
+  Tensor<double> y(std::move(shape));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < n; ++o) {
+      double s = 0;
+      for (int64_t e = 0; e < in; ++e) s += x.data()[r * in + e] * w.data()[(row0 + o) * in + e];
+      y.data()[r * n + o] = s;
+    }
+  return y;
+}
+
+// Columns [c0, c0+n) of a [B,T,D] tensor.
+Tensor<double> loop_columns(const Tensor<double>& t, int64_t c0, int64_t n, Shape shape) {
+  const int64_t D = t.dim(2), rows = t.numel() / D;
+  Tensor<double> r(std::move(shape));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < n; ++j) r.data()[i * n + j] = t.data()[i * D + c0 + j];
+  return r;
+}
+
+// x / sqrt(|x|^2 + eps) per row of D.
+Tensor<double> loop_l2norm(const Tensor<double>& x, int64_t D, double eps) {
+  Tensor<double> y(x.shape());
+  for (int64_t r = 0; r < x.numel() / D; ++r) {
+    double s = 0;
+    for (int64_t i = 0; i < D; ++i) s += x.data()[r * D + i] * x.data()[r * D + i];
+    for (int64_t i = 0; i < D; ++i) y.data()[r * D + i] = x.data()[r * D + i] / std::sqrt(s + eps);
+  }
+  return y;
+}
+
+// o / sqrt(mean o^2 + eps) w act(z) per row of V.
+Tensor<double> loop_gated_norm(const ref::LayerConfig& c, const Tensor<double>& o, const Tensor<double>& z,
+                               const Tensor<double>& w) {
+  Tensor<double> y(o.shape());
+  for (int64_t r = 0; r < o.numel() / c.V; ++r) {
+    double ms = 0;
+    for (int64_t j = 0; j < c.V; ++j) ms += o.data()[r * c.V + j] * o.data()[r * c.V + j] / double(c.V);
+    for (int64_t j = 0; j < c.V; ++j) {
+      const double zz = z.data()[r * c.V + j], sg = 1 / (1 + std::exp(-zz));
+      const double act = c.output_gate == ref::OutputGate::sigmoid ? sg : zz * sg;
+      y.data()[r * c.V + j] = o.data()[r * c.V + j] / std::sqrt(ms + c.norm_eps) * w.data()[j] * act;
+    }
+  }
+  return y;
+}
+
+// The kernel alone on the stage tensors (the recurrent backend).
+std::pair<Tensor<double>, Tensor<double>> kernel_alone(const val::LayerCaseData& d, const ref::LayerStages<double>& st) {
+  const ref::LayerConfig& c = d.spec.config;
+  ProblemOptions opt;
+  opt.cu_seqlens = d.in.cu_seqlens, opt.chunk_size = c.chunk_size;
+  const Inputs kin{st.q.view(), st.k.view(), st.v.view(), st.g.view(), st.beta.view(),
+                   ref::param(d.params, "A_log").view(), ref::param(d.params, "dt_bias").view(),
+                   d.in.initial_state.view()};
+  const Problem kp = make_problem(c.variant, kin, ref::layer_kernel_flags(c), opt);
+  Tensor<double> o(st.o.shape()), ht(st.final_state.shape());
+  ref::make_cpu_backend(ref::CpuAlgorithm::recurrent)->forward(kp, kin, Outputs{o.view(), ht.view()});
+  return {std::move(o), std::move(ht)};
+}
+
+}  // namespace
+
 TEST_CASE("layer: the layer equals its stages run one by one") {
   for (const val::LayerCase& lc : val::named_layer_cases(val::seed_from_env(4))) {
     if (lc.config.pad_multiple) continue;  // stages are cut back to T; covered by the padding case
@@ -83,70 +150,26 @@ TEST_CASE("layer: the layer equals its stages run one by one") {
       const ref::LayerConfig& c = lc.config;
       const ref::LayerStages<double> st = ref::layer_forward(c, d.params, d.in);
       const int64_t B = d.in.x.dim(0), T = d.in.x.dim(1), Dc = c.conv_dim();
-      // projections: plain loops over the weight rows (q section and beta logits)
-      const Tensor<double>& wq = ref::param(d.params, c.fused_in_proj ? "in_proj.weight" : "q_proj.weight");
-      const Tensor<double>& wb = ref::param(d.params, "beta_proj.weight");
-      Tensor<double> qp({B, T, c.qk_dim()}), qs({B, T, c.qk_dim()}), bl({B, T, c.HV});
-      for (int64_t r = 0; r < B * T; ++r) {
-        for (int64_t o = 0; o < c.qk_dim(); ++o) {
-          double s = 0;
-          for (int64_t e = 0; e < c.hidden; ++e) s += d.in.x.data()[r * c.hidden + e] * wq.data()[o * c.hidden + e];
-          qp.data()[r * c.qk_dim() + o] = s;
-          qs.data()[r * c.qk_dim() + o] = st.qkv_proj.data()[r * Dc + o];
-        }
-        for (int64_t o = 0; o < c.HV; ++o) {
-          double s = 0;
-          for (int64_t e = 0; e < c.hidden; ++e) s += d.in.x.data()[r * c.hidden + e] * wb.data()[o * c.hidden + e];
-          bl.data()[r * c.HV + o] = s;
-        }
-      }
-      double worst = std::max(rel(qp, qs), rel(bl, st.beta_logit));
-      // conv1d
+      const auto& P = d.params;
+      // projections by loops: the q section and the beta logits
+      const Tensor<double> qp = loop_linear(d.in.x, ref::param(P, c.fused_in_proj ? "in_proj.weight" : "q_proj.weight"),
+                                            0, c.qk_dim(), {B, T, c.qk_dim()});
+      double worst = std::max(rel(qp, loop_columns(st.qkv_proj, 0, c.qk_dim(), {B, T, c.qk_dim()})),
+                              rel(loop_linear(d.in.x, ref::param(P, "beta_proj.weight"), 0, c.HV, {B, T, c.HV}),
+                                  st.beta_logit));
+      // conv1d, alone on the projection
       Tensor<double> conv({B, T, Dc});
-      const auto cw = ref::param(d.params, "conv1d.weight").view();
-      const TensorView cb = c.conv_bias ? ref::param(d.params, "conv1d.bias").view() : TensorView{};
-      const auto cp = ref::make_conv1d_problem(st.qkv_proj.view(), cw, cb, d.in.cu_seqlens, true, {});
-      ref::conv1d_forward(cp, st.qkv_proj.view(), cw, cb, {}, conv.view());
+      const auto cw = ref::param(P, "conv1d.weight").view();
+      const TensorView cb = c.conv_bias ? ref::param(P, "conv1d.bias").view() : TensorView{};
+      ref::conv1d_forward(ref::make_conv1d_problem(st.qkv_proj.view(), cw, cb, d.in.cu_seqlens, true, {}),
+                          st.qkv_proj.view(), cw, cb, {}, conv.view());
       worst = std::max(worst, rel(conv, st.qkv_conv));
-      // L2 norm of q: loop per (token, head)
-      Tensor<double> q({B, T, c.H, c.K});
-      for (int64_t r = 0; r < B * T; ++r)
-        for (int64_t h = 0; h < c.H; ++h) {
-          double s = 0;
-          for (int64_t i = 0; i < c.K; ++i) s += std::pow(conv.data()[r * Dc + h * c.K + i], 2);
-          for (int64_t i = 0; i < c.K; ++i)
-            q.data()[(r * c.H + h) * c.K + i] = conv.data()[r * Dc + h * c.K + i] / std::sqrt(s + c.l2norm_eps);
-        }
-      worst = std::max(worst, rel(q, st.q));
-      // the kernel on the stage tensors
-      ProblemOptions opt;
-      opt.cu_seqlens = d.in.cu_seqlens, opt.chunk_size = c.chunk_size;
-      const Inputs kin{st.q.view(), st.k.view(), st.v.view(), st.g.view(), st.beta.view(),
-                       ref::param(d.params, "A_log").view(), ref::param(d.params, "dt_bias").view(),
-                       d.in.initial_state.view()};
-      const Problem kp = make_problem(c.variant, kin, ref::layer_kernel_flags(c), opt);
-      Tensor<double> o(st.o.shape()), ht(st.final_state.shape());
-      ref::make_cpu_backend(ref::CpuAlgorithm::recurrent)->forward(kp, kin, Outputs{o.view(), ht.view()});
+      worst = std::max(worst, rel(loop_l2norm(loop_columns(conv, 0, c.qk_dim(), {B, T, c.H, c.K}), c.K, c.l2norm_eps),
+                                  st.q));
+      const auto [o, ht] = kernel_alone(d, st);
       worst = std::max({worst, rel(o, st.o), rel(ht, st.final_state)});
-      // gated RMSNorm and output projection: loops
-      Tensor<double> y(st.y.shape()), out({B, T, c.hidden});
-      const Tensor<double>& nw = ref::param(d.params, "out_norm.weight");
-      for (int64_t r = 0; r < B * T * c.HV; ++r) {
-        double ms = 0;
-        for (int64_t j = 0; j < c.V; ++j) ms += std::pow(o.data()[r * c.V + j], 2) / double(c.V);
-        for (int64_t j = 0; j < c.V; ++j) {
-          const double z = st.gate.data()[r * c.V + j], sg = 1 / (1 + std::exp(-z));
-          const double act = c.output_gate == ref::OutputGate::sigmoid ? sg : z * sg;
-          y.data()[r * c.V + j] = o.data()[r * c.V + j] / std::sqrt(ms + c.norm_eps) * nw.data()[j] * act;
-        }
-      }
-      const Tensor<double>& wo = ref::param(d.params, "out_proj.weight");
-      for (int64_t r = 0; r < B * T; ++r)
-        for (int64_t e = 0; e < c.hidden; ++e) {
-          double s = 0;
-          for (int64_t j = 0; j < c.v_dim(); ++j) s += y.data()[r * c.v_dim() + j] * wo.data()[e * c.v_dim() + j];
-          out.data()[r * c.hidden + e] = s;
-        }
+      const Tensor<double> y = loop_gated_norm(c, o, st.gate, ref::param(P, "out_norm.weight"));
+      const Tensor<double> out = loop_linear(y, ref::param(P, "out_proj.weight"), 0, c.hidden, {B, T, c.hidden});
       worst = std::max({worst, rel(y, st.y), rel(out, st.out)});
       std::printf("layer vs stages %s: worst rel_l2 %.2e\n", lc.name().c_str(), worst);
       CHECK(worst < val::tol::kIdentityF64);

@@ -3,6 +3,8 @@
 //     changes the final state (which then includes the pad tokens);
 //   - packed sequences (cu_seqlens) equal each sequence run alone (conv and kernel restart);
 //   - the chunkwise kernel inside the layer equals the recurrent one;
+//   - a sequence cut in two, the second part given the conv halo rows and the first part's final
+//     state (the CP building blocks), equals the whole, gradients included (dx_halo, dh0 sent back);
 //   - float32 (the baseline) tracks float64 within tol::kFloatVsDouble.
 #include <doctest/doctest.h>
 
@@ -122,7 +124,8 @@ TEST_CASE("layer: float32 tracks float64") {
         for (int64_t i = 0; i < t.numel(); ++i) r.data()[i] = t.data()[i];
         return r;
       };
-      ref::LayerInputs<float> in32{cast(d.in.x), d.in.cu_seqlens, cast(d.in.initial_state), {}};
+      ref::LayerInputs<float> in32;
+      in32.x = cast(d.in.x), in32.cu_seqlens = d.in.cu_seqlens, in32.initial_state = cast(d.in.initial_state);
       const auto g32 = ref::layer_backward(lc.config, w32, in32, cast(d.dout), cast(d.dht));
       const auto g64 = ref::layer_backward(lc.config, d.params, d.in, d.dout, d.dht);
       const auto st32 = ref::layer_forward(lc.config, w32, in32);
@@ -136,4 +139,51 @@ TEST_CASE("layer: float32 tracks float64") {
       CHECK(e_w < val::tol::kFloatVsDouble);
     }
   }
+}
+
+namespace {
+
+Tensor<double> rows(const Tensor<double>& t, int64_t t0, int64_t n) {  // tokens [t0, t0+n) of [1,T,D]
+  const int64_t D = t.dim(2);
+  Tensor<double> r({1, n, D});
+  for (int64_t i = 0; i < n * D; ++i) r.data()[i] = t.data()[t0 * D + i];
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("layer: a sequence cut in two (halo rows + the first part's state) equals the whole, gradients too") {
+  val::LayerCase lc = find_case("kda-split-lora", val::seed_from_env(9));
+  lc.B = 1, lc.T = 15, lc.initial_state = false, lc.final_state = true;
+  const val::LayerCaseData d = val::make_layer_case(lc);
+  const ref::LayerConfig& c = lc.config;
+  const int64_t T = 15, cut = 9, W = c.conv_size, hd = c.hidden;
+  const auto st = ref::layer_forward(c, d.params, d.in);
+  const auto g = ref::layer_backward(c, d.params, d.in, d.dout, d.dht);
+  ref::LayerInputs<double> a, b;
+  a.x = rows(d.in.x, 0, cut);
+  const auto sa = ref::layer_forward(c, d.params, a);
+  b.x = rows(d.in.x, cut, T - cut);
+  b.x_halo = Tensor<double>({W - 1, hd});
+  for (int64_t i = 0; i < (W - 1) * hd; ++i) b.x_halo.data()[i] = d.in.x.data()[(cut - (W - 1)) * hd + i];
+  b.initial_state = sa.final_state;
+  const auto sb = ref::layer_forward(c, d.params, b);
+  const auto gb = ref::layer_backward(c, d.params, b, rows(d.dout, cut, T - cut), d.dht);
+  const auto ga = ref::layer_backward(c, d.params, a, rows(d.dout, 0, cut), gb.d_initial_state);
+  Tensor<double> out({1, T, hd}), dx({1, T, hd});
+  for (int64_t i = 0; i < cut * hd; ++i) out.data()[i] = sa.out.data()[i], dx.data()[i] = ga.dx.data()[i];
+  for (int64_t i = 0; i < (T - cut) * hd; ++i)
+    out.data()[cut * hd + i] = sb.out.data()[i], dx.data()[cut * hd + i] = gb.dx.data()[i];
+  for (int64_t i = 0; i < (W - 1) * hd; ++i) dx.data()[(cut - (W - 1)) * hd + i] += gb.dx_halo.data()[i];
+  ref::LayerParams<double> dsum = ga.dparams;
+  for (auto& [name, t] : dsum)
+    for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] += gb.dparams.at(name).data()[i];
+  const double e_out = rel(out, st.out), e_ht = rel(sb.final_state, st.final_state), e_dx = rel(dx, g.dx);
+  const double e_w = worst_param_rel(dsum, g.dparams);
+  std::printf("layer cut at %lld with halo: out %.2e ht %.2e dx %.2e dweights %.2e\n", (long long)cut, e_out, e_ht,
+              e_dx, e_w);
+  CHECK(e_out < val::tol::kIdentityF64);
+  CHECK(e_ht < val::tol::kIdentityF64);
+  CHECK(e_dx < val::tol::kIdentityF64);
+  CHECK(e_w < val::tol::kIdentityF64);
 }

@@ -2,9 +2,9 @@
 python3-torch, python3-h5py, python3-numpy; KCP_BIN and PYTHONPATH=tools set by ctest.
 
 A MaxText-design KDALayer (and GDN, fused in_proj, LoRA, packed sequences, padding) is captured with
-forward hooks and its backward; `kcp check` must pass every stage against the float64 layer oracle
-(float64 and float32 modules), and a module with a planted bug in one stage must be reported at that
-stage.
+forward hooks and its backward; `kcp check` must pass every stage and every stage gradient against
+the float64 layer oracle (float64 and float32 modules), and a module with a planted bug in one
+stage's forward or backward must be reported at that stage.
 """
 import os
 import subprocess
@@ -29,6 +29,25 @@ class ScaledConv(cap.CausalConv):
 
     def forward(self, x, cu_seqlens=None):
         return 1.02 * super().forward(x, cu_seqlens)
+
+
+class GradScale(torch.autograd.Function):
+    """Identity forward, gradient times 1.02: a planted backward bug."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return 1.02 * g
+
+
+class WrongBackwardConv(cap.CausalConv):
+    """A planted bug in the conv's backward only: its output gradient arrives 2% too large."""
+
+    def forward(self, x, cu_seqlens=None):
+        return GradScale.apply(super().forward(x, cu_seqlens))
 
 
 class TestLayerCapture(unittest.TestCase):
@@ -77,6 +96,13 @@ class TestLayerCapture(unittest.TestCase):
         rc, out = self.capture(layer, 1, 11)
         self.assertEqual(rc, 1, out)
         self.assertIn("first departure: stage 'conv' (tensor qkv_conv)", out)
+
+    def test_planted_conv_backward_bug_is_reported_at_the_conv_backward(self):
+        layer = cap.KDALayer(16, 2, 2, 8, 8)
+        layer.conv1d.__class__ = WrongBackwardConv
+        rc, out = self.capture(layer, 1, 11)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("first departure: stage 'conv bwd' (tensor dqkv_proj)", out)
 
     def test_planted_kernel_bug_is_reported_at_the_kernel(self):
         layer = cap.KDALayer(16, 2, 2, 8, 8)

@@ -1,8 +1,8 @@
 // The /layer section (validation/layer_dump.h, layer_check.h): a dump written from the layer oracle
 // round-trips through HDF5 and passes every stage (float64 and float32 producers, BSHD and Megatron's
 // SBHD layout); a 1% error planted in one stage (and carried through the later stages, as a buggy
-// implementation would) is reported at that stage and no earlier one; a bad config attribute or a
-// missing weight is an error naming it.
+// implementation would) is reported at that stage and no earlier one, in the forward and in the
+// backward; a bad config attribute or a missing weight is an error naming it.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -102,6 +102,35 @@ TEST_CASE("layer dump: an error planted in one stage is reported at that stage")
         std::printf("layer plant %-9s -> first departure '%s' (%s)\n", p.tensor, lc.pairs[size_t(first)].stage.c_str(),
                     lc.pairs[size_t(first)].tensor.c_str());
     }
+  }
+}
+
+TEST_CASE("layer dump: an error planted in one stage's backward is reported at that stage") {
+  const test::TempDir dir("layer_dump_plant_bwd");
+  const val::LayerCaseData d = first_case("kda-split-lora");
+  const auto st = ref::layer_forward(d.spec.config, d.params, d.in);
+  struct Plant {
+    const char* tensor;  // a dump name
+    const char* stage;
+  };
+  for (const Plant& p : {Plant{"dy", "out_proj bwd"}, Plant{"do", "out_gate bwd"}, Plant{"dq", "kernel bwd"},
+                         Plant{"grads/A_log", "kernel bwd"}, Plant{"dbeta_logit", "gate:beta bwd"},
+                         Plant{"dqkv_conv", "qk_norm bwd"}, Plant{"dqkv_proj", "conv bwd"},
+                         Plant{"grads/conv1d.weight", "conv bwd"}, Plant{"dx", "in_proj bwd"}}) {
+    ref::LayerGrads<double> g = ref::layer_backward(d.spec.config, d.params, d.in, d.dout, d.dht);
+    Tensor<double>* target = std::string(p.tensor) == "dx" ? &g.dx : nullptr;
+    for (const auto& [name, t] : val::layer_stage_grads(g))
+      if (name == p.tensor) target = const_cast<Tensor<double>*>(t);  // g is ours to change
+    for (auto& [name, t] : g.dparams)
+      if ("grads/" + name == p.tensor) target = &t;
+    REQUIRE(target != nullptr);
+    for (double& v : target->vec()) v *= 1.01;
+    const val::LayerCheck lc = roundtrip(val::layer_dump(d, st, &g, DType::f32, "test-planted"), dir, "bwd.h5");
+    const int first = val::layer_first_departure(lc);
+    INFO("planted in ", p.tensor);
+    REQUIRE(first >= 0);
+    CHECK(lc.pairs[size_t(first)].tensor == p.tensor);
+    CHECK(lc.pairs[size_t(first)].stage == p.stage);
   }
 }
 
