@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "reference/conv1d.h"
+#include "reference/gates.h"
 #include "reference/layer_proj.h"
 
 namespace kcp::ref {
@@ -59,6 +60,24 @@ void run_kernel_forward(const LayerConfig& c, const LayerParams<S>& w, const Lay
   backend->forward(ps.kp, ps.kin, Outputs{st.o.view(), st.final_state.view()});
 }
 
+// The in-kernel gate applied to g (gates.h), as the kernel applies it: a stage of its own in dumps.
+template <class S>
+Tensor<S> log_decay(const LayerConfig& c, const LayerParams<S>& w, const Tensor<S>& g) {
+  const Tensor<S>& A = param(w, "A_log");
+  const Tensor<S>& dt = param(w, "dt_bias");
+  const int64_t width = c.g_dim(), per_head = width / c.HV;
+  Tensor<S> a(g.shape());
+  GateParams<S> gp;
+  gp.formula = c.lower_bound ? GateFormula::lower_bound : GateFormula::softplus;
+  gp.has_A_log = true, gp.lower_bound = S(c.lower_bound.value_or(0));
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    const int64_t col = i % width;
+    gp.A_log = A.data()[col / per_head];
+    a.data()[i] = gate_forward(gp, g.data()[i] + dt.data()[col]);
+  }
+  return a;
+}
+
 template <class S>
 Pass<S> forward_pass(const LayerConfig& c, const LayerParams<S>& w, const LayerInputs<S>& in, const LayerHook<S>& hook) {
   KCP_CHECK(in.x.shape().size() == 3 && in.x.dim(2) == c.hidden, "layer: x must be [B,T,hidden=", c.hidden,
@@ -96,6 +115,7 @@ Pass<S> forward_pass(const LayerConfig& c, const LayerParams<S>& w, const LayerI
   done("k", st.k = rows_tensor<S>(k, {B, T, c.H, c.K}));
   done("v", st.v = columns<S>(conv, 2 * qk, c.v_dim(), {B, T, c.HV, c.V}));
   done("beta", st.beta = rows_tensor<S>(sigmoid_forward<S>(tensor_rows(st.beta_logit, c.HV)), {B, T, c.HV}));
+  done("a", st.a = log_decay(c, w, st.g));
   run_kernel_forward(c, w, in, ps);
   done("o", st.o);
   const Vec<S> nw = Eigen::Map<const Vec<S>>(param(w, "out_norm.weight").data(), c.V);
@@ -209,7 +229,7 @@ Tensor<S> resize_tokens(const Tensor<S>& t, int64_t T) {
 
 template <class S>
 void resize_stages(LayerStages<S>& s, int64_t T) {
-  for (Tensor<S>* t : {&s.qkv_proj, &s.g, &s.gate, &s.beta_logit, &s.qkv_conv, &s.q, &s.k, &s.v, &s.beta, &s.o,
+  for (Tensor<S>* t : {&s.qkv_proj, &s.g, &s.gate, &s.beta_logit, &s.qkv_conv, &s.q, &s.k, &s.v, &s.beta, &s.a, &s.o,
                        &s.norm_out, &s.y, &s.out})
     *t = resize_tokens(*t, T);
 }

@@ -98,6 +98,8 @@ struct LayerStages {
   Tensor<S> q, k;         // [B,T,H,K] kernel inputs (after the L2 norm)
   Tensor<S> v;            // [B,T,HV,V]
   Tensor<S> beta;         // [B,T,HV]
+  Tensor<S> a;            // shaped like g: the log decay gate(g + dt_bias) the kernel applies (for diagnosis:
+                          // the kernel computes its own from g, so a hook changing `a` changes nothing)
   Tensor<S> o;            // [B,T,HV,V] kernel output
   Tensor<S> final_state;  // [N,HV,K,V] (after the pad tokens when padded)
   Tensor<S> norm_out;     // [B,T,HV,V] rmsnorm(o) w, before the gate
@@ -119,7 +121,7 @@ struct LayerGrads {
 Flags layer_kernel_flags(const LayerConfig& c);
 
 // Called after each stage with its name (a LayerStages field: "qkv_proj", "g", "gate", "beta_logit",
-// "qkv_conv", "q", "k", "v", "beta", "o", "norm_out", "y", "out") and its tensor, which it may change:
+// "qkv_conv", "q", "k", "v", "beta", "a", "o", "norm_out", "y", "out") and its tensor, which it may change:
 // later stages read the changed tensor. Tests plant errors with it.
 template <class S> using LayerHook = std::function<void(const std::string& stage, Tensor<S>& t)>;
 

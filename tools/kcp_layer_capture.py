@@ -5,7 +5,7 @@ Self-contained (torch, numpy, h5py). Two parts:
 * ``KDALayer``: a plain PyTorch module written from the MaxText KDA design (ALGORITHMS.md 7.1):
   projections (fused ``in_proj`` [q,k,v,g,gate] or split, LoRA g / output gate, g bias),
   ``conv1d`` (depthwise causal, SiLU) over [q|k|v], L2 norm of q and k, beta = sigmoid(beta_proj x),
-  the kernel (token recurrence with the in-kernel gate: softplus, or lower_bound sigmoid), gated
+  the kernel (token recurrence with the in-kernel gate ``kernel.gate``: softplus, or lower_bound), gated
   RMSNorm (sigmoid for KDA, silu for GDN) and ``out_proj``; packed sequences (cu_seqlens) and
   MaxText's padding of T to a multiple of 64. Every stage is a sub-module so hooks can see it.
 * ``capture_layer(module, x, path, ...)``: forward hooks on the sub-modules record every stage,
@@ -53,9 +53,9 @@ class L2Norm(nn.Module):
         return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + self.eps)
 
 
-class DeltaKernel(nn.Module):
-    """KDA / GDN token recurrence with the in-kernel gate (ALGORITHMS.md 2.2-2.4), GVA by hv // G:
-    S <- diag(exp(a_t)) S;  e = v_t - S^T k_t;  S <- S + beta_t k_t e^T;  o_t = scale S^T q_t."""
+class DecayGate(nn.Module):
+    """The in-kernel gate (ALGORITHMS.md 2.2): raw g [B,T,HV,K] (kda) or [B,T,HV] (gdn) -> natural-log
+    decay a of the same shape: lower_bound * sigmoid(exp(A_log) (g + dt_bias)), or softplus form."""
 
     def __init__(self, variant, HV, K, lower_bound, dtype):
         super().__init__()
@@ -63,13 +63,22 @@ class DeltaKernel(nn.Module):
         self.A_log = nn.Parameter(torch.log(torch.empty(HV, dtype=dtype).uniform_(0.5, 2)))
         self.dt_bias = nn.Parameter(0.5 * torch.randn(HV * K if variant == "kda" else HV, dtype=dtype))
 
-    def gate(self, g):  # raw g [B,T,HV,K] or [B,T,HV] -> natural-log decay of the same shape
+    def forward(self, g):
         HV = self.A_log.shape[0]
         x = g + (self.dt_bias.view(HV, -1) if self.variant == "kda" else self.dt_bias)
         c = torch.exp(self.A_log).view(HV, 1) if self.variant == "kda" else torch.exp(self.A_log)
         if self.lower_bound is not None:
             return self.lower_bound * torch.sigmoid(c * x)
         return -c * F.softplus(x)
+
+
+class DeltaKernel(nn.Module):
+    """KDA / GDN token recurrence with the in-kernel gate (ALGORITHMS.md 2.2-2.4), GVA by hv // G:
+    S <- diag(exp(a_t)) S;  e = v_t - S^T k_t;  S <- S + beta_t k_t e^T;  o_t = scale S^T q_t."""
+
+    def __init__(self, variant, HV, K, lower_bound, dtype):
+        super().__init__()
+        self.gate = DecayGate(variant, HV, K, lower_bound, dtype)
 
     def forward(self, q, k, v, g, beta, cu_seqlens=None):
         B, T, H, K = q.shape
@@ -188,7 +197,7 @@ class KDALayer(nn.Module):
     def kcp_params(self):
         """kcp's weight names (reference/layer.h layer_param_specs) -> this module's parameters."""
         m = {"beta_proj.weight": self.beta_proj.weight, "conv1d.weight": self.conv1d.weight,
-             "A_log": self.kernel.A_log, "dt_bias": self.kernel.dt_bias, "out_norm.weight": self.out_norm.weight,
+             "A_log": self.kernel.gate.A_log, "dt_bias": self.kernel.gate.dt_bias, "out_norm.weight": self.out_norm.weight,
              "out_proj.weight": self.out_proj.weight}
         for name in ("in_proj", "q_proj", "k_proj", "v_proj", "g_proj", "gate_proj"):
             if hasattr(self, name):
@@ -231,6 +240,7 @@ def _hooks(module, rec):
             on("beta_proj", lambda _, i, o: keep("beta_logit", o)),
             on("out_norm", out_norm),
             on("out_proj", lambda _, i, o: rec.__setitem__("out", o)),
+            module.kernel.gate.register_forward_hook(lambda _, i, o: rec.__setitem__("a", o)),
             on("kernel", kernel)]
 
 

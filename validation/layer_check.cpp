@@ -34,10 +34,10 @@ void add_pair(LayerCheck& lc, const LayerDumpCall& c, const std::string& tensor,
 
 const Tensor<double>& stage_tensor(const ref::LayerStages<double>& s, const std::string& n) {
   const std::map<std::string, const Tensor<double>*> m = {
-      {"qkv_proj", &s.qkv_proj}, {"g", &s.g},   {"gate", &s.gate}, {"beta_logit", &s.beta_logit},
-      {"qkv_conv", &s.qkv_conv}, {"q", &s.q},   {"k", &s.k},       {"v", &s.v},
-      {"beta", &s.beta},         {"o", &s.o},   {"final_state", &s.final_state}, {"norm_out", &s.norm_out},
-      {"y", &s.y},               {"out", &s.out}};
+      {"qkv_proj", &s.qkv_proj}, {"g", &s.g},   {"gate", &s.gate},               {"beta_logit", &s.beta_logit},
+      {"qkv_conv", &s.qkv_conv}, {"q", &s.q},   {"k", &s.k},                     {"v", &s.v},
+      {"beta", &s.beta},         {"a", &s.a},   {"final_state", &s.final_state}, {"o", &s.o},
+      {"norm_out", &s.norm_out}, {"y", &s.y},   {"out", &s.out}};
   return *m.at(n);
 }
 

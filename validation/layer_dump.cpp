@@ -88,10 +88,10 @@ void put(io::DumpGroup& g, const std::string& name, const Tensor<double>& t, DTy
 
 const std::vector<LayerStageName>& layer_stage_names() {
   static const std::vector<LayerStageName> s = {
-      {"qkv_proj", "in_proj"},   {"g", "gate:g"},          {"gate", "out_gate:proj"}, {"beta_logit", "gate:beta"},
-      {"qkv_conv", "conv"},      {"v", "conv"},            {"q", "qk_norm"},          {"k", "qk_norm"},
-      {"beta", "gate:beta"},     {"o", "kernel"},          {"final_state", "kernel"}, {"norm_out", "out_norm"},
-      {"y", "out_gate"},         {"out", "out_proj"}};
+      {"qkv_proj", "in_proj"}, {"g", "gate:g"},           {"gate", "out_gate:proj"}, {"beta_logit", "gate:beta"},
+      {"qkv_conv", "conv"},    {"v", "conv"},             {"q", "qk_norm"},          {"k", "qk_norm"},
+      {"beta", "gate:beta"},   {"a", "gate:decay"},       {"o", "kernel"},           {"final_state", "kernel"},
+      {"norm_out", "out_norm"}, {"y", "out_gate"},        {"out", "out_proj"}};
   return s;
 }
 
@@ -170,10 +170,10 @@ io::Dump layer_dump(const LayerCaseData& d, const ref::LayerStages<double>& st, 
   put(lg, "dout", d.dout, stored);
   put(lg, "dht", d.dht, DType::f64);
   const std::map<std::string, const Tensor<double>*> stages = {
-      {"qkv_proj", &st.qkv_proj}, {"g", &st.g},       {"gate", &st.gate}, {"beta_logit", &st.beta_logit},
-      {"qkv_conv", &st.qkv_conv}, {"q", &st.q},       {"k", &st.k},       {"v", &st.v},
-      {"beta", &st.beta},         {"o", &st.o},       {"norm_out", &st.norm_out}, {"y", &st.y},
-      {"out", &st.out},           {"final_state", &st.final_state}};
+      {"qkv_proj", &st.qkv_proj}, {"g", &st.g},   {"gate", &st.gate},         {"beta_logit", &st.beta_logit},
+      {"qkv_conv", &st.qkv_conv}, {"q", &st.q},   {"k", &st.k},               {"v", &st.v},
+      {"beta", &st.beta},         {"a", &st.a},   {"o", &st.o},               {"norm_out", &st.norm_out},
+      {"y", &st.y},               {"out", &st.out}, {"final_state", &st.final_state}};
   for (const auto& [name, t] : stages) put(lg, name, *t, stored);
   for (const auto& [name, t] : d.params) put(pg, name, t, stored);
   if (gr) {

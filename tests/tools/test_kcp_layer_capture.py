@@ -50,6 +50,21 @@ class WrongBackwardConv(cap.CausalConv):
         return GradScale.apply(super().forward(x, cu_seqlens))
 
 
+class WeakGate(cap.DecayGate):
+    """A planted bug in the in-kernel gate: the decay 10% too weak."""
+
+    def forward(self, g):
+        return 0.9 * super().forward(g)
+
+
+class LoudKernel(cap.DeltaKernel):
+    """A planted bug in the recurrence's output: o 1% too large."""
+
+    def forward(self, *args):
+        o, ht = super().forward(*args)
+        return 1.01 * o, ht
+
+
 class TestLayerCapture(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(SEED)
@@ -104,11 +119,17 @@ class TestLayerCapture(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("first departure: stage 'conv bwd' (tensor dqkv_proj)", out)
 
-    def test_planted_kernel_bug_is_reported_at_the_kernel(self):
+    def test_planted_gate_bug_is_reported_at_the_gate(self):
         layer = cap.KDALayer(16, 2, 2, 8, 8)
-        gate = layer.kernel.gate
-        layer.kernel.gate = lambda g: 0.9 * gate(g)  # a decay 10% too weak
+        layer.kernel.gate.__class__ = WeakGate
         rc, out = self.capture(layer, 1, 11, backward=False)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("first departure: stage 'gate:decay' (tensor a)", out)
+
+    def test_planted_recurrence_bug_is_reported_at_the_kernel(self):
+        layer = cap.KDALayer(16, 2, 2, 8, 8, variant="gdn")
+        layer.kernel.__class__ = LoudKernel
+        rc, out = self.capture(layer, 1, 11)
         self.assertEqual(rc, 1, out)
         self.assertIn("first departure: stage 'kernel' (tensor o)", out)
 

@@ -51,7 +51,7 @@ TEST_CASE("layer dump: the oracle's own dump passes every stage and gradient (f6
     for (DType stored : {DType::f64, DType::f32}) {
       const val::LayerCheck lc = roundtrip(val::layer_dump(d, st, &gr, stored, "oracle"), dir, "ok.h5");
       INFO(tag, " stored ", dtype_name(stored));
-      CHECK(lc.pairs.size() >= 14 + 1 + d.params.size());  // stages, dx, every weight gradient
+      CHECK(lc.pairs.size() >= 15 + 1 + d.params.size());  // stages, dx, every weight gradient
       CHECK(val::layer_first_departure(lc) == -1);
     }
   }
@@ -89,7 +89,8 @@ TEST_CASE("layer dump: an error planted in one stage is reported at that stage")
     const char* stage;
   };
   for (const Plant& p : {Plant{"qkv_proj", "in_proj"}, Plant{"g", "gate:g"}, Plant{"qkv_conv", "conv"},
-                         Plant{"q", "qk_norm"}, Plant{"beta", "gate:beta"}, Plant{"o", "kernel"},
+                         Plant{"q", "qk_norm"}, Plant{"beta", "gate:beta"}, Plant{"a", "gate:decay"},
+                         Plant{"o", "kernel"},
                          Plant{"norm_out", "out_norm"}, Plant{"y", "out_gate"}}) {
     for (DType stored : {DType::f64, DType::f32}) {
       const val::LayerCheck lc = roundtrip(planted_dump(d, p.tensor, stored), dir, "plant.h5");
