@@ -245,11 +245,14 @@ def _hooks(module, rec):
 
 
 def _put(grp, name, t, T=None):
+    """One dataset; bf16 / fp16 tensors are widened exactly to float32, labelled with their dtype
+    (docs/DUMP_FORMAT.md section 3, encoding "ieee")."""
     a = t.detach().cpu()
     if T is not None and a.dim() >= 2:
         a = a[:, :T]
-    a = a.contiguous().numpy()
-    ds = grp.create_dataset(name, data=a)
+    if a.dtype in (torch.bfloat16, torch.float16):
+        a = a.float()
+    ds = grp.create_dataset(name, data=a.contiguous().numpy())
     ds.attrs["dtype"] = str(t.dtype).replace("torch.", "")
     ds.attrs["encoding"] = "ieee"
 
