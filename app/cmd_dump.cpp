@@ -15,6 +15,7 @@
 #include "app/commands.h"
 #include "validation/compare.h"
 #include "validation/dump_runner.h"
+#include "validation/layer_check.h"
 #include "validation/registry.h"
 #include "app/report.h"
 
@@ -41,7 +42,7 @@ void add_size_attrs(io::Dump& d, DType compute) {
 
 Tally compare_inputs(const io::Dump& a, const io::Dump& b) {
   Tally t;
-  const io::DumpGroup &ia = *a.group("inputs"), &ib = *b.group("inputs");
+  const io::DumpGroup &ia = a.inputs(), &ib = b.inputs();
   for (const io::DumpDataset& x : ia.datasets) {
     const io::DumpDataset* y = ib.find(x.name);
     if (!y) { report_skip("inputs", x.name, "only in " + a.path, t); continue; }
@@ -117,8 +118,8 @@ int cmd_compare(int argc, char** argv) {
   Tally t = compare_inputs(a, b);
   std::printf("  inputs: %s\n", t.summary().c_str());
   report_header();
-  const DType input = a.group("inputs")->find(a.op == "conv1d" ? "x" : "q")
-                          ? a.group("inputs")->find(a.op == "conv1d" ? "x" : "q")->source : DType::f32;
+  const DType input = a.inputs().find(a.op == "conv1d" ? "x" : "q")
+                          ? a.inputs().find(a.op == "conv1d" ? "x" : "q")->source : DType::f32;
   for (const io::DumpGroup* ga : a.result_groups()) {
     const io::DumpGroup* gb = b.group(ga->name);
     if (!gb) { report_skip(ga->name, "*", "group only in " + a.path, t); continue; }
@@ -144,7 +145,10 @@ int cmd_info(int argc, char** argv) {
   std::printf("%s: kcp-dump v%lld, op %s\n", d.path.c_str(), static_cast<long long>(d.version), d.op.c_str());
   print_attrs(d.attrs, "  ");
   std::printf("  placement: %s\n", io::dump_placement(d).describe().c_str());
-  if (d.op != "conv1d") std::printf("  problem: %s\n", io::dump_op_call(d, DType::f64).problem.describe().c_str());
+  if (val::is_layer_dump(d))
+    std::printf("  layer: %s\n", val::layer_check_description(val::read_layer_call(d)).c_str());
+  else if (d.op != "conv1d")
+    std::printf("  problem: %s\n", io::dump_op_call(d, DType::f64).problem.describe().c_str());
   for (const io::DumpGroup& g : d.groups) {
     std::printf("  /%s%s\n", g.name.c_str(), io::group_is_reserved(g.name) ? "" : "  (results)");
     print_attrs(g.attrs, "    @");

@@ -87,6 +87,13 @@ const DumpGroup* Dump::group(std::string_view n) const {
   return nullptr;
 }
 
+const DumpGroup& Dump::inputs() const {
+  const DumpGroup* g = group("inputs");
+  KCP_CHECK(g, path, ": /inputs: missing (a layer capture, capture_point = layer: `kcp check` judges it with the "
+            "layer oracle)");
+  return *g;
+}
+
 DumpGroup& Dump::add_group(std::string n) {
   groups.erase(std::remove_if(groups.begin(), groups.end(), [&](const DumpGroup& g) { return g.name == n; }),
                groups.end());

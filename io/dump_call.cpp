@@ -149,7 +149,7 @@ OpCall dump_op_call(const Dump& d, DType compute) {
   OpCall c;
   c.path = d.path;
   const Variant var = variant_parse(d.op);
-  const DumpGroup& in = *d.group("inputs");
+  const DumpGroup& in = d.inputs();
   const std::string why = "a " + d.op + " dump needs q, k, v, g" + (var == Variant::gla ? "" : ", beta");
   Inputs& x = c.inputs;
   x.q = take(c.tensors, in, d.path, "q", true, why), x.k = take(c.tensors, in, d.path, "k", true, why);
@@ -187,7 +187,7 @@ OpCall dump_op_call(const Dump& d, DType compute) {
 Conv1dCall dump_conv1d_call(const Dump& d) {
   Conv1dCall c;
   c.path = d.path;
-  const DumpGroup& in = *d.group("inputs");
+  const DumpGroup& in = d.inputs();
   const std::string why = "a conv1d dump needs x and weight";
   c.x = take(c.tensors, in, d.path, "x", true, why);
   c.weight = take(c.tensors, in, d.path, "weight", true, why);

@@ -64,10 +64,14 @@ const std::vector<LayerStageName>& layer_backward_names() {
   return s;
 }
 
+std::string layer_check_description(const LayerDumpCall& c) {
+  return c.config.describe() + " x " + shape_str(c.in.x.shape()) +
+         (c.in.cu_seqlens.empty() ? "" : " packed N=" + std::to_string(c.in.cu_seqlens.size() - 1));
+}
+
 LayerCheck layer_check(const LayerDumpCall& c) {
   LayerCheck lc;
-  lc.description = c.config.describe() + " x " + shape_str(c.in.x.shape()) +
-                   (c.in.cu_seqlens.empty() ? "" : " packed N=" + std::to_string(c.in.cu_seqlens.size() - 1));
+  lc.description = layer_check_description(c);
   const ref::LayerStages<double> st = ref::layer_forward(c.config, c.params, c.in);
   for (const LayerStageName& s : layer_stage_names()) add_pair(lc, c, s.tensor, s.stage, stage_tensor(st, s.tensor));
   if (c.dout.empty()) return lc;

@@ -32,6 +32,8 @@ struct LayerCheck {
   std::vector<LayerPair> pairs;
 };
 LayerCheck layer_check(const LayerDumpCall& c);
+// "kda-layer(hidden=..,...) x [B,T,hidden] packed N=3": the config and sizes of a call.
+std::string layer_check_description(const LayerDumpCall& c);
 // The backward tensors in the order the backward produces them, each with its stage ("kernel bwd", ...).
 const std::vector<LayerStageName>& layer_backward_names();
 Bar layer_bar(DType stored);

@@ -260,4 +260,10 @@ TEST_CASE("kcp check judges a layer dump stage by stage and names the first stag
   r = kcp_cli("check " + dir.file("conv.h5"), dir);
   CHECK(r.rc == 1);
   CHECK(r.out.find("first departure: stage 'conv' (tensor qkv_conv)") != std::string::npos);
+  r = kcp_cli("info " + dir.file("ok.h5"), dir);  // info describes the layer; run needs /inputs
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("layer: kda-layer(") != std::string::npos);
+  r = kcp_cli("run --backend cpu-recurrent --in " + dir.file("ok.h5") + " --out " + dir.file("run.h5"), dir);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("/inputs: missing (a layer capture") != std::string::npos);
 }
