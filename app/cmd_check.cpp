@@ -28,6 +28,7 @@
 #include "app/commands.h"
 #include "app/isolate.h"
 #include "validation/dump_runner.h"
+#include "validation/layer_check.h"
 #include "validation/registry.h"
 #include "app/report.h"
 
@@ -102,9 +103,33 @@ std::string group_attr(const io::DumpGroup& g, const char* key) {
   return s ? *s : "";
 }
 
+// A layer capture: every stored stage against the float64 layer oracle, in pipeline order, then the
+// stage where the producer first departs (validation/layer_check.h).
+void check_layer_file(const io::Dump& d, const CheckOptions& o, CheckedFile& f) {
+  const LayerCheck lc = layer_check(read_layer_call(d));
+  f.description = "layer " + lc.description, f.input_dtype = "-", f.placement = "layer capture";
+  std::printf("== %s: layer %s\n   kcp-dump v%lld, capture_point layer, oracle float64 (layer oracle)\n",
+              d.path.c_str(), lc.description.c_str(), static_cast<long long>(d.version));
+  Tally& t = f.tally;
+  if (lc.pairs.empty()) std::printf("   no layer outputs or stages stored: nothing to compare\n");
+  else report_header(t.user);
+  for (const LayerPair& p : lc.pairs) {
+    if (!o.select.matches(p.stage, p.tensor)) continue;
+    if (!p.problem.empty()) report_fail(p.stage, p.tensor, p.problem, t);
+    else report_tensor(p.stage, p.tensor, p.candidate.view(), p.oracle.view(), p.stored, p.bar, t);
+  }
+  const int first = layer_first_departure(lc);
+  if (first < 0) std::printf("   no stage departs from the oracle\n");
+  else
+    std::printf("   first departure: stage '%s' (tensor %s); later stages inherit it\n",
+                lc.pairs[size_t(first)].stage.c_str(), lc.pairs[size_t(first)].tensor.c_str());
+  std::printf("   %s\n", t.summary().c_str());
+}
+
 void check_file(Backend& be, const std::string& path, const CheckOptions& o, const std::string& write_to,
                 CheckedFile& f) {
   const io::Dump d = io::dump_read(path);
+  if (is_layer_dump(d)) return check_layer_file(d, o, f);
   const DumpRun run = [&] {
     Progress progress(path + ": running the oracle (" + std::string(be.name()) + ")");
     return run_dump(be, d, o.compute);

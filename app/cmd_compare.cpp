@@ -44,7 +44,7 @@ bool is_kcp_dump(const std::string& path) {
 
 Tally compare_inputs(const io::Dump& a, const io::Dump& b) {
   Tally t;
-  const io::DumpGroup &ia = *a.group("inputs"), &ib = *b.group("inputs");
+  const io::DumpGroup &ia = a.inputs(), &ib = b.inputs();  // a layer-only dump: an error naming the file
   for (const io::DumpDataset& y : ib.datasets)
     if (!ia.find(y.name)) report_fail("inputs", y.name, "only in " + b.path + ": the results are not comparable", t);
   for (const io::DumpDataset& x : ia.datasets) {

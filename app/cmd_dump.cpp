@@ -14,6 +14,7 @@
 #include "app/commands.h"
 #include "validation/compare.h"
 #include "validation/dump_runner.h"
+#include "validation/layer_check.h"
 #include "validation/registry.h"
 #include "app/report.h"
 
@@ -89,7 +90,10 @@ int cmd_info(int argc, char** argv) {
   std::printf("%s: kcp-dump v%lld, op %s\n", d.path.c_str(), static_cast<long long>(d.version), d.op.c_str());
   print_attrs(d.attrs, "  ");
   std::printf("  placement: %s\n", io::dump_placement(d).describe().c_str());
-  if (d.op != "conv1d") std::printf("  problem: %s\n", io::dump_op_call(d, DType::f64).problem.describe().c_str());
+  if (val::is_layer_dump(d))
+    std::printf("  layer: %s\n", val::layer_check_description(val::read_layer_call(d)).c_str());
+  else if (d.op != "conv1d")
+    std::printf("  problem: %s\n", io::dump_op_call(d, DType::f64).problem.describe().c_str());
   else std::printf("  problem: %s\n", describe_conv1d_call(io::dump_conv1d_call(d)).c_str());
   for (const io::DumpGroup& g : d.groups) {
     std::printf("  /%s%s\n", g.name.c_str(), io::group_is_reserved(g.name) ? "" : "  (results)");

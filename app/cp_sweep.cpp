@@ -1,7 +1,8 @@
 // kcp cp-sweep: context parallelism against the single-process oracle over the matrix
 // variants x flag sets x states x layouts (sweep_cases.h) x backends x float64/float32 x merges, then
-// conv1d with W = 2, 3, 4 over the same layouts. One row per case from rank 0, a summary line, exit
-// code 1 when any row failed on any rank (the verdict is all-reduced, so every rank exits alike).
+// conv1d with W = 2, 3, 4 over the same layouts, then the whole layer (cp_sweep_layer.h) on the CPU
+// backends. One row per case from rank 0, a summary line, exit code 1 when any row failed on any rank
+// (the verdict is all-reduced, so every rank exits alike).
 //   mpirun -np N [--oversubscribe] build/kcp cp-sweep [--quick] [--backend NAME|all] [--seed S]
 //          [--filter TEXT] [--merge linear|log-depth|both] [--precision f64|f32|both]
 //          [--comm auto|mpi|nccl] [--timeout SECONDS]
@@ -17,6 +18,7 @@
 #include "cp/comm_device.h"
 #include "cp/comm_mpi.h"
 #include "cp/watchdog.h"
+#include "app/cp_sweep_layer.h"
 #include "app/cp_sweep_run.h"
 #include "app/cli_args.h"
 #include "app/commands.h"
@@ -209,6 +211,32 @@ void run_conv(Comm& comm, const SweepOptions& o, std::vector<BackendSlot>& backe
       }
 }
 
+// The whole layer (conv halo + kernel transitions) on the CPU backends, over layouts without empty ranks.
+void run_layer(Comm& comm, const SweepOptions& o, std::vector<BackendSlot>& backends, Tally& tally) {
+  int index = 0;
+  for (const SweepLayout& L : sweep_layouts(comm.size(), o.quick ? 21 : 37)) {
+    int64_t total = 0;
+    for (int64_t n : L.seqlens) total += n;
+    const std::vector<int64_t> b = L.bounds.empty() ? equal_bounds(total, comm.size()) : L.bounds;
+    if (std::adjacent_find(b.begin(), b.end()) != b.end()) continue;  // a rank without tokens: not supported
+    for (const val::LayerCase& lc : layer_cp_cases(o.seed + uint64_t(index))) {
+      if (++index, o.quick && index % 2 == 0) continue;
+      const std::string id = "layer " + lc.tag + " " + L.describe();
+      if (!o.filter.empty() && id.find(o.filter) == std::string::npos) continue;
+      for (BackendSlot& bs : backends) {
+        if (bs.backend->device() != Device::host) continue;  // the layer oracle runs on the host
+        for (DType dt : {DType::f64, DType::f32}) {
+          if (o.precision != "both" && o.precision != (dt == DType::f64 ? "f64" : "f32")) continue;
+          RowVerdict v = sweep_layer_row(bs.data.get(), *bs.backend, L, lc, dt);
+          reduce_verdict(comm, v);
+          tally.add(v, dt);
+          print_row(comm.rank(), v, bs.name + " " + std::string(dtype_name(dt)) + " " + id);
+        }
+      }
+    }
+  }
+}
+
 int sweep(Comm& comm, const SweepOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   Tally tally;
@@ -224,6 +252,7 @@ int sweep(Comm& comm, const SweepOptions& o) {
                   std::string(b.data.get().name()).c_str());
   run_attention(comm, o, backends, tally);
   run_conv(comm, o, backends, tally);
+  run_layer(comm, o, backends, tally);
   int32_t failed = tally.failed;
   all_reduce_max(comm, &failed, 1);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -45,6 +45,8 @@ struct Dump {
   std::vector<DumpGroup> groups;     // in file order (HDF5 name order)
 
   const DumpGroup* group(std::string_view name) const;
+  // /inputs, or an error naming the file (a layer capture may hold only /layer).
+  const DumpGroup& inputs() const;
   DumpGroup& add_group(std::string name);   // replaces a group of the same name
   std::vector<const DumpGroup*> result_groups() const;  // every group but inputs, layer*, debug*
 };

@@ -119,7 +119,7 @@ Dump join(std::vector<const Dump*> shards, bool tokens) {
   std::sort(shards.begin(), shards.end(), [&](const Dump* a, const Dump* b) { return offset(a) < offset(b); });
   const char* probe = shards[0]->op == "conv1d" ? "x" : (tokens ? "q" : "v");
   for (size_t i = 0, expect = 0; i < shards.size(); ++i) {
-    const DumpDataset* p = shards[i]->group("inputs")->find(probe);
+    const DumpDataset* p = shards[i]->inputs().find(probe);
     KCP_CHECK(p && p->data.shape.size() >= 3, shards[i]->path, ": /inputs/", probe, ": missing or not [B,T,...]");
     KCP_CHECK(offset(shards[i]) == int64_t(expect), shards[i]->path, ": attribute ", key, " = ", offset(shards[i]),
               ", but the shards before it end at ", expect, " (a rank is missing or repeated)");

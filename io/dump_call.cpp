@@ -121,7 +121,7 @@ void check_input_objects(const Dump& d, const std::vector<std::string>& required
   for (const DumpGroup& g : d.groups)
     KCP_CHECK(!(g.name.rfind("inputs/", 0) == 0 && std::find(names.begin(), names.end(), g.name.substr(7)) != names.end()),
               d.path, ": /", g.name, ": a group, expected a dataset (a tensor)");
-  const DumpGroup& in = *d.group("inputs");
+  const DumpGroup& in = d.inputs();
   for (const std::string& n : required)
     if (const DumpDataset* ds = in.find(n))
       KCP_CHECK(ds->data.numel() > 0, d.path, ": /inputs/", n, ": shape ", shape_str(ds->data.shape),
@@ -208,7 +208,7 @@ OpCall dump_op_call(const Dump& d, DType compute) {
   OpCall c;
   c.path = d.path;
   const Variant var = variant_parse(d.op);
-  const DumpGroup& in = *d.group("inputs");
+  const DumpGroup& in = d.inputs();
   const std::string why = "a " + d.op + " dump needs q, k, v, g" + (var == Variant::gla ? "" : ", beta");
   check_input_objects(d, {"q", "k", "v", "g", "beta"});
   Inputs& x = c.inputs;
@@ -247,7 +247,7 @@ OpCall dump_op_call(const Dump& d, DType compute) {
 Conv1dCall dump_conv1d_call(const Dump& d) {
   Conv1dCall c;
   c.path = d.path;
-  const DumpGroup& in = *d.group("inputs");
+  const DumpGroup& in = d.inputs();
   const std::string why = "a conv1d dump needs x and weight";
   check_input_objects(d, {"x", "weight"});
   c.x = take(c.tensors, in, d.path, "x", true, why);

@@ -1,7 +1,8 @@
 // The kcp executable's dump commands, run as a user would (KCP_BIN, set by ctest): check passes a
 // golden file, fails a planted wrong result with its location and first mismatches, --write keeps
 // the oracle's results; run adds a backend group that check then finds exact; compare and info;
-// every bad input gives exit 2, one stderr line naming the file and object, and no output file.
+// every bad input gives exit 2, one stderr line naming the file and object, and no output file; a layer
+// dump is judged stage by stage and a planted conv error is named as the first departing stage.
 #include <doctest/doctest.h>
 
 #include <sys/stat.h>
@@ -18,6 +19,7 @@
 #include "io/dump.h"
 #include "validation/cases.h"
 #include "tests/io/hostile_files.h"
+#include "validation/layer_check.h"
 #include "tests/io/io_fixtures.h"
 
 using namespace kcp;
@@ -309,4 +311,30 @@ TEST_CASE("kcp compare fails on inputs or root attributes that differ or exist o
       CHECK(r.out.find(row.substr(row.find_last_of(' ') + 1)) != std::string::npos);
     }
   }
+}
+
+TEST_CASE("kcp check judges a layer dump stage by stage and names the first stage that departs") {
+  const test::TempDir dir("cli_layer");
+  val::LayerCaseData d = val::make_layer_case(val::named_layer_cases(5).front());
+  const auto gr = ref::layer_backward(d.spec.config, d.params, d.in, d.dout, d.dht);
+  io::dump_write(dir.file("ok.h5"), val::layer_dump(d, ref::layer_forward(d.spec.config, d.params, d.in), &gr,
+                                                    DType::f32, "test"));
+  Run r = kcp_cli("check " + dir.file("ok.h5"), dir);
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("no stage departs") != std::string::npos);
+  CHECK(r.out.find("grads/conv1d.weight") != std::string::npos);
+  const ref::LayerHook<double> plant = [](const std::string& stage, Tensor<double>& t) {
+    if (stage == "qkv_conv") t.vec()[3] += 0.5;  // one wrong element in the conv output
+  };
+  io::dump_write(dir.file("conv.h5"), val::layer_dump(d, ref::layer_forward(d.spec.config, d.params, d.in, plant),
+                                                      nullptr, DType::f32, "test"));
+  r = kcp_cli("check " + dir.file("conv.h5"), dir);
+  CHECK(r.rc == 1);
+  CHECK(r.out.find("first departure: stage 'conv' (tensor qkv_conv)") != std::string::npos);
+  r = kcp_cli("info " + dir.file("ok.h5"), dir);  // info describes the layer; run needs /inputs
+  CHECK(r.rc == 0);
+  CHECK(r.out.find("layer: kda-layer(") != std::string::npos);
+  r = kcp_cli("run --backend cpu-recurrent --in " + dir.file("ok.h5") + " --out " + dir.file("run.h5"), dir);
+  CHECK(r.rc == 2);
+  CHECK(r.err.find("/inputs: missing (a layer capture") != std::string::npos);
 }
