@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# README's test command: setup, build, and the whole test suite through ctest.
-# Extra arguments go to ctest (e.g. scripts/test.sh -L reference).
+# README's test command: setup, build, and the whole test suite through ctest; then (full runs only)
+# the io, validation and cp labels again under AddressSanitizer + UBSan in build-asan
+# (scripts/sanitize.sh; KCP_SANITIZE=0 skips it). Extra arguments go to ctest (e.g. scripts/test.sh
+# -L reference) and skip the sanitizer pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
 ctest --test-dir build --output-on-failure --timeout 1800 "$@"
+if [ $# -eq 0 ] && [ "${KCP_SANITIZE:-1}" != 0 ]; then
+  scripts/sanitize.sh -L 'io|validation|cp'
+fi
