@@ -178,7 +178,11 @@ int main(int argc, char** argv) {
                 r.exit_code, r.signal, r.rss_kb / 1024, read_bytes(err_file).c_str());
   };
   if (!o.replay.empty()) {  // regression inputs: each must end 0/1/2, bounded
-    for (const std::string& f : o.replay) judge(f, run_one(f, o, err_file), fs::path(f).stem().string() + "-replay");
+    for (const std::string& f : o.replay) {
+      const Outcome r = run_one(f, o, err_file);
+      if (r.contained) std::printf("%s: contained: %s", f.c_str(), read_bytes(err_file).c_str());
+      judge(f, r, fs::path(f).stem().string() + "-replay");
+    }
     std::printf("kcp_fuzz: replayed %zu input(s), %d finding(s)\n", o.replay.size(), findings);
     fs::remove_all(work);
     return findings ? 1 : 0;
