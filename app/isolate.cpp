@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "io/limits.h"
 #include "io/progress.h"
 
 namespace kcp::app {
@@ -22,6 +23,7 @@ namespace {
 struct Shared {
   volatile int reading;  // 1 while a dump is being read (io/progress.h), 0 after
   int status;
+  volatile int done;     // the body returned (or threw): the child did not die inside it
   int64_t pass, warn, fail, skip;
   char where[2048];    // io::note_reading's last object
 };
@@ -91,11 +93,16 @@ Isolated run_isolated_payload(const std::string& file, const std::string& prefix
   if (pid == 0) {
     for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) signal(sig, SIG_DFL);  // die, and let the parent tell
     io::set_progress_buffer(sh->where, sizeof sh->where, &sh->reading);
+#ifndef __SANITIZE_ADDRESS__  // ASan reserves terabytes of address space
+    // reading: the memory budget plus 1 GiB for HDF5's own structures, on top of what is mapped
+    io::set_read_address_space(size_t(io::memory_limit()) + (size_t(1) << 30));
+#endif
     Tally t;
     std::string error, bytes;
     sh->status = run_body(prefix, body, t, bytes, error);
     sh->pass = t.pass, sh->warn = t.warn, sh->fail = t.fail, sh->skip = t.skip;
     if (payload) std::fwrite(bytes.data(), 1, bytes.size(), payload), std::fflush(payload);
+    sh->done = 1;
     std::fflush(stdout), std::fflush(stderr);
     _exit(0);
   }
@@ -134,12 +141,13 @@ Isolated run_isolated_payload(const std::string& file, const std::string& prefix
   if (!timeout.empty()) {
     r.status = 2;
     r.error = f + ": " + (sh->reading ? "corrupt HDF5 file? " : "") + timeout + " (at " + object + ")";
-  } else if (WIFSIGNALED(wstatus)) {
+  } else if (WIFSIGNALED(wstatus) || !sh->done) {  // a signal, or a sanitizer's exit from its SEGV handler
+    const std::string how = WIFSIGNALED(wstatus) ? signal_name(WTERMSIG(wstatus))
+                                                 : "exit status " + std::to_string(WEXITSTATUS(wstatus));
     r.status = 2;
-    r.error = sh->reading ? f + ": corrupt HDF5 file (" + signal_name(WTERMSIG(wstatus)) +
-                                " in the HDF5 library reading " + object + ")"
-                          : f + ": kcp crashed (" + signal_name(WTERMSIG(wstatus)) + ") after reading the file (last read: " +
-                                object + "); a kcp bug: please report it with the file";
+    r.error = sh->reading ? f + ": corrupt HDF5 file (" + how + " in the HDF5 library reading " + object + ")"
+                          : f + ": kcp crashed (" + how + ") after reading the file (last read: " + object +
+                                "); a kcp bug: please report it with the file";
   } else {
     r.status = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0 ? sh->status : 2;
     r.printed = r.status == 2;

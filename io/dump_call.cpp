@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "core/conv1d.h"
 #include "core/error.h"
 #include "io/limits.h"
 
@@ -267,6 +268,13 @@ Conv1dCall dump_conv1d_call(const Dump& d) {
   KCP_CHECK(c.weight.rank() == 2 && c.weight.dim(1) == W, d.path, ": /inputs/weight: expected shape [D,W] with W = ",
             "kernel_size = ", W, ", got ", shape_str(c.weight.shape));
   c.placement = dump_placement(d);
+  try {  // the whole call, as the reference will see it (bias, dy, cu_seqlens)
+    make_conv1d_problem(c.x, c.weight, c.bias, c.cu_seqlens, c.silu, {});
+    KCP_CHECK(c.dy.empty() || c.dy.shape == c.x.shape, "dy: expected the shape of x ", shape_str(c.x.shape),
+              ", got ", shape_str(c.dy.shape));
+  } catch (const Error& e) {
+    throw Error(d.path + ": /inputs/" + e.what());  // the messages start with the tensor's name
+  }
   const std::string idt = attr_string(d.attrs, "input_dtype", d.path + ":", "");
   c.input_dtype = idt.empty() ? in.find("x")->source : dtype_parse(idt);
   return c;

@@ -112,6 +112,10 @@ AttrValue read_attr(hid_t obj, const std::string& name, const std::string& where
   if (sc == H5S_NULL) return Unsupported{"an empty attribute"};
   const int rank = H5Sget_simple_extent_ndims(sp.get());
   const hssize_t n = H5Sget_simple_extent_npoints(sp.get());
+  // kcp's attributes are scalars and short vectors: a large one is a damaged or crafted header
+  KCP_CHECK(n >= 0 && n <= (1 << 16), where, ": ", n, " elements (attributes hold at most 65536)");
+  KCP_CHECK(H5Tget_size(ft.get()) <= (size_t(1) << 20), where, ": elements of ", H5Tget_size(ft.get()),
+            " bytes (attributes hold at most 1 MiB per element)");
   const bool scalar = rank == 0 || (rank == 1 && n == 1);
   switch (H5Tget_class(ft.get())) {
     case H5T_INTEGER: {

@@ -16,5 +16,10 @@ namespace kcp::io {
 void set_progress_buffer(char* buffer, size_t size, volatile int* reading = nullptr);  // nullptr: stop noting
 void note_reading(const std::string& where);
 void note_done_reading();  // dump_read returned
+// While reading, cap the address space (RLIMIT_AS soft limit) at `bytes` above what the process
+// already maps, so that libhdf5's own allocations for a corrupt file (a huge heap object or string)
+// fail instead of filling the memory; the previous soft limit is restored when reading is done.
+// 0: no cap (the default; under AddressSanitizer, which reserves terabytes, never set it).
+void set_read_address_space(size_t bytes);
 
 }  // namespace kcp::io

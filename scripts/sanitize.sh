@@ -20,7 +20,7 @@ if [ ! -f "$dir/CMakeCache.txt" ]; then
 fi
 targets=()
 case " $* " in  # the labels CI runs: build only what their tests need
-  *"io|validation|cp"*) targets=(--target kcp test_io test_io_asan test_cli test_validation test_fuzz_smoke);
+  *"io|validation|cp"*) targets=(--target kcp test_io test_io_asan test_cli test_validation test_isolate kcp_fuzz);
     if grep -q "^MPIEXEC_EXECUTABLE:FILEPATH=/" "$dir/CMakeCache.txt"; then
       targets+=(test_cp test_cp_mpi cp_fault_job); fi ;;
 esac

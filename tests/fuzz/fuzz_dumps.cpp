@@ -149,7 +149,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--mem-mb") o.mem_mb = std::atol(next().c_str());
     else if (a == "--timeout-s") o.timeout_s = std::atof(next().c_str());
     else if (a == "--keep") o.keep = next();
-    else if (a == "--replay") while (i + 1 < argc) o.replay.push_back(argv[++i]);
+    else if (a == "--replay") while (i + 1 < argc && std::strncmp(argv[i + 1], "--", 2) != 0) o.replay.push_back(argv[++i]);
     else { std::fprintf(stderr, "kcp_fuzz: unknown argument %s\n", a.c_str()); std::exit(2); }
   }
   return o;
@@ -178,7 +178,11 @@ int main(int argc, char** argv) {
                 r.exit_code, r.signal, r.rss_kb / 1024, read_bytes(err_file).c_str());
   };
   if (!o.replay.empty()) {  // regression inputs: each must end 0/1/2, bounded
-    for (const std::string& f : o.replay) judge(f, run_one(f, o, err_file), fs::path(f).stem().string() + "-replay");
+    for (const std::string& f : o.replay) {
+      const Outcome r = run_one(f, o, err_file);
+      if (r.contained) std::printf("%s: contained: %s", f.c_str(), read_bytes(err_file).c_str());
+      judge(f, r, fs::path(f).stem().string() + "-replay");
+    }
     std::printf("kcp_fuzz: replayed %zu input(s), %d finding(s)\n", o.replay.size(), findings);
     fs::remove_all(work);
     return findings ? 1 : 0;
@@ -190,10 +194,17 @@ int main(int argc, char** argv) {
       if (e.path().extension() == ".h5") seeds.push_back(read_bytes(e.path().string()));
   const fs::path hostile = work / "hostile";
   fs::create_directories(hostile);
-  for (const kcp::test::HostileKind& k : kcp::test::make_hostile_files(hostile.string()))
-    if (fs::file_size(k.path) < (4 << 20)) seeds.push_back(read_bytes(k.path));
-  kcp::test::write_good_dump((hostile / "good.h5").string());
-  seeds.push_back(read_bytes((hostile / "good.h5").string()));
+  // Written by a child: this process must not initialise libhdf5 itself, or every forked input
+  // would start from its state (kcp's own children start with a pristine library).
+  if (const pid_t maker = fork(); maker == 0) {
+    kcp::test::make_hostile_files(hostile.string());
+    kcp::test::write_good_dump((hostile / "good.h5").string());
+    _exit(0);
+  } else {
+    waitpid(maker, nullptr, 0);
+  }
+  for (const auto& e : fs::directory_iterator(hostile))
+    if (e.path().extension() == ".h5" && fs::file_size(e.path()) < (4 << 20)) seeds.push_back(read_bytes(e.path().string()));
   std::printf("kcp_fuzz: seed %llu, %zu seeds, %.0f s, memory bound %ld MiB, %.0f s per input%s\n",
               static_cast<unsigned long long>(o.seed), seeds.size(), o.seconds, o.mem_mb, o.timeout_s,
               under_asan() ? ", AddressSanitizer build (no RLIMIT_AS)" : "");

@@ -159,6 +159,16 @@ std::vector<HostileKind> make_hostile_files(const std::string& dir) {
     io::H5Id ds(H5Dopen2(f, "inputs/k", H5P_DEFAULT), H5Dclose);
     io::attrs_write(ds.get(), {{"dtype", int64_t(3)}}, "");
   });
+  {  // kcp info used to print conv1d dumps without validating them
+    io::Dump d;
+    d.op = "conv1d";
+    d.attrs = {{"op", std::string("conv1d")}, {"activation", std::string("swish")}, {"kernel_size", int64_t(4)}};
+    io::DumpGroup& in = d.add_group("inputs");
+    in.add("x", io::Array(DType::f32, {1, 10, 3}), DType::f32);
+    in.add("weight", io::Array(DType::f32, {3, 4}), DType::f32);
+    in.add("bias", io::Array(DType::f32, {5}), DType::f32);
+    io::dump_write(add("conv1d_bias_shape", "/inputs/bias: expected shape [D] = [3], got [5]"), d);
+  }
   return out;
 }
 

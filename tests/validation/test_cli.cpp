@@ -338,3 +338,24 @@ TEST_CASE("kcp check judges a layer dump stage by stage and names the first stag
   CHECK(r.rc == 2);
   CHECK(r.err.find("/inputs: missing (a layer capture") != std::string::npos);
 }
+
+TEST_CASE("a file that crashes libhdf5: one line, exit 2, and the next file is still checked") {
+  test::TempDir dir("cli_crash");
+  const char* src = std::getenv("KCP_SOURCE_DIR");
+  REQUIRE(src);
+  std::filesystem::copy_file(std::string(src) + "/tests/fuzz/regressions/hdf5_segv_root_attr_op.h5",
+                             dir.file("a_crash.h5"));
+  std::filesystem::copy_file(golden("gdn_fp32_tail.h5"), dir.file("b_good.h5"));
+  const Run r = kcp_cli("check " + dir.path.string(), dir);
+  CHECK(r.rc == 2);
+  CHECK(count(r.out, "PASS") == 16);
+#ifndef __SANITIZE_ADDRESS__  // a sanitizer may print its own report of the contained crash
+  CHECK(count(r.err, "\n") == 1);
+#endif
+  // SIGSEGV, or "exit status 1" under AddressSanitizer (its SEGV handler exits instead of dying)
+  CHECK(r.err.find(dir.file("a_crash.h5") + ": corrupt HDF5 file (") != std::string::npos);
+  CHECK(r.err.find(" in the HDF5 library reading / attribute op)") != std::string::npos);
+  const Run i = kcp_cli("info " + dir.file("a_crash.h5"), dir);
+  CHECK(i.rc == 2);
+  CHECK(i.err.rfind("kcp info: error: " + dir.file("a_crash.h5") + ": corrupt HDF5 file (", 0) == 0);
+}
