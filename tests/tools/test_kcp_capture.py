@@ -11,6 +11,7 @@ bad input refused at capture time naming the argument, plain attribute types, 06
 `pip install` of the package into a fresh target folder. Seeded (KCP_SEED, printed).
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -381,8 +382,12 @@ class CaptureTest(unittest.TestCase):
 
     def test_pip_install_into_a_fresh_target(self):
         target = self.path("site")
+        # setuptools builds in the source folder (build/, *.egg-info): install from a copy, so the
+        # test never writes into the repository
+        source = self.path("kcp_dump_src")
+        shutil.copytree(PACKAGE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
         r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                            "--no-index", "--target", target, PACKAGE], capture_output=True, text=True)
+                            "--no-index", "--target", target, source], capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         code = "import kcp_dump, sys; print(kcp_dump.__file__); kcp_dump.KernelCapture"
         env = dict(os.environ, PYTHONPATH=target)
