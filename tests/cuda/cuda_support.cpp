@@ -9,6 +9,15 @@ namespace kcp::test {
 
 bool gpu_present() { return cuda::device_count() > 0; }
 
+val::CaseSpec transition_case_spec(Variant var, DType qkv, uint64_t seed) {
+  val::CaseSpec s;
+  s.variant = var, s.seqlens = {70, 0, 130, 1}, s.H = 1, s.HV = 2, s.K = 64, s.V = 32;
+  s.flags.use_qk_l2norm_in_kernel = var == Variant::kda;
+  s.flags.use_beta_sigmoid_in_kernel = var == Variant::gdn;
+  s.seed = seed + uint64_t(qkv == DType::f32);
+  return s;
+}
+
 val::CaseData round_case(val::CaseData c, DType qkv) {
   auto round_all = [](Tensor<double>& t, DType dt) {
     for (double& x : t.vec()) x = round_to(dt, x);

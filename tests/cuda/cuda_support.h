@@ -16,6 +16,9 @@ inline constexpr const char* kNoGpuMessage = "no CUDA device: skipped";
 
 // q, k, v rounded to `qkv` and every other input to float32, in place.
 val::CaseData round_case(val::CaseData c, DType qkv);
+// The transition tests' case: packed lengths {70, 0, 130, 1} (an empty and a one-token sequence),
+// H = 1, HV = 2, K = 64, V = 32; kda with the in-kernel L2 norm, gdn with the beta sigmoid.
+val::CaseSpec transition_case_spec(Variant var, DType qkv, uint64_t seed);
 
 using kcp::DeviceTensor;
 DeviceTensor device_tensor(Backend& be, DType dt, const Shape& shape);              // uninitialized

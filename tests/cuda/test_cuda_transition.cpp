@@ -46,11 +46,7 @@ TEST_CASE("transition_forward of a range of sequences matches the oracle's (S_ex
   const uint64_t seed = val::seed_from_env(700);
   for (Variant var : {Variant::gdn, Variant::kda})
     for (DType dt : {DType::f32, DType::bf16}) {
-      val::CaseSpec s;
-      s.variant = var, s.seqlens = {70, 0, 130, 1}, s.H = 1, s.HV = 2, s.K = 64, s.V = 32;
-      s.flags.use_qk_l2norm_in_kernel = var == Variant::kda;
-      s.flags.use_beta_sigmoid_in_kernel = var == Variant::gdn;
-      s.seed = seed + uint64_t(dt == DType::f32);
+      const val::CaseSpec s = test::transition_case_spec(var, dt, seed);
       SUBCASE((s.name() + " qkv=" + std::string(dtype_name(dt))).c_str()) {
         const val::CaseData c = test::round_case(val::make_case(s), dt);
         const Problem p64 = c.problem(DType::f64), p32 = c.problem(DType::f32);
