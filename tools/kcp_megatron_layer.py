@@ -112,6 +112,9 @@ def _check_parameters(module):
     known = {"in_proj.weight", "b_proj.weight", "conv1d.weight", "conv1d.bias", "A_log", "dt_bias",
              "out_norm.weight", "norm.weight", "out_proj.weight"}
     for name, _ in module.named_parameters():
+        if name == "in_proj.layer_norm_weight" or name == "in_proj.layer_norm_bias":
+            raise CaptureError(f"megatron capture: parameter '{name}': in_proj's fused pre-norm "
+                               "(TELayerNormColumnParallelLinear) is not expressible in /layer")
         if name not in known:
             raise CaptureError(f"megatron capture: parameter '{name}' has no place in the /layer format")
 

@@ -28,6 +28,25 @@ class ScaledConv(ms.CausalConv1d):
         return 1.02 * super().forward(x, cu_seqlens)
 
 
+class GradScale(torch.autograd.Function):
+    """Identity forward, gradient times 1.02: a planted backward bug."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return 1.02 * g
+
+
+class WrongBackwardConv(ms.CausalConv1d):
+    """A planted bug in the conv's backward only: its output gradient arrives 2% too large."""
+
+    def forward(self, x, cu_seqlens=None):
+        return GradScale.apply(super().forward(x, cu_seqlens))
+
+
 class WeakGate(ms.InKernelGate):
     """A planted bug in the in-kernel gate: the decay 10% too weak."""
 
@@ -35,8 +54,8 @@ class WeakGate(ms.InKernelGate):
         return 0.9 * super().forward(g, A_log, dt_bias)
 
 
-class SwappedZ(ms.MegatronDeltaLayer):
-    """A planted bug in GDN's split: beta read 1% too large before the sigmoid."""
+class LoudBeta(ms.MegatronDeltaLayer):
+    """A planted bug in beta = sigmoid(b): b read 1% too large."""
 
     def beta_act(self, b):
         return torch.sigmoid(1.01 * b)
@@ -106,6 +125,13 @@ class TestMegatronCapture(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertIn("first departure: stage 'conv' (tensor qkv_conv)", out)
 
+    def test_planted_conv_backward_bug_is_reported_at_the_conv_backward(self):
+        layer = ms.MegatronDeltaLayer("gdn", 12, 1, 2, 4, 4)
+        layer.conv1d.__class__ = WrongBackwardConv
+        rc, out = self.check(layer, 11, 1)
+        self.assertEqual(rc, 1, out)
+        self.assertIn("first departure: stage 'conv bwd' (tensor dqkv_proj)", out)
+
     def test_planted_gate_bug_is_reported_at_the_gate(self):
         layer = ms.MegatronDeltaLayer("kda", 16, 2, 2, 8, 8)
         layer.kernel.gate.__class__ = WeakGate
@@ -114,7 +140,7 @@ class TestMegatronCapture(unittest.TestCase):
         self.assertIn("first departure: stage 'gate:decay' (tensor a)", out)
 
     def test_planted_beta_bug_is_reported_at_beta(self):
-        layer = SwappedZ("gdn", 12, 1, 2, 4, 4)
+        layer = LoudBeta("gdn", 12, 1, 2, 4, 4)
         rc, out = self.check(layer, 11, 1)
         self.assertEqual(rc, 1, out)
         self.assertIn("first departure: stage 'gate:beta' (tensor beta)", out)
@@ -125,6 +151,10 @@ class TestMegatronCapture(unittest.TestCase):
         layer = ms.MegatronDeltaLayer("kda", 16, 2, 2, 8, 8)
         del layer.A_log
         with self.assertRaisesRegex(meg.CaptureError, "missing parameter 'A_log'"):
+            self.check(layer, 5, 1)
+        layer = ms.MegatronDeltaLayer("gdn", 12, 1, 2, 4, 4)
+        layer.in_proj.layer_norm_weight = torch.nn.Parameter(torch.ones(12, dtype=torch.float64))
+        with self.assertRaisesRegex(meg.CaptureError, "'in_proj.layer_norm_weight': in_proj's fused pre-norm"):
             self.check(layer, 5, 1)
 
 
