@@ -126,7 +126,11 @@ def _hooks(module, norm, rec):
         if t.requires_grad and name != "out":  # d(out) is dout itself
             t.register_hook(lambda g: rec.__setitem__("d" + name, (g, to_bshd)))
 
-    sb = lambda x: x.transpose(0, 1)  # noqa: E731  [S,B,...] -> [B,S,...]
+    def sb(x):  # [S,B,...] -> [B,S,...]
+        return x.transpose(0, 1)
+
+    def channels_first(x):  # conv1d's [B,D,S] -> [B,S,D]
+        return x.transpose(1, 2)
 
     def kernel(_, inp, out):
         for n, t in zip(("q", "k", "v", "g", "beta"), inp[:5]):
@@ -139,7 +143,7 @@ def _hooks(module, norm, rec):
         keep("y", _first(out))
 
     hooks = [module.in_proj.register_forward_hook(lambda _, i, o: keep("in_proj_out", _first(o), sb)),
-             module.conv1d.register_forward_hook(lambda _, i, o: keep("qkv_conv", _first(o), lambda x: x.transpose(1, 2))),
+             module.conv1d.register_forward_hook(lambda _, i, o: keep("qkv_conv", _first(o), channels_first)),
              norm.register_forward_hook(out_norm),
              module.out_proj.register_forward_hook(lambda _, i, o: keep("out", _first(o), sb))]
     if hasattr(module, "b_proj"):
