@@ -137,7 +137,8 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t H, int64_t K, int64
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args a(argc, argv, {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets", "backward"}, {});
+  Args a(argc, argv, {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets", "backward"}, {},
+         "bench");
   const std::string name = a.get("backend", "cuda-chunkwise");
   const DType dt = dtype_parse(a.get("dtype", "bfloat16"));
   const int64_t K = a.get_int("K", 128), V = a.get_int("V", 128);

@@ -250,7 +250,8 @@ void bench_precision(const CaseData& c, const std::string& which, int repeat, do
 }  // namespace
 
 int cmd_bench_oracle(int argc, char** argv) {
-  Args a(argc, argv, {"T", "H", "K", "V", "variant", "backend", "precision", "repeat", "chunk"}, {});
+  Args a(argc, argv, {"T", "H", "K", "V", "variant", "backend", "precision", "repeat", "chunk"}, {},
+         "bench-oracle");
   CaseSpec s;
   s.variant = variant_parse(a.get("variant", "gdn"));
   s.T = a.get_int("T", 8192), s.H = s.HV = a.get_int("H", 4);

@@ -3,11 +3,19 @@
 
 #include <cstdlib>
 
+#include "app/help.h"
 #include "core/error.h"
 
 namespace kcp::app {
 
-Args::Args(int argc, char** argv, std::set<std::string> options, std::set<std::string> flags) {
+Args::Args(int argc, char** argv, std::set<std::string> options, std::set<std::string> flags, const char* command) {
+  if (const char* help = command ? command_help(command) : nullptr) {
+    const std::string text = help;
+    for (const auto* names : {&options, &flags})
+      for (const std::string& o : *names)
+        KCP_CHECK(text.find("--" + o) != std::string::npos, "kcp ", command, ": option --", o,
+                  " is missing from its --help text (app/help.cpp)");
+  }
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) {

@@ -1,5 +1,7 @@
 // Minimal command-line parsing for the kcp subcommands: "--key value", "--flag", positionals.
-// Unknown options are errors (a typo must not silently fall back to a default).
+// Unknown options are errors (a typo must not silently fall back to a default). Given the command's
+// name, every option it accepts must be documented in its --help text (app/help.cpp): a help text
+// that drifts from the parser fails the first run of the command (every command runs in the tests).
 #pragma once
 
 #include <map>
@@ -12,7 +14,8 @@ namespace kcp::app {
 class Args {
  public:
   // `options` take a value, `flags` do not.
-  Args(int argc, char** argv, std::set<std::string> options, std::set<std::string> flags);
+  Args(int argc, char** argv, std::set<std::string> options, std::set<std::string> flags,
+       const char* command = nullptr);
   bool has(const std::string& key) const { return values_.count(key) || flags_set_.count(key); }
   std::string get(const std::string& key, const std::string& fallback) const;
   long long get_int(const std::string& key, long long fallback) const;

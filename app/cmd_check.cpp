@@ -191,7 +191,7 @@ UserBar parse_user_bar(const Args& a) {
 }
 
 int cmd_check(int argc, char** argv) {
-  Args a(argc, argv, {"backend", "precision", "write", "json", "select", "ratio", "rtol", "atol", "plot"}, {});
+  Args a(argc, argv, {"backend", "precision", "write", "json", "select", "ratio", "rtol", "atol", "plot"}, {}, "check");
   const std::vector<std::string> files = expand_dump_paths(a.positional());
   KCP_CHECK(!files.empty(), "no dump given (usage: kcp check [options] PATH...; kcp check --help)");
   CheckOptions o;

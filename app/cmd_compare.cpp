@@ -8,9 +8,10 @@
 // Any other two HDF5 files (h5diff -d style): every dataset path of either file, matched by path;
 // same shape -> one row with max |a-b|, where, rel_l2, fla_ratio and the count of elements that
 // differ; the verdict is PASS when every |a-b| <= D (default 0: identical; a NaN never equals), or
-// under --rtol/--atol or --ratio; a dataset present on one side only, of another shape, or of a type kcp cannot read as numbers is
-// reported on its own row (one-sided and other-shaped: FAIL). Exit status: 0 all equal within the
-// bar, 1 a difference or (plain HDF5) a one-sided dataset, 2 a file cannot be read, 3 nothing compared. Covered by tests/validation/test_cli.cpp.
+// under --rtol/--atol or --ratio. A dataset present on one side only or of another shape is a FAIL
+// row, one kcp cannot read as numbers a SKIP row. Exit status: 0 all equal within the bar, 1 a
+// difference or (plain HDF5) a one-sided dataset, 2 a file cannot be read, 3 nothing compared.
+// Covered by tests/tools/test_kcp_capture.py and tests/validation/test_cli.cpp.
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -179,7 +180,8 @@ void generic_row(const std::string& path, const io::Array& x, const io::Array& y
     int64_t over = 0;
     for (int64_t i = 0; i < a.numel(); ++i) {
       const double p = a.data()[i], q = b.data()[i];
-      over += (std::isnan(p) || std::isnan(q)) ? 1 : (std::isinf(p) || std::isinf(q)) ? p != q : std::abs(p - q) > delta;
+      const bool nonfinite = std::isnan(p) || std::isnan(q) || std::isinf(p) || std::isinf(q);
+      over += nonfinite ? !(p == q) : std::abs(p - q) > delta;  // NaN never equals; Inf only the same Inf
     }
     const Verdict v = over ? Verdict::fail : Verdict::pass;
     t.add(v);
@@ -194,8 +196,8 @@ void generic_row(const std::string& path, const io::Array& x, const io::Array& y
 int compare_generic(const std::string& pa, const std::string& pb, const UserBar& user, double delta,
                     const Selection& sel) {
   const Generic a = open_generic(pa), b = open_generic(pb);
-  std::printf("== %s vs %s: HDF5 datasets matched by path (%s)\n", pa.c_str(), pb.c_str(),
-              user.any() ? user.describe().c_str() : ("h5diff -d " + std::to_string(delta) + ": |a-b| <= delta").c_str());
+  const std::string bar = user.any() ? user.describe() : "h5diff -d " + std::to_string(delta) + ": |a-b| <= delta";
+  std::printf("== %s vs %s: HDF5 datasets matched by path (%s)\n", pa.c_str(), pb.c_str(), bar.c_str());
   Tally t;
   t.user = user;
   if (user.any()) report_header(user);
@@ -225,7 +227,7 @@ int compare_generic(const std::string& pa, const std::string& pb, const UserBar&
 }  // namespace
 
 int cmd_compare(int argc, char** argv) {
-  Args args(argc, argv, {"delta", "rtol", "atol", "ratio", "select"}, {});
+  Args args(argc, argv, {"delta", "rtol", "atol", "ratio", "select"}, {}, "compare");
   KCP_CHECK(args.positional().size() == 2, "usage: kcp compare A.h5 B.h5 [options] (kcp compare --help)");
   UserBar user;
   if (args.has("ratio")) user.ratio = args.get_double("ratio", 0);

@@ -65,7 +65,7 @@ void print_dataset(const io::DumpDataset& ds) {
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
-  Args a(argc, argv, {"backend", "in", "out", "precision"}, {});
+  Args a(argc, argv, {"backend", "in", "out", "precision"}, {}, "run");
   KCP_CHECK(a.has("backend") && a.has("in") && a.has("out"),
             "usage: kcp run --backend NAME --in X.h5 --out Y.h5 [--precision f64|f32]");
   const DType compute = parse_precision(a.get("precision", "f64"));
@@ -104,7 +104,7 @@ int cmd_info(int argc, char** argv) {
 }
 
 int cmd_assemble(int argc, char** argv) {
-  Args args(argc, argv, {"out"}, {});
+  Args args(argc, argv, {"out"}, {}, "assemble");
   const std::vector<std::string> files = expand_dump_paths(args.positional());
   KCP_CHECK(args.has("out") && !files.empty(), "usage: kcp assemble --out G.h5 SHARD... (files or folders)");
   std::vector<io::Dump> shards;

@@ -130,7 +130,7 @@ namespace kcp::app {
 int cmd_cp_bench(int argc, char** argv) {
   return cp::run_mpi_command("kcp cp-bench", [&](cp::Comm& world) {
     Args a(argc, argv, {"T", "H", "K", "V", "variant", "backend", "dtype", "ranks", "seqs", "merge", "comm", "repeat"},
-           {"keep-denormals"});
+           {"keep-denormals"}, "cp-bench");
     if (!a.has("keep-denormals")) flush_denormals();
     const std::string name = a.get("backend", "cpu-chunkwise");
     const int gpus = gpu_count();

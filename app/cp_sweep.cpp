@@ -271,7 +271,7 @@ namespace kcp::app {
 
 int cmd_cp_sweep(int argc, char** argv) {
   return cp::run_mpi_command("kcp cp-sweep", [&](cp::Comm& comm) {
-    Args a(argc, argv, {"backend", "seed", "filter", "merge", "precision", "comm", "timeout"}, {"quick"});
+    Args a(argc, argv, {"backend", "seed", "filter", "merge", "precision", "comm", "timeout"}, {"quick"}, "cp-sweep");
     SweepOptions o;
     o.quick = a.has("quick");
     o.backend = a.get("backend", "all");

@@ -66,9 +66,10 @@ options:
   --repeat N          rounds (default 3)
 )"},
     {"bench", R"(usage: kcp bench [options]
-Forward time of a device backend: ms, GB/s, FLOP/s, roofline fraction.
+Forward (or forward+backward) time of a device backend: ms, GB/s, FLOP/s, roofline fraction.
 options:
   --backend NAME      default cuda-chunkwise
+  --backward 0|1      1: time forward+backward, gradients in FLA's dtypes (default 0)
   --variant LIST      default gdn,kda
   --T LIST            default 8192,32768
   --H LIST            default 16,32 (HV = H)

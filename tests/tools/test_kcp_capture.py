@@ -281,6 +281,9 @@ class CaptureTest(unittest.TestCase):
             kcp_dump.KernelCapture(chunk_mamba, self.path("x.h5"))
         with self.assertRaisesRegex(TypeError, "head_first"):
             cap(c.q, c.k, c.v, c.g, c.beta, head_first=False)
+        with self.assertRaises(AssertionError):  # the kernel itself refuses: nothing kept for the exit
+            cap(c.q, c.k, c.v, c.g, c.beta, chunk_size=48)
+        self.assertEqual(cap.inputs, {})
         with self.assertRaisesRegex(ValueError, "declared bfloat16 but holds values that are not bfloat16"):
             kcp_dump.write_dump(self.path("x.h5"), "kda", dict(q=np.full((1, 2, 1, 4), 1.001, np.float32)),
                                 dtypes=dict(q="bfloat16"))

@@ -134,7 +134,12 @@ class KernelCapture:
             self.pending.add("d" + name)
             self.expected.add("d" + name)
             call.replace(name, Tap.apply(t, "d" + name, self._store), args, kwargs)
-        out = self.kernel(*args, **kwargs)
+        try:
+            out = self.kernel(*args, **kwargs)
+        except BaseException:  # the kernel refused the call: nothing to dump, the next call may be captured
+            self.inputs, self.results, self.debug, self.dtypes, self.root = {}, {}, {}, {}, {}
+            self.pending, self.expected = set(), set()
+            raise
         o, ht = (out[0], out[1]) if isinstance(out, (tuple, list)) else (out, None)
         self._keep(self.results, "o", o)
         if ht is not None:
