@@ -13,6 +13,8 @@ import unittest
 
 import torch
 
+from planted import GradScale
+
 import kcp_layer_capture as cap
 
 KCP = os.environ.get("KCP_BIN", "kcp")
@@ -29,18 +31,6 @@ class ScaledConv(cap.CausalConv):
 
     def forward(self, x, cu_seqlens=None):
         return 1.02 * super().forward(x, cu_seqlens)
-
-
-class GradScale(torch.autograd.Function):
-    """Identity forward, gradient times 1.02: a planted backward bug."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        return 1.02 * g
 
 
 class WrongBackwardConv(cap.CausalConv):

@@ -14,6 +14,8 @@ import unittest
 
 import torch
 
+from planted import GradScale
+
 import kcp_megatron_layer as meg
 import megatron_standin as ms
 
@@ -26,18 +28,6 @@ class ScaledConv(ms.CausalConv1d):
 
     def forward(self, x, cu_seqlens=None):
         return 1.02 * super().forward(x, cu_seqlens)
-
-
-class GradScale(torch.autograd.Function):
-    """Identity forward, gradient times 1.02: a planted backward bug."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        return 1.02 * g
 
 
 class WrongBackwardConv(ms.CausalConv1d):
