@@ -22,6 +22,7 @@
 #include "cuda/cuda_check.cuh"
 #include "cuda/device_guard.cuh"
 #include "cuda/key_dims.h"
+#include "cuda/stage_timer.cuh"
 
 #include "cuda/chunkwise_impl.cuh"
 
@@ -85,32 +86,6 @@ Pipeline::Pipeline(Queue& queue) : impl_(std::make_unique<Impl>()) {
 }
 Pipeline::~Pipeline() = default;
 
-// KCP_CUDA_STAGE_TIMES=1: each forward prints the milliseconds of its stages to stderr (diagnostics;
-// the events synchronize the device, so never set it while timing whole calls).
-struct StageTimer {
-  cudaStream_t stream = nullptr;
-  bool on = std::getenv("KCP_CUDA_STAGE_TIMES") != nullptr;
-  std::vector<cudaEvent_t> ev;
-  void mark() {
-    if (!on) return;
-    ev.emplace_back();
-    KCP_CUDA_CHECK(cudaEventCreate(&ev.back()));
-    KCP_CUDA_CHECK(cudaEventRecord(ev.back(), stream));
-  }
-  void report(const char* const* names) {
-    if (!on) return;
-    KCP_CUDA_CHECK(cudaEventSynchronize(ev.back()));
-    std::fprintf(stderr, "cuda-chunkwise stages (ms):");
-    for (size_t i = 1; i < ev.size(); ++i) {
-      float ms = 0;
-      KCP_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[i - 1], ev[i]));
-      std::fprintf(stderr, " %s %.3f", names[i - 1], ms);
-    }
-    std::fprintf(stderr, "\n");
-    for (cudaEvent_t e : ev) cudaEventDestroy(e);
-  }
-};
-
 void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   check_outputs(p, out);
   DeviceGuard guard(impl_->device);
@@ -118,8 +93,7 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   const cudaStream_t stream = impl_->stream;
   // gdn with 16-bit inputs: w and u folded into the state kernel (no WY stage).
   const bool fold = state_fold_applies(st.c, st.dtype);
-  StageTimer timer;
-  timer.stream = stream;
+  StageTimer timer(stream);
   timer.mark();
   launch_chunk_cumsum(st.c, st.dtype, stream);
   timer.mark();
@@ -132,7 +106,7 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   impl_->launch_state(sp, st.dtype);
   timer.mark();
   static const char* const kNames[] = {"cumsum", "kkt", "wy", "state+output"};
-  timer.report(kNames);
+  timer.report("forward", kNames);
 }
 
 void Pipeline::set_state_groups(int groups) {

@@ -7,6 +7,7 @@
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunkwise_impl.cuh"
 #include "cuda/device_guard.cuh"
+#include "cuda/stage_timer.cuh"
 #include "core/transition.h"
 
 namespace kcp::cuda {
@@ -81,7 +82,10 @@ void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d,
   check_cotangents(p, d);
   check_grads(p, in, gr);
   DeviceGuard guard(impl_->device);
+  StageTimer timer(impl_->stream);
+  timer.mark();
   BwdParams bp = impl_->backward_setup(p, in, 0, -1);
+  timer.mark();
   bp.d_o = rows_view<RowsView>(d.d_o, "d_o");
   if (!d.d_final_state.empty()) bp.dht = state_view(d.d_final_state, p.flags.state_v_first, "d_final_state");
   if (!gr.d_initial_state.empty()) bp.dh0 = state_view(gr.d_initial_state, p.flags.state_v_first, "d_initial_state");
@@ -90,8 +94,13 @@ void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d,
   if (!in.A_log.empty()) bp.dA_log = out_scalar(gr.dA_log, "dA_log");
   if (!in.dt_bias.empty()) bp.ddt_bias = out_scalar(gr.ddt_bias, "ddt_bias");
   launch_bwd_dhu(bp, impl_->stream);
+  timer.mark();
   launch_bwd_chunk(bp, impl_->stream);
+  timer.mark();
   launch_bwd_finish(bp, impl_->stream);
+  timer.mark();
+  static const char* const kNames[] = {"recompute+prep", "dhu", "chunk", "finish"};
+  timer.report("backward", kNames);
 }
 
 const BackwardBuffers& Pipeline::backward_buffers() const { return impl_->bbuf; }

@@ -2,8 +2,12 @@
 (forward + backward of L = sum(o * do) + sum(final_state * dht)), one kcp-dump file per case, for
 `kcp check`. Run by scripts/gpu_capture.sh; the table of cases is CASES below.
 
-  python3 scripts/gpu_capture.py OUT_DIR [case ...]        capture (needs torch, triton, fla)
-  python3 scripts/gpu_capture.py --convert DIR              *.pkl -> *.h5 (where h5py was missing)
+  python3 scripts/gpu_capture.py [--summary NAME] OUT_DIR [case ...]   capture (needs torch, triton, fla);
+                                                   the table goes to OUT_DIR/NAME (capture_summary.json)
+  python3 scripts/gpu_capture.py --list            the case names, one per line
+  python3 scripts/gpu_capture.py --merge DIR       DIR/summary-*.json (one process per case, as
+                                                   gpu_capture.sh runs them) -> DIR/capture_summary.json
+  python3 scripts/gpu_capture.py --convert DIR     *.pkl -> *.h5 (where h5py was missing)
 
 Where the GPU machine has no h5py, each file's write_dump arguments are pickled instead and
 converted on a machine with h5py (--convert). KCP_FLA_MAX_CONFIGS (default 4) keeps the first N
@@ -139,11 +143,42 @@ def run_case(torch, kernels, name, seed, out_dir):
     return cap.missing()
 
 
+def merge(folder):
+    """Joins the per-process tables into one; non-zero when a case failed or has no table."""
+    env, cases = None, []
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("summary-") and name.endswith(".json"):
+            with open(os.path.join(folder, name)) as f:
+                part = json.load(f)
+            env = env or part["env"]
+            cases += part["cases"]
+    seen = {c["case"] for c in cases}
+    cases += [dict(case=n, status="error: no result (the process died or timed out)", seconds=0)
+              for n in CASES if n not in seen]
+    with open(os.path.join(folder, "capture_summary.json"), "w") as f:
+        json.dump(dict(env=env, cases=cases), f, indent=1)
+    for c in cases:
+        print(f"{c['case']}: {c['status']}, {c['seconds']} s")
+    return 1 if any(c["status"].startswith("error") for c in cases) else 0
+
+
 def main(argv):
     if argv[:1] == ["--convert"]:
         return convert(argv[1]) or 0
+    if argv[:1] == ["--list"]:
+        print("\n".join(CASES))
+        return 0
+    if argv[:1] == ["--merge"]:
+        return merge(argv[1])
+    summary = "capture_summary.json"
+    if argv[:1] == ["--summary"]:
+        summary, argv = argv[1], argv[2:]
     out_dir = argv[0]
     names = argv[1:] or list(CASES)
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        print(f"gpu_capture.py: unknown case {', '.join(unknown)}; the cases: {', '.join(CASES)}", file=sys.stderr)
+        return 2
     os.makedirs(out_dir, exist_ok=True)
     import torch
     n_configs = limit_autotune()
@@ -171,20 +206,20 @@ def main(argv):
     print(json.dumps(env), flush=True)
     table, start = [], time.time()
     budget = float(os.environ.get("KCP_CAPTURE_BUDGET_S", "1e9"))  # no new case after this many seconds
-    for i, name in enumerate(names):
+    for name in names:
         t0 = time.time()
         if t0 - start > budget:
             table.append(dict(case=name, status="not run (time budget)", seconds=0))
             continue
         try:
-            missing = run_case(torch, kernels, name, 1000 + i, out_dir)
+            missing = run_case(torch, kernels, name, 1000 + list(CASES).index(name), out_dir)
             status = "captured" + (f" (missing {', '.join(missing)})" if missing else "")
         except Exception as e:
             status = f"error: {type(e).__name__}: {str(e)[:300]}"
             traceback.print_exc()
         table.append(dict(case=name, status=status, seconds=round(time.time() - t0, 1)))
         print(f"{name}: {status}, {time.time() - t0:.1f} s", flush=True)
-        with open(os.path.join(out_dir, "capture_summary.json"), "w") as f:  # after each case: kept on a timeout
+        with open(os.path.join(out_dir, summary), "w") as f:  # after each case: kept on a timeout
             json.dump(dict(env=env, cases=table), f, indent=1)
     return 1 if any(c["status"].startswith("error") for c in table) else 0
 

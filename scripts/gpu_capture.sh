@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Captures real FLA calls across the flag matrix (scripts/gpu_capture.py, issue 13) and, when this
-# build's kcp has `check` (HDF5), judges them. The lent GPU machine has no HDF5 headers: there the
-# files land in the output folder and are checked on a machine with HDF5 (`kcp check DIR`).
+# build's kcp has `check` (HDF5), judges them. Each case runs in its own process, CAPTURE_JOBS at a
+# time (default: the number of cores), because Triton's cold compile (40-110 s a case) is CPU-bound
+# and the cases share no kernels; the per-case logs are <case>.log next to the files.
+# The lent GPU machine has no HDF5 headers: there the files land in the output folder and are checked
+# on a machine with HDF5 (`kcp check DIR`).
 #   scripts/gpu_capture.sh [OUT_DIR] [BUILD_DIR]   defaults $OUT/captures (or gpu-logs/captures), build/
 #   needs torch, triton and FLA importable (e.g. PYTHONPATH=<fla checkout>); skipped otherwise.
 set -uo pipefail
@@ -12,7 +15,11 @@ if ! python3 -c "import torch, triton, fla" 2>/dev/null; then
   echo "gpu_capture: FLA (or torch/triton) not importable: skipped"; exit 0
 fi
 mkdir -p "$DIR"
-timeout "${CAPTURE_TIMEOUT:-540}" python3 scripts/gpu_capture.py "$DIR" 2>&1 | tee "$DIR/capture.log"
+jobs=${CAPTURE_JOBS:-$(nproc)}
+python3 scripts/gpu_capture.py --list \
+  | timeout "${CAPTURE_TIMEOUT:-540}" xargs -P "$jobs" -I{} \
+      sh -c 'python3 scripts/gpu_capture.py --summary "summary-$1.json" "$0" "$1" > "$0/$1.log" 2>&1' "$DIR" {}
+python3 scripts/gpu_capture.py --merge "$DIR" | tee "$DIR/capture.log"
 rc=${PIPESTATUS[0]}
 if [ -x "$BUILD/kcp" ] && "$BUILD/kcp" help 2>&1 | grep -qE '^  check '; then
   "$BUILD/kcp" check --json "$DIR/check.json" "$DIR" | tee "$DIR/check.log"

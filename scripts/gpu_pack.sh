@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Packs the binaries of a build made here (with HDF5, so `kcp check` is in) and the shared libraries
+# the GPU machine lacks into .gpu/ (git-ignored), to be carried to a GPU machine that has the CUDA
+# driver, OpenMPI and glibc but no HDF5 (the lent H100, docs/CUDA.md). There:
+#   LD_LIBRARY_PATH=$PWD/.gpu/lib scripts/gpu.sh .gpu
+#   scripts/gpu_pack.sh [BUILD_DIR]     default build/; the binaries are stripped (about 40 MiB in all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+rm -rf .gpu && mkdir -p .gpu/lib
+for exe in kcp test_cuda test_cuda_backend cp_fault_job; do
+  f=$(find "$BUILD" -name "$exe" -type f -perm -u+x | head -1)
+  [ -n "$f" ] || { echo "gpu_pack: $exe not built in $BUILD" >&2; exit 1; }
+  strip -o ".gpu/$exe" "$f"
+done
+for lib in libgomp.so.1 libhdf5_serial.so.103 libsz.so.2 libaec.so.0; do
+  cp -L "/lib/x86_64-linux-gnu/$lib" .gpu/lib/
+done
+du -sh .gpu
