@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Packs the binaries of a build made here (with HDF5, so `kcp check` is in) and the shared libraries
 # the GPU machine lacks into .gpu/ (git-ignored), to be carried to a GPU machine that has the CUDA
-# driver, OpenMPI and glibc but no HDF5 (the lent H100, docs/CUDA.md). There:
-#   LD_LIBRARY_PATH=$PWD/.gpu/lib scripts/gpu.sh .gpu
-#   scripts/gpu_pack.sh [BUILD_DIR]     default build/; the binaries are stripped (about 40 MiB in all)
+# driver, OpenMPI and glibc but no HDF5 (the lent H100, docs/CUDA.md), and as .gpu.tgz (about 19 MiB:
+# the device code compresses well; carry limits count bytes). There:
+#   tar xzf .gpu.tgz && LD_LIBRARY_PATH=$PWD/.gpu/lib scripts/gpu.sh .gpu
+#   scripts/gpu_pack.sh [BUILD_DIR]     default build/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -16,4 +17,5 @@ done
 for lib in libgomp.so.1 libhdf5_serial.so.103 libsz.so.2 libaec.so.0; do
   cp -L "/lib/x86_64-linux-gnu/$lib" .gpu/lib/
 done
-du -sh .gpu
+tar czf .gpu.tgz .gpu
+du -sh .gpu .gpu.tgz
