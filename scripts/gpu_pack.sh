@@ -9,10 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 rm -rf .gpu && mkdir -p .gpu/lib
-for exe in kcp test_cuda test_cuda_backend cp_fault_job; do
-  f=$(find "$BUILD" -name "$exe" -type f -perm -u+x | head -1)
-  [ -n "$f" ] || { echo "gpu_pack: $exe not built in $BUILD" >&2; exit 1; }
-  strip -o ".gpu/$exe" "$f"
+# Named by path: the build tree holds other copies (the install test's prefix/bin/kcp).
+for f in kcp tests/cuda/test_cuda tests/cuda/test_cuda_backend tests/cp/cp_fault_job; do
+  [ -x "$BUILD/$f" ] || { echo "gpu_pack: $BUILD/$f not built" >&2; exit 1; }
+  strip -o ".gpu/$(basename "$f")" "$BUILD/$f"
 done
 for lib in libgomp.so.1 libhdf5_serial.so.103 libsz.so.2 libaec.so.0; do
   cp -L "/lib/x86_64-linux-gnu/$lib" .gpu/lib/
