@@ -21,7 +21,7 @@ cases=${CAPTURE_CASES:-$(python3 scripts/gpu_capture.py --list)}
 printf '%s\n' $cases \
   | timeout "${CAPTURE_TIMEOUT:-540}" xargs -P "$jobs" -I{} \
       sh -c 'python3 scripts/gpu_capture.py --summary "summary-$1.json" "$0" "$1" > "$0/$1.log" 2>&1' "$DIR" {}
-python3 scripts/gpu_capture.py --merge "$DIR" | tee "$DIR/capture.log"
+python3 scripts/gpu_capture.py --merge "$DIR" $cases | tee "$DIR/capture.log"
 rc=${PIPESTATUS[0]}
 if [ -x "$BUILD/kcp" ] && "$BUILD/kcp" help 2>&1 | grep -qE '^  check '; then
   "$BUILD/kcp" check --json "$DIR/check.json" "$DIR" | tee "$DIR/check.log"
