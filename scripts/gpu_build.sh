@@ -11,6 +11,7 @@ BUILD=${1:-build-gpu}
 args=(-S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release)
 [ -f .deps/lib/cmake/doctest/doctestConfig.cmake ] && args+=(-Ddoctest_DIR="$PWD/.deps/lib/cmake/doctest")
 if [ -f .deps/hdf5/include/hdf5.h ]; then
+  [ -e .deps/hdf5/lib/libhdf5.so ] || ln -s libhdf5_serial.so.103 .deps/hdf5/lib/libhdf5.so  # if a copy lost the link
   args+=(-DHDF5_ROOT="$PWD/.deps/hdf5" -DHDF5_NO_FIND_PACKAGE_CONFIG_FILE=ON)
   export LD_LIBRARY_PATH="$PWD/.deps/hdf5/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # libsz, libaec at link time
 fi
