@@ -1,8 +1,9 @@
 // kcp cp-sweep: context parallelism against the single-process oracle over the matrix
 // variants x flag sets x states x layouts (sweep_cases.h) x backends x float64/float32 x merges, then
-// conv1d with W = 2, 3, 4 over the same layouts, then the whole layer (cp_sweep_layer.h: its host ops
-// with the kernel on each backend, empty ranks included). One row per case from rank 0, a summary line, exit code 1 when any row failed on any rank
-// (the verdict is all-reduced, so every rank exits alike).
+// conv1d with W = 2, 3, 4 over the same layouts, then the whole layer over the same layouts
+// (cp_sweep_layer.h: its ops on the host, its kernel on each backend, host or device). One row per
+// case from rank 0, a summary line, exit code 1 when any row failed on any rank (the verdict is
+// all-reduced, so every rank exits alike).
 //   mpirun -np N [--oversubscribe] build/kcp cp-sweep [--quick] [--backend NAME|all] [--seed S]
 //          [--filter TEXT] [--merge linear|log-depth|both] [--precision f64|f32|both]
 //          [--comm auto|mpi|nccl] [--timeout SECONDS]
