@@ -69,6 +69,11 @@ fault_check() {  # comm ranks (3 under MPI: rank 1 fails while ranks 0 and 2 wai
 if [ -z "${SKIP_CP:-}" ] && "$BUILD/kcp" help 2>&1 | grep -qE '^  cp-sweep '; then
   for n in 1 2 3 4; do
     run_suite "cp_sweep_mpi_np$n" "${mpi[@]}" "$n" "$BUILD/kcp" cp-sweep --quick --backend cuda-chunkwise --comm mpi
+    # the layer rows (kernel on the GPU, docs/LAYER.md) must have run, not only been skipped
+    if ! grep -q '^PASS  cuda-chunkwise float32 layer ' "$LOGS/cp_sweep_mpi_np$n.log"; then
+      echo "cp_sweep_mpi_np$n: no cuda-chunkwise layer row passed"; failed=1
+      summary+=("| cp_sweep_mpi_np$n layer rows | FAILED (none passed) | - |")
+    fi
   done
   run_suite cp_sweep_nccl_np1 "${mpi[@]}" 1 "$BUILD/kcp" cp-sweep --quick --backend cuda-chunkwise --comm nccl
   if [ "$gpus" -ge 2 ]; then  # one GPU per rank (the multi-GPU run, docs/CP.md)
