@@ -66,13 +66,16 @@ struct BwdParams {
 
 // prep: qn, kn (needs rstd from the cumsum stage with the fused norm).
 void launch_bwd_prep(const BwdParams& bp, int input_dtype, cudaStream_t stream);
-// dhu: grid (N, HV, Vw/32).
+// dhu: the chunk-local terms (grid (NT, HV)), then the serial recurrence (grid (N, HV, Vw/16)).
 void launch_bwd_dhu(const BwdParams& bp, cudaStream_t stream);
+void launch_bwd_dhu_local(const BwdParams& bp, cudaStream_t stream);
+void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream);
 // chunk: kernels hv (NT, HV, 2) -> wy (NT, HV) -> intra (NT, HV, K/32) -> partial sums.
 void launch_bwd_chunk(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_wy(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_intra(const BwdParams& bp, cudaStream_t stream);
+void launch_bwd_chunk_sum(const BwdParams& bp, cudaStream_t stream);
 // finish: the fused input transforms backward and the gradients in their dtypes.
 void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream);
 

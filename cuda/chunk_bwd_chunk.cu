@@ -30,15 +30,20 @@ __global__ void __launch_bounds__(kSumThreads) bwd_chunk_sum_kernel(const BwdPar
 
 }  // namespace
 
-void launch_bwd_chunk(const BwdParams& bp, cudaStream_t stream) {
+void launch_bwd_chunk_sum(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
-  if (p.NT == 0) return;
+  const int64_t n = p.TT * p.HV;
+  if (n == 0) return;
+  launch_kernel(bwd_chunk_sum_kernel, dim3(unsigned((n + kSumThreads - 1) / kSumThreads)), dim3(kSumThreads), 0, stream, bp,
+                p.K / 32);
+}
+
+void launch_bwd_chunk(const BwdParams& bp, cudaStream_t stream) {
+  if (bp.c.NT == 0) return;
   launch_bwd_hv(bp, stream);
   launch_bwd_wy(bp, stream);
   launch_bwd_intra(bp, stream);
-  const int64_t n = p.TT * p.HV;
-  launch_kernel(bwd_chunk_sum_kernel, dim3(unsigned((n + kSumThreads - 1) / kSumThreads)), dim3(kSumThreads), 0, stream, bp,
-                p.K / 32);
+  launch_bwd_chunk_sum(bp, stream);
 }
 
 }  // namespace kcp::cuda

@@ -18,25 +18,25 @@
 
 namespace kcp::cuda {
 
-void launch_bwd_dhu_local(const BwdParams& bp, cudaStream_t stream);
-
 namespace {
 
-constexpr int kBV = 32;
+constexpr int kBV = 16;   // state columns per block
+constexpr int kLdB = 24;  // [rows][16] tiles read as k-major B fragments (conflict-free: 8 or 24 mod 32)
 
 template <int KD>
 struct DhuSmem {
-  static constexpr int ldk = KD + 4;  // kg, w tiles [64][KD]
-  static constexpr int buf = 2 * kChunk * ldk + kChunk * kBV + KD * kBV + KD;
-  static constexpr int floats = KD * kBV + kChunk * kBV + 2 * buf;
+  static constexpr int ldk = KD + 4;  // kg [64][KD]: row-major A fragments (4 mod 32)
+  static constexpr int ldw = KD + 8;  // w [64][KD]: transposed A fragments (8 mod 32)
+  static constexpr int buf = kChunk * ldk + kChunk * ldw + kChunk * kLdB + KD * kLdB + KD;
+  static constexpr int floats = KD * kLdB + kChunk * kLdB + 2 * buf;
   float *dh, *dvn, *b0;
-  __device__ explicit DhuSmem(float* s) : dh(s), dvn(s + KD * kBV), b0(s + KD * kBV + kChunk * kBV) {}
-  // buffer b (0, 1): kg, w [64][ldk], A_c [64][32], B_c [KD][32], b_end [KD]
+  __device__ explicit DhuSmem(float* s) : dh(s), dvn(s + KD * kLdB), b0(s + KD * kLdB + kChunk * kLdB) {}
+  // buffer b (0, 1): kg, w, A_c [64][16], B_c [KD][16], b_end [KD]
   __device__ float* kg(int b) const { return b0 + b * buf; }
   __device__ float* w(int b) const { return kg(b) + kChunk * ldk; }
-  __device__ float* ac(int b) const { return kg(b) + 2 * kChunk * ldk; }
-  __device__ float* bc(int b) const { return ac(b) + kChunk * kBV; }
-  __device__ float* ge(int b) const { return bc(b) + KD * kBV; }
+  __device__ float* ac(int b) const { return w(b) + kChunk * ldw; }
+  __device__ float* bc(int b) const { return ac(b) + kChunk * kLdB; }
+  __device__ float* ge(int b) const { return bc(b) + KD * kLdB; }
 };
 
 // cp.async of chunk c's tiles into buffer b: kg, w (rows >= L zero), A_c, B_c (with do), b_end.
@@ -50,16 +50,16 @@ __device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD>& s, int b, int 
     const int r = idx / (KD / 4), i = 4 * (idx % (KD / 4)), rr = r < L ? r : 0;
     const int64_t o = (int64_t(ck.t0 + rr) * p.HV + hv) * KD + i;
     cp_async16(s.kg(b) + r * S::ldk + i, bp.dkv + o, r < L);
-    cp_async16(s.w(b) + r * S::ldk + i, p.w + o, r < L);
+    cp_async16(s.w(b) + r * S::ldw + i, p.w + o, r < L);
   }
   if (local) {
     for (int idx = threadIdx.x; idx < kChunk * kBV / 4; idx += kBwdThreads) {
       const int r = idx / (kBV / 4), j = 4 * (idx % (kBV / 4)), rr = r < L ? r : 0;
-      cp_async16(s.ac(b) + r * kBV + j, bp.dvnew + (int64_t(ck.t0 + rr) * p.HV + hv) * bp.Vw + v0 + j, r < L);
+      cp_async16(s.ac(b) + r * kLdB + j, bp.dvnew + (int64_t(ck.t0 + rr) * p.HV + hv) * bp.Vw + v0 + j, r < L);
     }
     for (int idx = threadIdx.x; idx < KD * kBV / 4; idx += kBwdThreads) {
       const int i = idx / (kBV / 4), j = 4 * (idx % (kBV / 4));
-      cp_async16(s.bc(b) + i * kBV + j, bp.dh + ((int64_t(c) * p.HV + hv) * KD + i) * bp.Vw + v0 + j, true);
+      cp_async16(s.bc(b) + i * kLdB + j, bp.dh + ((int64_t(c) * p.HV + hv) * KD + i) * bp.Vw + v0 + j, true);
     }
   }
   const float* ge = p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * (kKDA ? KD : 1);
@@ -71,67 +71,66 @@ __device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD>& s, int b, int 
   cp_async_commit();
 }
 
-// dvnew = A_c + kg dh: rows ty + 16 u, columns 2 tx, 2 tx + 1.
+// dvnew = A_c + kg dh on tensor cores (3xTF32: float32 accuracy): warp w owns rows 16 (w % 4),
+// columns 8 (w / 4).
 template <int KD>
 __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD>& s, int b, const ChunkInfo& ck, int hv, int v0, bool local) {
   using S = DhuSmem<KD>;
-  const int ty = bwd_ty(), c2 = 2 * bwd_tx();
-  float2 acc[4];
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = 8 * (w >> 2);
+  const float* kg = s.kg(b);
+  float c[4];
 #pragma unroll
-  for (int u = 0; u < 4; ++u) acc[u] = local ? lds2(s.ac(b) + (ty + 16 * u) * kBV + c2) : make_float2(0.0f, 0.0f);
-#pragma unroll 2
-  for (int i = 0; i < KD; i += 4) {
-    float2 d[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) d[e] = lds2(s.dh + (i + e) * kBV + c2);
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const float4 a = lds4(s.kg(b) + (ty + 16 * u) * S::ldk + i);
-      acc[u].x = fmaf(a.w, d[3].x, fmaf(a.z, d[2].x, fmaf(a.y, d[1].x, fmaf(a.x, d[0].x, acc[u].x))));
-      acc[u].y = fmaf(a.w, d[3].y, fmaf(a.z, d[2].y, fmaf(a.y, d[1].y, fmaf(a.x, d[0].y, acc[u].y))));
-    }
+  for (int e = 0; e < 4; ++e) c[e] = local ? s.ac(b)[acc_row(m0, e) * kLdB + acc_col(n0, e)] : 0.0f;
+#pragma unroll 4
+  for (int k0 = 0; k0 < KD; k0 += 8) {
+    const FragA<true> a = load_a<true>([&](int m, int k) { return kg[m * S::ldk + k]; }, m0, k0);
+    const FragB<true> f = load_b<true>([&](int k, int n) { return s.dh[k * kLdB + n]; }, k0, n0);
+    mma<true>(c, a, f);
   }
 #pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    const int r = ty + 16 * u;
-    *reinterpret_cast<float2*>(s.dvn + r * kBV + c2) = acc[u];
-    if (bp.dvnew && r < ck.len)
-      *reinterpret_cast<float2*>(bp.dvnew + (int64_t(ck.t0 + r) * bp.c.HV + hv) * bp.Vw + v0 + c2) = acc[u];
+  for (int e = 0; e < 4; ++e) {
+    const int r = acc_row(m0, e), j = acc_col(n0, e);
+    s.dvn[r * kLdB + j] = c[e];
+    if (bp.dvnew && r < ck.len) bp.dvnew[(int64_t(ck.t0 + r) * bp.c.HV + hv) * bp.Vw + v0 + j] = c[e];
   }
 }
 
-// dh <- Diag(2^b_end) dh + B_c - w^T dvnew: rows 4 a + 64 g + e (a = tid / 16), columns 2 tx, 2 tx + 1.
+// dh <- Diag(2^b_end) dh + B_c - w^T dvnew on tensor cores (3xTF32): warp w owns the 16-row
+// tiles w, w + 8, .. of dh and both 8-column tiles.
 template <int KD, bool kKDA>
 __device__ void dhu_update(const DhuSmem<KD>& s, int b, int L, bool local) {
   using S = DhuSmem<KD>;
-  constexpr int NG = KD >= 64 ? KD / 64 : 1;
-  const int a4 = 4 * bwd_ty(), c2 = 2 * bwd_tx();
-  float2 acc[NG][4];
+  constexpr int MT = KD / 16, MW = (MT + 7) / 8;
+  const int w = threadIdx.x >> 5;
+  const float* wt = s.w(b);
+  float c[MW][2][4];
 #pragma unroll
-  for (int g = 0; g < NG; ++g)
+  for (int q = 0; q < MW; ++q) {
+    const int m0 = 16 * min(w + 8 * q, MT - 1);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = min(a4 + 64 * g + e, KD - 1);
-      const float gam = exp2f(s.ge(b)[kKDA ? i : 0]);
-      const float2 d = lds2(s.dh + i * kBV + c2), x = local ? lds2(s.bc(b) + i * kBV + c2) : make_float2(0.0f, 0.0f);
-      acc[g][e] = make_float2(fmaf(gam, d.x, x.x), fmaf(gam, d.y, x.y));
-    }
-  for (int r = 0; r < L; ++r) {
-    const float2 v = lds2(s.dvn + r * kBV + c2);
+    for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-    for (int g = 0; g < NG; ++g) {
-      const float4 w = lds4(s.w(b) + r * S::ldk + min(a4 + 64 * g, KD - 4));
-      const float wv[4] = {w.x, w.y, w.z, w.w};
+      for (int e = 0; e < 4; ++e) {
+        const int i = acc_row(m0, e), j = acc_col(8 * nt, e);
+        const float x = local ? s.bc(b)[i * kLdB + j] : 0.0f;
+        c[q][nt][e] = fmaf(exp2f(s.ge(b)[kKDA ? i : 0]), s.dh[i * kLdB + j], x);
+      }
+    for (int k0 = 0; k0 < L; k0 += 8) {
+      const FragA<true> a = load_a<true>([&](int m, int k) { return -wt[k * S::ldw + m]; }, m0, k0);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[g][e].x = fmaf(-wv[e], v.x, acc[g][e].x), acc[g][e].y = fmaf(-wv[e], v.y, acc[g][e].y);
+      for (int nt = 0; nt < 2; ++nt)
+        mma<true>(c[q][nt], a, load_b<true>([&](int k, int n) { return s.dvn[k * kLdB + n]; }, k0, 8 * nt));
     }
   }
   __syncthreads();  // every read of dh is done
 #pragma unroll
-  for (int g = 0; g < NG; ++g)
+  for (int q = 0; q < MW; ++q) {
+    if (w + 8 * q >= MT) continue;
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (a4 + 64 * g < KD) *reinterpret_cast<float2*>(s.dh + (a4 + 64 * g + e) * kBV + c2) = acc[g][e];
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s.dh[acc_row(16 * (w + 8 * q), e) * kLdB + acc_col(8 * nt, e)] = c[q][nt][e];
+  }
 }
 
 template <int KD, bool kKDA>
@@ -146,7 +145,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
     float x = 0.0f;
     if (bp.init == kInitIdentity) x = i == v0 + j ? 1.0f : 0.0f;
     else if (bp.dht.p) x = load_any(bp.dht.p, bp.dht.dt, n * bp.dht.sn + hv * bp.dht.shv + i * bp.dht.si + (v0 + j) * bp.dht.sj);
-    s.dh[idx] = x;
+    s.dh[i * kLdB + j] = x;
   }
   const int c_hi = p.seq_chunk0[n + 1] - 1, c_lo = p.seq_chunk0[n];
   if (c_hi >= c_lo) dhu_fetch<KD, kKDA>(bp, s, 0, c_hi, hv, v0, local);
@@ -157,7 +156,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
     const ChunkInfo ck = p.chunks[c];
     if (bp.dh)
       for (int idx = threadIdx.x; idx < KD * kBV; idx += kBwdThreads)
-        bp.dh[((int64_t(c) * p.HV + hv) * KD + idx / kBV) * bp.Vw + v0 + idx % kBV] = s.dh[idx];
+        bp.dh[((int64_t(c) * p.HV + hv) * KD + idx / kBV) * bp.Vw + v0 + idx % kBV] = s.dh[(idx / kBV) * kLdB + idx % kBV];
     dhu_dvnew<KD>(bp, s, b, ck, hv, v0, local);
     __syncthreads();
     dhu_update<KD, kKDA>(s, b, ck.len, local);
@@ -166,18 +165,22 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
   if (bp.dh0.p)
     for (int idx = threadIdx.x; idx < KD * kBV; idx += kBwdThreads) {
       const int i = idx / kBV, j = idx % kBV;
-      store_any(bp.dh0.p, bp.dh0.dt, n * bp.dh0.sn + hv * bp.dh0.shv + i * bp.dh0.si + (v0 + j) * bp.dh0.sj, s.dh[idx]);
+      store_any(bp.dh0.p, bp.dh0.dt, n * bp.dh0.sn + hv * bp.dh0.shv + i * bp.dh0.si + (v0 + j) * bp.dh0.sj, s.dh[i * kLdB + j]);
     }
 }
 
 }  // namespace
 
 void launch_bwd_dhu(const BwdParams& bp, cudaStream_t stream) {
+  launch_bwd_dhu_local(bp, stream);
+  launch_bwd_dhu_serial(bp, stream);
+}
+
+void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   if (p.N == 0) return;
   KCP_CHECK(bp.Vw % kBV == 0, "cuda-chunkwise backward: state columns ", bp.Vw, " must be a multiple of ", kBV);
   KCP_CHECK(!bp.d_o.p || (bp.dh && bp.dvnew && bp.Vw == p.V), "cuda-chunkwise backward: dhu with do needs the dh and dvnew buffers");
-  launch_bwd_dhu_local(bp, stream);
   dispatch_key_dim(p.K, [&](auto kd) {
     constexpr int KD = decltype(kd)::value;
     const size_t smem = sizeof(float) * DhuSmem<KD>::floats;

@@ -96,13 +96,22 @@ void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d,
   bp.dg = out_rows(gr.dg, "dg"), bp.dbeta = out_rows(gr.dbeta, "dbeta");
   if (!in.A_log.empty()) bp.dA_log = out_scalar(gr.dA_log, "dA_log");
   if (!in.dt_bias.empty()) bp.ddt_bias = out_scalar(gr.ddt_bias, "ddt_bias");
-  launch_bwd_dhu(bp, impl_->stream);
+  launch_bwd_dhu_local(bp, impl_->stream);  // = launch_bwd_dhu, timed in parts
   timer.mark();
-  launch_bwd_chunk(bp, impl_->stream);
+  launch_bwd_dhu_serial(bp, impl_->stream);
   timer.mark();
+  if (impl_->NT > 0) {  // = launch_bwd_chunk, timed in parts
+    launch_bwd_hv(bp, impl_->stream);
+    timer.mark();
+    launch_bwd_wy(bp, impl_->stream);
+    timer.mark();
+    launch_bwd_intra(bp, impl_->stream);
+    timer.mark();
+    launch_bwd_chunk_sum(bp, impl_->stream);
+  }
   launch_bwd_finish(bp, impl_->stream);
   timer.mark();
-  static const char* const kNames[] = {"recompute+prep", "dhu", "chunk", "finish"};
+  static const char* const kNames[] = {"recompute+prep", "dhu-local", "dhu", "chunk-hv", "chunk-wy", "chunk-intra", "sum+finish"};
   timer.report("backward", kNames);
 }
 
