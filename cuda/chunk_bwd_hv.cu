@@ -5,8 +5,10 @@
 // owns none). Streaming V in slabs of 32 columns (do, vnew, dvnew, h, dh in shared memory), per chunk:
 //   dXu = P^T dvnew                               [L,V]   (P unit lower triangular)
 //   dv  = beta dXu,  dbeta += v . dXu             (block 0)
-//   doh = do h^T,  xw = -dXu h^T,  vdh = vnew dh^T   [L,KW] (register tiles, float32 FMA)
+//   doh = do h^T,  xw = -dXu h^T,  vdh = vnew dh^T   [L,KW]
 //   dA  = lower_incl(scale do vnew^T) (block 0),  W1 = dvnew vnew^T (block 1)   [64,64] -> workspace
+// Every product on tensor cores, mma.sync m16n8k8 with split operands (3xTF32, tile_mma.cuh): float32
+// accuracy whatever the input dtype. Warp w owns rows 16 (w % 4) and half of the columns.
 // Epilogue per (row r, key d), gamma = 2^b_r[d], e = 2^(b_end[d] - b_r[d]):
 //   dq = gamma scale doh;  dk = e vdh + beta gamma xw  (-> dqv, dkv; the intra parts are added later)
 //   da_t[d] = sum_{r>=t} (q dq + beta k gamma xw)_r + sum_{r<t} (k e vdh)_r + 2^b_end rowsum(h dh)
@@ -16,21 +18,22 @@
 #include "cuda/chunk_bwd_tiles.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
+#include "cuda/tile_mma.cuh"
 
 namespace kcp::cuda {
 namespace {
 
-constexpr int kLdV = 34;  // [64][32] V slabs read as float2 along a row (2 mod 32 words)
+constexpr int kLdV = kLdS;  // [64][32] V slabs: A fragments (rows) and n-major B fragments, 4 mod 32 words
 
 template <int KD>
 struct HvShape {
   static constexpr int KW = KD < 64 ? KD : 64;  // key rows per block
   static constexpr int NH = KD / KW;            // blocks that own key rows (1 or 2)
-  static constexpr int NJ = KW / 16;            // key columns per thread
+  static constexpr int NTW = KW / 16;           // 8-column tiles of a warp (its half of KW)
   static constexpr int kLdE = KW + 1;           // epilogue tiles [64][KW]
   // floats: P', five V slabs + dXu, scalars; the epilogue tiles reuse the slabs
   static constexpr int slabs = 6 * kChunk * kLdV;
-  static constexpr int floats = kChunk * kLdC + (slabs > 3 * kChunk * kLdE ? slabs : 3 * kChunk * kLdE) + 4 * 64 + kBwdThreads;
+  static constexpr int floats = kChunk * kLdC + (slabs > 3 * kChunk * kLdE ? slabs : 3 * kChunk * kLdE) + 4 * 64 + 8 * kChunk;
 };
 
 struct HvSmem {
@@ -45,102 +48,90 @@ __device__ HvSmem carve_hv(float* s) {
   m.dO = s, m.vn = s + kChunk * kLdV, m.dvn = s + 2 * kChunk * kLdV, m.h = s + 3 * kChunk * kLdV;
   m.dh = s + 4 * kChunk * kLdV, m.dxu = s + 5 * kChunk * kLdV;
   m.X1 = s, m.X2 = s + kChunk * S::kLdE, m.Bk = s + 2 * kChunk * S::kLdE;
-  s += S::floats - kChunk * kLdC - 4 * 64 - kBwdThreads;
+  s += S::floats - kChunk * kLdC - 4 * 64 - 8 * kChunk;
   m.bet = s, m.gsc = s + 64, m.hdh = s + 128, m.red = s + 256;
   return m;
 }
 
-// dXu for one slab: thread (r = tid / 4) owns 8 columns; dv and v . dXu from block 0.
-__device__ float slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0, bool block0) {
-  const int r = threadIdx.x >> 2, c0 = (threadIdx.x & 3) * 8, L = ck.len;
-  float x[8] = {};
-  for (int sr = r; sr < L; ++sr) {
-    const float a = s.P[sr * kLdC + r];
+// dXu = P^T dvnew for one slab (tensor cores; P stored transposed, s.P[r][s] = P'_sr): warp w owns
+// rows 16 (w % 4), columns 16 (w / 4) .. + 15. Block 0 also stores dv = beta dXu and adds v . dXu to
+// vp (rows g and g + 8 of the warp's tile).
+__device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0, bool block0, float (&vp)[2]) {
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), L = ck.len;
+  float c[2][4] = {};
+  for (int k0 = m0; k0 < L; k0 += 8) {  // P'_sr = 0 for s < r
+    const FragA<true> a = load_a<true>([&](int m, int k) { return s.P[m * kLdC + k]; }, m0, k0);
 #pragma unroll
-    for (int u = 0; u < 8; ++u) x[u] = fmaf(a, s.dvn[sr * kLdV + c0 + u], x[u]);
+    for (int nt = 0; nt < 2; ++nt)
+      mma<true>(c[nt], a, load_b<true>([&](int k, int n) { return s.dvn[k * kLdV + n]; }, k0, 16 * (w >> 2) + 8 * nt));
   }
-  float vdx = 0.0f;
+  const RowsView& v = bp.c.v;
 #pragma unroll
-  for (int u = 0; u < 8; ++u) s.dxu[r * kLdV + c0 + u] = x[u];
-  if (block0 && r < L) {
-    const RowsView& v = bp.c.v;
-    for (int u = 0; u < 8; ++u) {
-      const int j = j0 + c0 + u;
-      if (bp.dv.p) store_any(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0 + r, hv) + j, s.bet[r] * x[u]);
-      vdx = fmaf(load_any(v.p, v.dt, row_off(v, ck.t0 + r, hv) + j), x[u], vdx);
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = acc_row(m0, e), j = acc_col(16 * (w >> 2) + 8 * nt, e);
+      s.dxu[r * kLdV + j] = c[nt][e];
+      if (block0 && r < L) {
+        if (bp.dv.p) store_any(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0 + r, hv) + j0 + j, s.bet[r] * c[nt][e]);
+        vp[e >> 1] = fmaf(load_any(v.p, v.dt, row_off(v, ck.t0 + r, hv) + j0 + j), c[nt][e], vp[e >> 1]);
+      }
     }
-  }
-  return vdx;
 }
 
+template <int NTW>
 struct HvAcc {
-  float doh[4][4], xw[4][4], vdh[4][4], X[4][4];
+  float doh[NTW][4], xw[NTW][4], vdh[NTW][4], X[4][4];
 };
 
-// One slab of the products: the three h products (kH) and dA (kX = 0, a = do) or W1 (kX = 1, a = dvnew).
-template <int NJ, bool kH, int kX>
-__device__ void slab_products(const HvSmem& s, HvAcc& a) {
-  const int ty = bwd_ty(), tx = bwd_tx();
+// One slab of the products (tensor cores, 3xTF32): the three h products (kH) and dA (kX = 0,
+// a = do) or W1 (kX = 1, a = dvnew). Warp w: rows 16 (w % 4); h columns (w / 4) KW/2 + 8 nt,
+// X columns 32 (w / 4) + 8 nt.
+template <int KW, bool kH, int kX>
+__device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a) {
+  constexpr int NTW = KW / 16;
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), hb = (w >> 2) * (KW / 2), xb = 32 * (w >> 2);
+  auto rows = [&](const float* t) { return [t](int m, int k) { return t[m * kLdV + k]; }; };
+  auto cols = [&](const float* t) { return [t](int k, int n) { return t[n * kLdV + k]; }; };
 #pragma unroll 1
-  for (int k = 0; k < kSlab; k += 2) {
-    float2 ax[4], bv[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) ax[i] = lds2((kX == 0 ? s.dO : s.dvn) + (ty + 16 * i) * kLdV + k);
+  for (int k0 = 0; k0 < kSlab; k0 += 8) {
+    const FragA<true> ax = load_a<true>(rows(kX == 0 ? s.dO : s.dvn), m0, k0);
     if constexpr (kH) {
-      float2 axu[4], avn[4], bh[NJ], bdh[NJ];
+      const FragA<true> ado = kX == 0 ? ax : load_a<true>(rows(s.dO), m0, k0);
+      const FragA<true> axu = load_a<true>(rows(s.dxu), m0, k0), avn = load_a<true>(rows(s.vn), m0, k0);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        axu[i] = lds2(s.dxu + (ty + 16 * i) * kLdV + k);
-        avn[i] = lds2(s.vn + (ty + 16 * i) * kLdV + k);
-      }
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) bh[j] = lds2(s.h + (tx + 16 * j) * kLdV + k), bdh[j] = lds2(s.dh + (tx + 16 * j) * kLdV + k);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          if constexpr (kX == 0) a.doh[i][j] = dot2(ax[i], bh[j], a.doh[i][j]);
-          a.xw[i][j] = dot2(axu[i], bh[j], a.xw[i][j]);
-          a.vdh[i][j] = dot2(avn[i], bdh[j], a.vdh[i][j]);
-        }
-      if constexpr (kX == 1) {  // doh needs do, which the W1 block has not loaded into ax
-        float2 ado[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) ado[i] = lds2(s.dO + (ty + 16 * i) * kLdV + k);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) a.doh[i][j] = dot2(ado[i], bh[j], a.doh[i][j]);
+      for (int nt = 0; nt < NTW; ++nt) {
+        const FragB<true> bh = load_b<true>(cols(s.h), k0, hb + 8 * nt), bdh = load_b<true>(cols(s.dh), k0, hb + 8 * nt);
+        mma<true>(a.doh[nt], ado, bh);
+        mma<true>(a.xw[nt], axu, bh);
+        mma<true>(a.vdh[nt], avn, bdh);
       }
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) bv[j] = lds2(s.vn + (tx + 16 * j) * kLdV + k);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) a.X[i][j] = dot2(ax[i], bv[j], a.X[i][j]);
+    for (int nt = 0; nt < 4; ++nt) mma<true>(a.X[nt], ax, load_b<true>(cols(s.vn), k0, xb + 8 * nt));
   }
 }
 
 // Epilogue of the h products: dqv, dkv, and the per-element gate / dbeta terms into X1, X2, Bk.
 template <int KD, bool kKDA>
-__device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc& a, const ChunkInfo& ck, int hv, int d0) {
+__device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<HvShape<KD>::NTW>& a, const ChunkInfo& ck,
+                            int hv, int d0) {
   using S = HvShape<KD>;
   const ChunkParams& p = bp.c;
-  const int ty = bwd_ty(), tx = bwd_tx(), L = ck.len, h = hv / p.G, Kg = kKDA ? KD : 1;
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), hb = (w >> 2) * (S::KW / 2), L = ck.len, h = hv / p.G;
+  const int Kg = kKDA ? KD : 1;
 #pragma unroll
-  for (int j = 0; j < S::NJ; ++j) {
-    const int dl = tx + 16 * j, d = d0 + dl;
-    const float ge = p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * Kg + (kKDA ? d : 0)];
+  for (int nt = 0; nt < S::NTW; ++nt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = ty + 16 * i;
+    for (int e = 0; e < 4; ++e) {
+      const int r = acc_row(m0, e), dl = acc_col(hb + 8 * nt, e), d = d0 + dl;
       float x1 = 0.0f, x2 = 0.0f, bk = 0.0f;
       if (r < L) {
         const int64_t tt = ck.t0 + r;
+        const float ge = p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * Kg + (kKDA ? d : 0)];
         const float gr = kKDA ? p.gcum[(tt * p.HV + hv) * KD + d] : s.gsc[r];
-        const float gam = exp2f(gr), e = exp2f(ge - gr), xwn = -a.xw[i][j], b = s.bet[r];
-        const float dq = gam * p.scale * a.doh[i][j], dki = e * a.vdh[i][j];
+        const float gam = exp2f(gr), ex = exp2f(ge - gr), xwn = -a.xw[nt][e], b = s.bet[r];
+        const float dq = gam * p.scale * a.doh[nt][e], dki = ex * a.vdh[nt][e];
         const float qv = bp.qn[(tt * p.H + h) * KD + d], kv = bp.kn[(tt * p.H + h) * KD + d];
         bp.dqv[(tt * p.HV + hv) * KD + d] = dq;
         bp.dkv[(tt * p.HV + hv) * KD + d] = dki + b * gam * xwn;
@@ -149,8 +140,8 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc& a
       }
       s.X1[r * S::kLdE + dl] = x1, s.X2[r * S::kLdE + dl] = x2, s.Bk[r * S::kLdE + dl] = bk;
     }
-    if (ty == 0) s.hdh[dl] *= exp2f(ge);  // dB_all, owned by (ty 0, tx) = the thread that summed it
-  }
+  for (int dl = threadIdx.x; dl < S::KW; dl += kBwdThreads)  // dB_all
+    s.hdh[dl] *= exp2f(p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * Kg + (kKDA ? d0 + dl : 0)]);
 }
 
 // Gate cumsum backward of the inter terms (per key column; gdn: summed over the keys, into a
@@ -198,7 +189,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
   using S = HvShape<KD>;
   const ChunkParams& p = bp.c;
   const ChunkInfo ck = p.chunks[blockIdx.x];
-  const int hv = blockIdx.y, z = blockIdx.z, L = ck.len, ty = bwd_ty(), tx = bwd_tx();
+  const int hv = blockIdx.y, z = blockIdx.z, L = ck.len, w = threadIdx.x >> 5;
   const bool has_h = z < S::NH;
   const int d0 = has_h ? z * S::KW : 0;
   const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
@@ -206,16 +197,16 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
   const HvSmem s = carve_hv<KD>(smem);
   const float* Pg = p.P + blk * kChunk * kChunk;
   for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
-    const int a = idx / kChunk, b = idx % kChunk;  // P'[a][b]: unit diagonal, strictly lower P
-    s.P[a * kLdC + b] = a == b ? 1.0f : (a > b ? Pg[idx] : 0.0f);
+    const int a = idx / kChunk, b = idx % kChunk;  // P'[a][b]: unit diagonal, strictly lower P; stored transposed
+    s.P[b * kLdC + a] = a == b ? 1.0f : (a > b ? Pg[idx] : 0.0f);
   }
   for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) {
     s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
     s.hdh[r] = 0.0f;
   }
   if constexpr (!kKDA) load_gates<false>(s.gsc, 0, p, ck, hv, 0, 1);
-  HvAcc a = {};
-  float vdx = 0.0f;
+  HvAcc<S::NTW> a = {};
+  float vp[2] = {};
   const float* hS = bp.h + blk * KD * p.V;
   const float* dhS = bp.dh + blk * KD * p.V;
   for (int j0 = 0; j0 < p.V; j0 += kSlab) {
@@ -229,7 +220,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
     }
     __syncthreads();
     if (has_h) {
-      vdx += slab_dxu(bp, s, ck, hv, j0, z == 0);
+      slab_dxu(bp, s, ck, hv, j0, z == 0, vp);
       if (threadIdx.x < S::KW) {
         float acc = s.hdh[threadIdx.x];
         for (int j = 0; j < kSlab; ++j) acc = fmaf(s.h[threadIdx.x * kLdV + j], s.dh[threadIdx.x * kLdV + j], acc);
@@ -237,25 +228,28 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
       }
       __syncthreads();
     }
-    if (z == 0) slab_products<S::NJ, true, 0>(s, a);
-    else if (has_h) slab_products<S::NJ, true, 1>(s, a);
-    else slab_products<S::NJ, false, 1>(s, a);
+    if (z == 0) slab_products<S::KW, true, 0>(s, a);
+    else if (has_h) slab_products<S::KW, true, 1>(s, a);
+    else slab_products<S::KW, false, 1>(s, a);
   }
   // dA (block 0, lower triangle with the diagonal, scaled) or W1 (block 1) to the workspace
   float* X = (z == 0 ? bp.dAc : bp.Wc) + blk * kChunk * kChunk;
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = ty + 16 * i, c = tx + 16 * j;
-      X[r * kChunk + c] = z == 0 ? (c <= r ? p.scale * a.X[i][j] : 0.0f) : a.X[i][j];
+    for (int e = 0; e < 4; ++e) {
+      const int r = acc_row(16 * (w & 3), e), c = acc_col(32 * (w >> 2) + 8 * nt, e);
+      X[r * kChunk + c] = z == 0 ? (c <= r ? p.scale * a.X[nt][e] : 0.0f) : a.X[nt][e];
     }
   __syncthreads();  // slabs consumed: the epilogue tiles reuse them
-  s.red[threadIdx.x] = vdx;
+  {  // v . dXu of row r: 8 partials, lanes t of the two warps owning rows 16 (w % 4) ..
+    const int r0 = 16 * (w & 3) + lane_g(), q = 4 * (w >> 2) + lane_t();
+    s.red[r0 * 8 + q] = vp[0], s.red[(r0 + 8) * 8 + q] = vp[1];
+  }
   __syncthreads();
-  float vsum = 0.0f;  // v . dXu of row t = tid: the partials of threads 4t .. 4t+3
+  float vsum = 0.0f;  // row t = tid
   if (threadIdx.x < kChunk)
-    for (int u = 0; u < 4; ++u) vsum += s.red[4 * threadIdx.x + u];
+    for (int u = 0; u < 8; ++u) vsum += s.red[8 * threadIdx.x + u];
   __syncthreads();
   if (!has_h) {
     for (int t = threadIdx.x; t < L; t += kBwdThreads) {
