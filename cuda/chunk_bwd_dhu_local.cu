@@ -23,22 +23,26 @@ struct LocalSmem {
   __device__ explicit LocalSmem(float* s) : qg(s), A(s + kChunk * ldq), dO(A + kChunk * kLdC), gsc(dO + kChunk * kLdC) {}
 };
 
-// kg to the workspace and scale qg into shared memory (rows >= L zero).
+// kg to the workspace and scale qg into shared memory (rows >= L zero), 32 keys at a time: qn, kn
+// (and kda's gates) staged by cp.async in the A / dO tiles (free until the products).
 template <int KD, bool kKDA>
 __device__ void local_gated_rows(const BwdParams& bp, const LocalSmem<KD>& s, const ChunkInfo& ck, int hv) {
   const ChunkParams& p = bp.c;
-  const int L = ck.len, h = hv / p.G, Kg = kKDA ? KD : 1;
-  for (int idx = threadIdx.x; idx < kChunk * KD; idx += kBwdThreads) {
-    const int r = idx / KD, i = idx % KD;
-    float qg = 0.0f;
-    if (r < L) {
-      const int64_t tt = ck.t0 + r;
-      const float g = kKDA ? p.gcum[(tt * p.HV + hv) * KD + i] : s.gsc[r];
-      const float ge = kKDA ? p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * Kg + i] : s.gsc[L - 1];
-      bp.dkv[(tt * p.HV + hv) * KD + i] = bp.kn[(tt * p.H + h) * KD + i] * exp2f(ge - g);
-      qg = p.scale * bp.qn[(tt * p.H + h) * KD + i] * exp2f(g);
+  const int L = ck.len, h = hv / p.G;
+  float *qs = s.A, *ks = qs + kChunk * kLdS, *gs = kKDA ? ks + kChunk * kLdS : s.gsc;
+  for (int d0 = 0; d0 < KD; d0 += kSlab) {
+    __syncthreads();  // the previous slab is consumed
+    copy_rows_async(qs, kLdS, bp.qn + (int64_t(ck.t0) * p.H + h) * KD, int64_t(p.H) * KD, L, d0, kSlab);
+    copy_rows_async(ks, kLdS, bp.kn + (int64_t(ck.t0) * p.H + h) * KD, int64_t(p.H) * KD, L, d0, kSlab);
+    if constexpr (kKDA) copy_gates_async<true>(gs, kLdS, p, ck, hv, d0, kSlab);
+    cp_async_wait_all();
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kChunk * kSlab; idx += kBwdThreads) {
+      const int r = idx / kSlab, c = idx % kSlab;
+      const float g = gate_of<kKDA>(gs, kLdS, r, c), ge = gate_of<kKDA>(gs, kLdS, L - 1, c);
+      if (r < L) bp.dkv[(int64_t(ck.t0 + r) * p.HV + hv) * KD + d0 + c] = ks[r * kLdS + c] * exp2f(ge - g);
+      s.qg[r * LocalSmem<KD>::ldq + d0 + c] = p.scale * qs[r * kLdS + c] * exp2f(g);  // rows >= L: q = 0
     }
-    s.qg[r * LocalSmem<KD>::ldq + i] = qg;
   }
 }
 
@@ -104,14 +108,15 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_dhu_local_kernel(const __grid
   const int hv = blockIdx.y, L = ck.len;
   extern __shared__ __align__(16) float smem[];
   const S s(smem);
-  if constexpr (!kKDA) load_gates<false>(s.gsc, 0, p, ck, hv, 0, 1);
-  __syncthreads();
+  if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);  // waited for with the first slab
   local_gated_rows<KD, kKDA>(bp, s, ck, hv);
   if (!bp.d_o.p) return;
-  load_rows_f32(s.A, kLdC, p.Aqk + (int64_t(blockIdx.x) * p.HV + hv) * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
+  __syncthreads();  // the staged slabs are consumed
+  copy_rows_async(s.A, kLdC, p.Aqk + (int64_t(blockIdx.x) * p.HV + hv) * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
   for (int j0 = 0; j0 < p.V; j0 += S::kV) {
     __syncthreads();
-    load_rows_any(s.dO, kLdC, bp.d_o, ck.t0, hv, L, j0, min(S::kV, p.V - j0));
+    load_rows_any<S::kV>(s.dO, kLdC, bp.d_o, ck.t0, hv, L, j0, min(S::kV, p.V - j0));
+    cp_async_wait_all();
     for (int idx = threadIdx.x; idx < kChunk * S::kV; idx += kBwdThreads)  // columns past V
       if (idx % S::kV >= p.V - j0) s.dO[(idx / S::kV) * kLdC + idx % S::kV] = 0.0f;
     __syncthreads();

@@ -121,25 +121,32 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
   const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), hb = (w >> 2) * (S::KW / 2), L = ck.len, h = hv / p.G;
   const int Kg = kKDA ? KD : 1;
 #pragma unroll
-  for (int nt = 0; nt < S::NTW; ++nt)
+  for (int nt = 0; nt < S::NTW; ++nt) {
+    float qv[4], kv[4], gr[4], ge[4];  // all loads of this tile first (no store may alias them)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = acc_row(m0, e), d = d0 + acc_col(hb + 8 * nt, e), rr = min(r, L - 1);
+      const int64_t tt = ck.t0 + rr;
+      qv[e] = bp.qn[(tt * p.H + h) * KD + d], kv[e] = bp.kn[(tt * p.H + h) * KD + d];
+      gr[e] = kKDA ? p.gcum[(tt * p.HV + hv) * KD + d] : s.gsc[rr];
+      ge[e] = kKDA ? p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d] : s.gsc[L - 1];
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = acc_row(m0, e), dl = acc_col(hb + 8 * nt, e), d = d0 + dl;
       float x1 = 0.0f, x2 = 0.0f, bk = 0.0f;
       if (r < L) {
         const int64_t tt = ck.t0 + r;
-        const float ge = p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * Kg + (kKDA ? d : 0)];
-        const float gr = kKDA ? p.gcum[(tt * p.HV + hv) * KD + d] : s.gsc[r];
-        const float gam = exp2f(gr), ex = exp2f(ge - gr), xwn = -a.xw[nt][e], b = s.bet[r];
+        const float gam = exp2f(gr[e]), ex = exp2f(ge[e] - gr[e]), xwn = -a.xw[nt][e], b = s.bet[r];
         const float dq = gam * p.scale * a.doh[nt][e], dki = ex * a.vdh[nt][e];
-        const float qv = bp.qn[(tt * p.H + h) * KD + d], kv = bp.kn[(tt * p.H + h) * KD + d];
         bp.dqv[(tt * p.HV + hv) * KD + d] = dq;
         bp.dkv[(tt * p.HV + hv) * KD + d] = dki + b * gam * xwn;
-        bk = kv * gam * xwn;
-        x1 = qv * dq + b * bk, x2 = kv * dki;
+        bk = kv[e] * gam * xwn;
+        x1 = qv[e] * dq + b * bk, x2 = kv[e] * dki;
       }
       s.X1[r * S::kLdE + dl] = x1, s.X2[r * S::kLdE + dl] = x2, s.Bk[r * S::kLdE + dl] = bk;
     }
+  }
   for (int dl = threadIdx.x; dl < S::KW; dl += kBwdThreads)  // dB_all
     s.hdh[dl] *= exp2f(p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * Kg + (kKDA ? d0 + dl : 0)]);
 }
@@ -195,29 +202,32 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
   const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
   extern __shared__ __align__(16) float smem[];
   const HvSmem s = carve_hv<KD>(smem);
-  const float* Pg = p.P + blk * kChunk * kChunk;
-  for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
-    const int a = idx / kChunk, b = idx % kChunk;  // P'[a][b]: unit diagonal, strictly lower P; stored transposed
-    s.P[b * kLdC + a] = a == b ? 1.0f : (a > b ? Pg[idx] : 0.0f);
-  }
+  copy_rows_async(s.dO, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);  // raw P, staged in the slabs
+  if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);
   for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) {
     s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
     s.hdh[r] = 0.0f;
   }
-  if constexpr (!kKDA) load_gates<false>(s.gsc, 0, p, ck, hv, 0, 1);
+  cp_async_wait_all();
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
+    const int a = idx % kChunk, b = idx / kChunk;  // P'[a][b]: unit diagonal, strictly lower P; stored transposed
+    s.P[b * kLdC + a] = a == b ? 1.0f : (a > b ? s.dO[a * kLdC + b] : 0.0f);
+  }
   HvAcc<S::NTW> a = {};
   float vp[2] = {};
   const float* hS = bp.h + blk * KD * p.V;
   const float* dhS = bp.dh + blk * KD * p.V;
   for (int j0 = 0; j0 < p.V; j0 += kSlab) {
     __syncthreads();  // the previous slab is consumed
-    load_rows_any(s.dO, kLdV, bp.d_o, ck.t0, hv, L, j0, kSlab);
-    load_rows_f32(s.vn, kLdV, bp.vnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
-    load_rows_f32(s.dvn, kLdV, bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
+    copy_rows_async(s.vn, kLdV, bp.vnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
+    copy_rows_async(s.dvn, kLdV, bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
     if (has_h) {
-      load_rows_f32(s.h, kLdV, hS + int64_t(d0) * p.V, p.V, S::KW, j0, kSlab);
-      load_rows_f32(s.dh, kLdV, dhS + int64_t(d0) * p.V, p.V, S::KW, j0, kSlab);
+      copy_rows_async(s.h, kLdV, hS + int64_t(d0) * p.V, p.V, S::KW, j0, kSlab);
+      copy_rows_async(s.dh, kLdV, dhS + int64_t(d0) * p.V, p.V, S::KW, j0, kSlab);
     }
+    load_rows_any<kSlab>(s.dO, kLdV, bp.d_o, ck.t0, hv, L, j0, kSlab);
+    cp_async_wait_all();
     __syncthreads();
     if (has_h) {
       slab_dxu(bp, s, ck, hv, j0, z == 0, vp);

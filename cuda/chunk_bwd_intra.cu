@@ -167,12 +167,13 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   extern __shared__ __align__(16) float smem[];
   IntraSmem s(smem);
   if constexpr (!kKDA) s.g = s.gsc;  // gate_of reads g[r] for gdn
-  load_rows_f32(s.dA, kLdC, bp.dAc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  load_rows_f32(s.dL, kLdC, bp.Wc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  load_rows_f32(s.q, kLdS, bp.qn + (int64_t(ck.t0) * p.H + h) * K, int64_t(p.H) * K, L, d0, kSlab);
-  load_rows_f32(s.k, kLdS, bp.kn + (int64_t(ck.t0) * p.H + h) * K, int64_t(p.H) * K, L, d0, kSlab);
-  load_gates<kKDA>(s.g, kLdS, p, ck, hv, d0, kSlab);
+  copy_rows_async(s.dA, kLdC, bp.dAc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
+  copy_rows_async(s.dL, kLdC, bp.Wc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
+  copy_rows_async(s.q, kLdS, bp.qn + (int64_t(ck.t0) * p.H + h) * K, int64_t(p.H) * K, L, d0, kSlab);
+  copy_rows_async(s.k, kLdS, bp.kn + (int64_t(ck.t0) * p.H + h) * K, int64_t(p.H) * K, L, d0, kSlab);
+  copy_gates_async<kKDA>(s.g, kLdS, p, ck, hv, d0, kSlab);
   for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
+  cp_async_wait_all();
   __syncthreads();
   build_scaled<kKDA>(s.g, s.k, s.q, s.kF, s.kE, s.qF, s.ct, L);
   __syncthreads();
@@ -196,13 +197,27 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   }
   __syncthreads();
   if constexpr (kKDA) {
-    if (threadIdx.x < 128)
-      for (int r = 16 * m; r < min(16 * m + 16, L); ++r)
-        bp.da[(int64_t(ck.t0 + r) * p.HV + hv) * K + d0 + dl] += s.ST[r * kLdO + dl];
+    if (threadIdx.x < 128) {  // read-modify-write of da: all loads first
+      float x[16];
+      const int r0 = 16 * m, nr = min(16, L - r0);
+#pragma unroll
+      for (int u = 0; u < 16; ++u)
+        x[u] = u < nr ? bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < 16; ++u)
+        if (u < nr) bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] = x[u] + s.ST[(r0 + u) * kLdO + dl];
+    }
   } else if (threadIdx.x < L) {
     float x = 0.0f;
     for (int c = 0; c < kSlab; ++c) x += s.ST[threadIdx.x * kLdO + c];
     bp.part[(int64_t(ck.t0 + threadIdx.x) * p.HV + hv) * kPartSlots + kPartDaIntra + z] = x;
+  }
+  float2 gq[4], gk[4];  // read-modify-write of dqv, dkv: all loads first
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = min(ty + 16 * i, L - 1);
+    const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * K + d0 + c2;
+    gq[i] = *reinterpret_cast<const float2*>(bp.dqv + o), gk[i] = *reinterpret_cast<const float2*>(bp.dkv + o);
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -210,10 +225,10 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
     if (r >= L) continue;
     const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * K + d0 + c2;
     const float b = s.bet[r];
-    bp.dqv[o] += s.DQ[r * kLdO + c2] + oq[i].x;
-    bp.dqv[o + 1] += s.DQ[r * kLdO + c2 + 1] + oq[i].y;
-    bp.dkv[o] += s.DK[r * kLdO + c2] + fmaf(b, ol[i].x, ot[i].x);
-    bp.dkv[o + 1] += s.DK[r * kLdO + c2 + 1] + fmaf(b, ol[i].y, ot[i].y);
+    const float2 dq = make_float2(gq[i].x + (s.DQ[r * kLdO + c2] + oq[i].x), gq[i].y + (s.DQ[r * kLdO + c2 + 1] + oq[i].y));
+    const float2 dk = make_float2(gk[i].x + (s.DK[r * kLdO + c2] + fmaf(b, ol[i].x, ot[i].x)),
+                                  gk[i].y + (s.DK[r * kLdO + c2 + 1] + fmaf(b, ol[i].y, ot[i].y)));
+    *reinterpret_cast<float2*>(bp.dqv + o) = dq, *reinterpret_cast<float2*>(bp.dkv + o) = dk;
   }
 }
 

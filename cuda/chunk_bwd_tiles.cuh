@@ -16,6 +16,7 @@
 #pragma once
 
 #include "cuda/chunk_params.cuh"
+#include "cuda/tile_mma.cuh"
 
 namespace kcp::cuda {
 
@@ -43,40 +44,59 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float c) {
 __device__ __forceinline__ float dot2(float2 a, float2 b, float c) { return fmaf(a.y, b.y, fmaf(a.x, b.x, c)); }
 
 // Rows [0, 64) x columns [c0, c0 + ncols) of a float32 row-major array (row r at g + r * ldg) into
-// s[r * lds + c]; rows >= L are zero. ncols % 4 == 0, c0 % 4 == 0, ldg % 4 == 0.
-__device__ __forceinline__ void load_rows_f32(float* s, int lds, const float* g, int64_t ldg, int L, int c0, int ncols) {
+// s[r * lds + c] by cp.async (rows >= L zero-filled): issued only, complete after cp_async_wait_all().
+// 16-byte aligned: s, g, and lds, ldg, c0, ncols multiples of 4.
+__device__ __forceinline__ void copy_rows_async(float* s, int lds, const float* g, int64_t ldg, int L, int c0, int ncols) {
   const int per = ncols / 4;
   for (int idx = threadIdx.x; idx < kChunk * per; idx += kBwdThreads) {
     const int r = idx / per, c = 4 * (idx % per);
-    const float4 x = r < L ? *reinterpret_cast<const float4*>(g + r * ldg + c0 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-    float* d = s + r * lds + c;
-    d[0] = x.x, d[1] = x.y, d[2] = x.z, d[3] = x.w;
+    cp_async16(s + r * lds + c, g + (r < L ? r : 0) * ldg + c0 + c, r < L);
   }
 }
 
-// The same from a [B,T,X,D] view of any dtype: rows t0 + r of head x, columns [c0, c0 + ncols).
+__device__ __forceinline__ void cp_async_wait_all() {
+  cp_async_commit();
+  cp_async_wait<0>();
+}
+
+// The same from a [B,T,X,D] view of any dtype: rows t0 + r of head x, columns [c0, c0 + ncols)
+// (ncols <= kMaxCols), all loads of a thread issued before its stores; complete on return.
+template <int kMaxCols>
 __device__ __forceinline__ void load_rows_any(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0,
                                               int ncols) {
-  for (int idx = threadIdx.x; idx < kChunk * ncols; idx += kBwdThreads) {
-    const int r = idx / ncols, c = idx % ncols;
-    s[r * lds + c] = (v.p && r < L) ? load_any(v.p, v.dt, row_off(v, t0 + r, x) + c0 + c) : 0.0f;
+  constexpr int kMax = kChunk * kMaxCols / kBwdThreads;
+  float val[kMax];
+#pragma unroll
+  for (int u = 0; u < kMax; ++u) {
+    const int idx = threadIdx.x + u * kBwdThreads, r = idx / ncols, c = idx % ncols;
+    val[u] = (v.p && idx < kChunk * ncols && r < L) ? load_any(v.p, v.dt, row_off(v, t0 + r, x) + c0 + c) : 0.0f;
+  }
+#pragma unroll
+  for (int u = 0; u < kMax; ++u) {
+    const int idx = threadIdx.x + u * kBwdThreads;
+    if (idx < kChunk * ncols) s[(idx / ncols) * lds + idx % ncols] = val[u];
   }
 }
 
-// The chunk's gate cumsum: gdn into gs[64] (one per row), kda columns [c0, c0 + ncols) into
-// gs[r * lds + c]; rows >= L repeat row L - 1 (finite exponents, factors 1 past the end).
+// The chunk's gate cumsum by cp.async: gdn into gs[64] (one per row), kda columns [c0, c0 + ncols)
+// into gs[r * lds + c]; rows >= L repeat row L - 1 (finite exponents, factors 1 past the end).
+// Complete after cp_async_wait_all().
 template <bool kKDA>
-__device__ __forceinline__ void load_gates(float* gs, int lds, const ChunkParams& p, const ChunkInfo& ck, int hv, int c0,
-                                           int ncols) {
-  const int Kg = kKDA ? p.K : 1, n = kKDA ? ncols : 1;
-  for (int idx = threadIdx.x; idx < kChunk * n; idx += kBwdThreads) {
-    const int r = idx / n, c = idx % n;
-    const float g = p.gcum[(int64_t(ck.t0 + min(r, ck.len - 1)) * p.HV + hv) * Kg + (kKDA ? c0 + c : 0)];
-    gs[kKDA ? r * lds + c : r] = g;
+__device__ __forceinline__ void copy_gates_async(float* gs, int lds, const ChunkParams& p, const ChunkInfo& ck, int hv, int c0,
+                                                 int ncols) {
+  if constexpr (kKDA) {
+    const int per = ncols / 4;
+    for (int idx = threadIdx.x; idx < kChunk * per; idx += kBwdThreads) {
+      const int r = idx / per, c = 4 * (idx % per);
+      cp_async16(gs + r * lds + c, p.gcum + (int64_t(ck.t0 + min(r, ck.len - 1)) * p.HV + hv) * p.K + c0 + c, true);
+    }
+  } else {
+    for (int r = threadIdx.x; r < kChunk; r += kBwdThreads)
+      cp_async4(gs + r, p.gcum + int64_t(ck.t0 + min(r, ck.len - 1)) * p.HV + hv, true);
   }
 }
 
-// Gate of row r, column c of a tile loaded by load_gates.
+// Gate of row r, column c of a tile loaded by copy_gates_async.
 template <bool kKDA>
 __device__ __forceinline__ float gate_of(const float* gs, int lds, int r, int c) { return kKDA ? gs[r * lds + c] : gs[r]; }
 

@@ -99,8 +99,9 @@ __device__ void wy_gram(const BwdParams& bp, const WySmem& s, const ChunkInfo& c
   float acc[4][4] = {};
   for (int d0 = 0; d0 < KD; d0 += kSlab) {
     __syncthreads();
-    load_rows_f32(s.k, kLdS, bp.kn + (int64_t(ck.t0) * p.H + h) * KD, int64_t(p.H) * KD, L, d0, kSlab);
-    if constexpr (kKDA) load_gates<true>(s.g, kLdS, p, ck, hv, d0, kSlab);
+    copy_rows_async(s.k, kLdS, bp.kn + (int64_t(ck.t0) * p.H + h) * KD, int64_t(p.H) * KD, L, d0, kSlab);
+    if constexpr (kKDA) copy_gates_async<true>(s.g, kLdS, p, ck, hv, d0, kSlab);
+    cp_async_wait_all();
     __syncthreads();
     if constexpr (kKDA) {
       build_scaled<true>(s.g, s.k, nullptr, s.kF, s.kE, nullptr, s.ct, L);
@@ -128,16 +129,16 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_con
   extern __shared__ __align__(16) float smem[];
   const WySmem s(smem);
   for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
-  if constexpr (!kKDA) load_gates<false>(s.gsc, 0, p, ck, hv, 0, 1);
+  if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);  // waited for in the gram's first slab
+  float* Wg = bp.Wc + blk * kChunk * kChunk;
+  copy_rows_async(s.W, kLdC, Wg, kChunk, kChunk, 0, kChunk);  // W1, and raw P into X (both free until dP)
+  copy_rows_async(s.X, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
   wy_gram<KD, kKDA>(bp, s, ck, hv);
   __syncthreads();  // the slabs are consumed: P', P'^T take their place
-  const float* Pg = p.P + blk * kChunk * kChunk;
-  float* Wg = bp.Wc + blk * kChunk * kChunk;
   for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
     const int a = idx / kChunk, b = idx % kChunk;
-    const float x = a == b ? 1.0f : (a > b ? Pg[idx] : 0.0f);
+    const float x = a == b ? 1.0f : (a > b ? s.X[a * kLdC + b] : 0.0f);
     s.P[a * kLdC + b] = x, s.PT[b * kLdC + a] = x;
-    s.W[a * kLdC + b] = Wg[idx];
   }
   __syncthreads();
   float acc[4][4] = {};
