@@ -2,11 +2,13 @@
 // its parameter block and launchers. The forward intermediates come from the forward's stages run
 // again (cumsum, kkt, WY, state with h and vnew kept); then, all float32:
 //   prep   (chunk_bwd_finish.cu): qn, kn = q, k with the fused L2 norm applied        [TT,H,K]
-//   dhu    (chunk_bwd_dhu.cu):    per (sequence, value head, 32 state columns), chunks last to first:
-//          dh[c] = gradient of the state leaving c; dvnew = Aqk^T do + kg dh;
-//          dh_in = Diag(gamma_end) dh + scale qg^T do - w^T dvnew; dh0 after chunk 0
-//   chunk  (chunk_bwd_chunk.cu):  per (chunk, value head): dq, dk (per value head), dv, dbeta_e, da
-//          (gradient w.r.t. the per-token log decay a) from h, dh, vnew, dvnew, P
+//   dhu    (chunk_bwd_dhu_local.cu, then chunk_bwd_dhu.cu): the chunk-local terms A_c = Aqk^T do,
+//          B_c = scale qg^T do and kg in parallel over the chunks; then per (sequence, value head,
+//          32 state columns), chunks last to first: dh[c] = gradient of the state leaving c;
+//          dvnew = A_c + kg dh; dh_in = Diag(gamma_end) dh + B_c - w^T dvnew; dh0 after chunk 0
+//   chunk  (chunk_bwd_chunk.cu: kernels hv, wy, intra and a sum): per (chunk, value head): dq, dk
+//          (per value head), dv, dbeta_e, da (gradient w.r.t. the per-token log decay a) from h, dh,
+//          vnew, dvnew, P
 //   finish (chunk_bwd_finish.cu): dq, dk summed over the value heads of a q/k head and through the
 //          L2 norm; dbeta through the sigmoid; dg, dA_log, ddt_bias through the gate formula.
 // The same dhu kernel gives the CP transition backward: do = 0, init = I, Vw = K (M^T), and
@@ -27,6 +29,10 @@ struct OutScalarView {  // writable [X] (dA_log, ddt_bias)
 };
 
 __device__ __forceinline__ int64_t row_off(const OutRowsView& v, int64_t tt, int x) { return tt * v.st + int64_t(x) * v.sx; }
+
+// Slots of BwdParams::part: the dbeta partials of the two blocks of kernel 1, the gdn da partials
+// of kernel 1 (2) and of kernel 3 (one per 32 keys, up to 4).
+constexpr int kPartSlots = 8, kPartDbetaHv = 0, kPartDaHv = 2, kPartDaIntra = 4;
 
 struct BwdParams {
   ChunkParams c;
@@ -49,6 +55,9 @@ struct BwdParams {
   float* da = nullptr;          // [TT,HV,Kg] gradient w.r.t. a (natural log decay)
   float* dx = nullptr;          // [TT,HV,Kg] gradient w.r.t. g + dt_bias (fused gate)
   float* dalog = nullptr;       // [TT,HV,Kg] per-element dA_log terms (fused gate)
+  float* dAc = nullptr;         // [NT,HV,64,64] dAqk of each chunk (chunk stage, kernel 1 -> 3)
+  float* Wc = nullptr;          // [NT,HV,64,64] dvnew vnew^T, then dL (kernel 1 -> 2 -> 3)
+  float* part = nullptr;        // [TT,HV,kPartSlots] partial sums of dbeta_e and (gdn) da, summed in a fixed order
   // outputs (p null: not computed)
   StateView dh0;                // [N,HV,K,V] (or the transition's dS_ext / M^T)
   OutRowsView dq, dk, dv, dg, dbeta;
@@ -57,10 +66,16 @@ struct BwdParams {
 
 // prep: qn, kn (needs rstd from the cumsum stage with the fused norm).
 void launch_bwd_prep(const BwdParams& bp, int input_dtype, cudaStream_t stream);
-// dhu: grid (N, HV, Vw/32).
+// dhu: the chunk-local terms (grid (NT, HV)), then the serial recurrence (grid (N, HV, Vw/16)).
 void launch_bwd_dhu(const BwdParams& bp, cudaStream_t stream);
-// chunk: grid (NT, HV).
+void launch_bwd_dhu_local(const BwdParams& bp, cudaStream_t stream);
+void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream);
+// chunk: kernels hv (NT, HV, 2) -> wy (NT, HV) -> intra (NT, HV, K/32) -> partial sums.
 void launch_bwd_chunk(const BwdParams& bp, cudaStream_t stream);
+void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream);
+void launch_bwd_wy(const BwdParams& bp, cudaStream_t stream);
+void launch_bwd_intra(const BwdParams& bp, cudaStream_t stream);
+void launch_bwd_chunk_sum(const BwdParams& bp, cudaStream_t stream);
 // finish: the fused input transforms backward and the gradients in their dtypes.
 void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream);
 

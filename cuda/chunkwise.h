@@ -44,6 +44,8 @@ struct BackwardBuffers {
   TensorView dbeta_e;         // [TT,HV] w.r.t. the effective beta
   TensorView da;              // [TT,HV,Kg] w.r.t. the per-token log decay a
   TensorView dx, dalog;       // [TT,HV,Kg] fused gate: w.r.t. g + dt_bias, and the dA_log terms
+  TensorView dAc, Wc;         // [NT,HV,64,64] the chunk stage's dAqk, and dvnew vnew^T then dL
+  TensorView part;            // [TT,HV,8] the chunk stage's partial sums (chunk_bwd.cuh)
 };
 
 class Pipeline {

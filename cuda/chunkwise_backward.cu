@@ -2,7 +2,8 @@
 // vnew kept (cumsum -> kkt + solve -> WY -> state, never the folded kernel), then the backward
 // kernels of chunk_bwd.cuh: prep -> dhu -> chunk -> finish.
 // Backward workspace, float32: qn, kn 2*TT*H*K; dh NT*HV*K*V; dvnew TT*HV*V; dqv, dkv 2*TT*HV*K;
-// dbeta_e TT*HV; da, dx, dalog 3*TT*HV*Kg (on top of the forward's stage buffers with h and vnew).
+// dbeta_e TT*HV; da, dx, dalog 3*TT*HV*Kg; the chunk stage's dAc, Wc 2*NT*HV*64*64 and partial sums
+// TT*HV*8 (on top of the forward's stage buffers with h and vnew).
 // Covered by tests/cuda/test_cuda_backward.cpp.
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunkwise_impl.cuh"
@@ -37,7 +38,8 @@ void Pipeline::Impl::size_backward_workspace(const Problem& p) {
       {&b.qn, {TT, p.H, p.K}},         {&b.kn, {TT, p.H, p.K}},     {&b.dh, {NT, p.HV, p.K, p.V}},
       {&b.dvnew, {TT, p.HV, p.V}},     {&b.dqv, {TT, p.HV, p.K}},   {&b.dkv, {TT, p.HV, p.K}},
       {&b.dbeta_e, {TT, p.HV}},        {&b.da, {TT, p.HV, Kg}},     {&b.dx, {TT, p.HV, Kg}},
-      {&b.dalog, {TT, p.HV, Kg}}};
+      {&b.dalog, {TT, p.HV, Kg}},      {&b.dAc, {NT, p.HV, 64, 64}}, {&b.Wc, {NT, p.HV, 64, 64}},
+      {&b.part, {TT, p.HV, kPartSlots}}};
   size_t total = 0;
   for (const auto& it : items) total += round_up(sizeof(float) * size_t(shape_numel(it.second)));
   if (total > im.bws_bytes) {
@@ -73,6 +75,7 @@ BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int
   bp.h = f(im.buf.h), bp.vnew = f(im.buf.vnew), bp.qn = f(b.qn), bp.kn = f(b.kn);
   bp.dh = f(b.dh), bp.dvnew = f(b.dvnew), bp.dqv = f(b.dqv), bp.dkv = f(b.dkv);
   bp.dbeta_e = f(b.dbeta_e), bp.da = f(b.da), bp.dx = f(b.dx), bp.dalog = f(b.dalog);
+  bp.dAc = f(b.dAc), bp.Wc = f(b.Wc), bp.part = f(b.part);
   bp.Vw = int(p.V);
   launch_bwd_prep(bp, st.dtype, im.stream);
   return bp;
@@ -93,13 +96,22 @@ void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d,
   bp.dg = out_rows(gr.dg, "dg"), bp.dbeta = out_rows(gr.dbeta, "dbeta");
   if (!in.A_log.empty()) bp.dA_log = out_scalar(gr.dA_log, "dA_log");
   if (!in.dt_bias.empty()) bp.ddt_bias = out_scalar(gr.ddt_bias, "ddt_bias");
-  launch_bwd_dhu(bp, impl_->stream);
+  launch_bwd_dhu_local(bp, impl_->stream);  // = launch_bwd_dhu, timed in parts
   timer.mark();
-  launch_bwd_chunk(bp, impl_->stream);
+  launch_bwd_dhu_serial(bp, impl_->stream);
   timer.mark();
+  if (impl_->NT > 0) {  // = launch_bwd_chunk, timed in parts
+    launch_bwd_hv(bp, impl_->stream);
+    timer.mark();
+    launch_bwd_wy(bp, impl_->stream);
+    timer.mark();
+    launch_bwd_intra(bp, impl_->stream);
+    timer.mark();
+    launch_bwd_chunk_sum(bp, impl_->stream);
+  }
   launch_bwd_finish(bp, impl_->stream);
   timer.mark();
-  static const char* const kNames[] = {"recompute+prep", "dhu", "chunk", "finish"};
+  static const char* const kNames[] = {"recompute+prep", "dhu-local", "dhu", "chunk-hv", "chunk-wy", "chunk-intra", "sum+finish"};
   timer.report("backward", kNames);
 }
 
@@ -120,9 +132,9 @@ void Pipeline::transition_backward(const Problem& p, const Inputs& in, const Ten
   DeviceGuard guard(impl_->device);
   BwdParams bp = impl_->backward_setup(p, in, seq_begin, count);
   bp.d_o = rows_view<RowsView>(d_o, "d_o");
-  bp.dh = nullptr, bp.dvnew = nullptr;  // only the chains' ends are needed
   bp.dh0 = state_view(packed.narrow(3, 0, p.V), false, "ds_ext");  // dS_ext: from zero, with do
-  launch_bwd_dhu(bp, impl_->stream);
+  launch_bwd_dhu(bp, impl_->stream);  // (dh, dvnew: scratch for the chunk-local terms)
+  bp.dh = nullptr, bp.dvnew = nullptr;  // only the chain's end is needed
   bp.d_o = {}, bp.init = kInitIdentity, bp.Vw = int(p.K);  // M^T: the transposed chain on I, do = 0
   bp.dh0 = state_view(packed.narrow(3, p.V, p.K), false, "m_t");
   launch_bwd_dhu(bp, impl_->stream);

@@ -1,0 +1,245 @@
+// Backward stage "chunk", kernel 3 of 3: the intra-chunk products through dAqk and dL (CPU twin
+// chunk_intra_backward) and the intra part of the gate gradient (chunk_intra's da). Grid (chunks,
+// HV, K/32), 256 threads, 32 keys [d0, d0 + 32) per block; dA (kernel 1) and dL (kernel 2) as
+// 64x64 tiles, q, k, gates as [64][32] slabs, D_rs = 2^(b_r - b_s):
+//   dq_r += sum_{s<=r} dA_rs k_s D_rs
+//   dk_r += beta_r sum_{s<r} dL_rs k_s D_rs + sum_{t>=r} (dA_tr q_t + dL_tr beta_t k_t) D_tr
+//   da_t += sum_{r>=t>s} Z_rs,  Z_rs = (dA_rs q_r + dL_rs beta_r k_r) k_s D_rs   (per key; gdn: summed)
+// Pairs in different 16-row blocks run as products of the scaled slabs (chunk_bwd_tiles.cuh:
+// D_rs = F_r c_ij E_s), by row blocks ("right", output row r) and column blocks ("left", output
+// row s); pairs inside a block with exact exponents, one thread per (block, key). The gate sum
+// over the rectangle r >= t > s splits into: the pairs inside t's block (a running sum), row
+// sums of the off-block pairs of the rows r >= t of t's block, column sums of the off-block pairs
+// of the columns s < t of t's block, and whole later-by-earlier block pairs. All terms are
+// added, none subtracted (no cancellation, as the CPU twin). float32 FMA throughout.
+// Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
+#include "cuda/chunk_bwd.cuh"
+#include "cuda/chunk_bwd_tiles.cuh"
+#include "cuda/cuda_check.cuh"
+#include "cuda/dispatch.cuh"
+
+namespace kcp::cuda {
+namespace {
+
+constexpr int kLdO = 33;  // [64][32] per-key result tiles
+
+struct IntraSmem {
+  float *dA, *dL, *q, *k, *g, *qF, *kF, *kE, *RO, *CO, *DQ, *DK, *ST, *Qs, *ct, *bet, *gsc;
+  static constexpr int kTile = kChunk * kLdC, kSl = kChunk * kLdS, kOut = kChunk * kLdO;
+  static constexpr int floats = 2 * kTile + 6 * kSl + 2 * kOut + 2 * 16 * kSlab + kPairs * kSlab + 128;
+  __device__ explicit IntraSmem(float* s) {
+    dA = s, dL = s + kTile, s += 2 * kTile;
+    q = s, k = s + kSl, g = s + 2 * kSl, qF = s + 3 * kSl, kF = s + 4 * kSl, kE = s + 5 * kSl;
+    RO = qF, CO = qF + kOut, DQ = qF + 2 * kOut;  // after the off-block products (3 kOut <= 3 kSl)
+    s += 6 * kSl;
+    DK = s, ST = s + kOut, s += 2 * kOut;
+    Qs = s, ct = s + 2 * 16 * kSlab, bet = ct + kPairs * kSlab, gsc = bet + 64;
+  }
+};
+
+// Off-block "right" products, rows r = ty + 16 i (i = 1..3), keys 2 tx, 2 tx + 1:
+// oq = F_r sum_{j<i} c_ij sum_{s in j} dA_rs kE_s, ol likewise with dL.
+template <bool kKDA>
+__device__ void intra_right(const IntraSmem& s, float2 (&oq)[4], float2 (&ol)[4]) {
+  const int ty = bwd_ty(), c2 = 2 * bwd_tx();
+  float2 aq[4] = {}, al[4] = {};
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+    float2 tq[4] = {}, tl[4] = {};
+#pragma unroll
+    for (int s0 = 16 * j; s0 < 16 * j + 16; s0 += 4) {
+      float2 b[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) b[u] = lds2(s.kE + (s0 + u) * kLdS + c2);
+#pragma unroll
+      for (int i = j + 1; i < 4; ++i) {
+        const float4 a = lds4(s.dA + (ty + 16 * i) * kLdC + s0), l = lds4(s.dL + (ty + 16 * i) * kLdC + s0);
+        tq[i].x = fmaf(a.x, b[0].x, fmaf(a.y, b[1].x, fmaf(a.z, b[2].x, fmaf(a.w, b[3].x, tq[i].x))));
+        tq[i].y = fmaf(a.x, b[0].y, fmaf(a.y, b[1].y, fmaf(a.z, b[2].y, fmaf(a.w, b[3].y, tq[i].y))));
+        tl[i].x = fmaf(l.x, b[0].x, fmaf(l.y, b[1].x, fmaf(l.z, b[2].x, fmaf(l.w, b[3].x, tl[i].x))));
+        tl[i].y = fmaf(l.x, b[0].y, fmaf(l.y, b[1].y, fmaf(l.z, b[2].y, fmaf(l.w, b[3].y, tl[i].y))));
+      }
+    }
+#pragma unroll
+    for (int i = j + 1; i < 4; ++i) {
+      const float2 c = lds2(s.ct + pair_index(i, j) * kSlab + c2);
+      aq[i].x = fmaf(c.x, tq[i].x, aq[i].x), aq[i].y = fmaf(c.y, tq[i].y, aq[i].y);
+      al[i].x = fmaf(c.x, tl[i].x, al[i].x), al[i].y = fmaf(c.y, tl[i].y, al[i].y);
+    }
+  }
+  oq[0] = ol[0] = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int i = 1; i < 4; ++i) {
+    const int r = ty + 16 * i;
+    const float fx = exp2f(gate_of<kKDA>(s.g, kLdS, r, c2) - gate_of<kKDA>(s.g, kLdS, 16 * i, c2));
+    const float fy = exp2f(gate_of<kKDA>(s.g, kLdS, r, c2 + 1) - gate_of<kKDA>(s.g, kLdS, 16 * i, c2 + 1));
+    oq[i] = make_float2(fx * aq[i].x, fy * aq[i].y), ol[i] = make_float2(fx * al[i].x, fy * al[i].y);
+  }
+}
+
+// Off-block "left" products, rows s = ty + 16 j (j = 0..2): E_s sum_{i>j} c_ij sum_{r in i}
+// (dA_rs qF_r + beta_r dL_rs kF_r); the later-by-earlier block sums for the gate into Qs.
+template <bool kKDA>
+__device__ void intra_left(const IntraSmem& s, int L, float2 (&ot)[4]) {
+  const int ty = bwd_ty(), c2 = 2 * bwd_tx();
+  float2 E[3], kk[3], acc[3] = {};
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+    const int r = ty + 16 * j, a = min(16 * j + 15, L - 1);
+    E[j].x = exp2f(gate_of<kKDA>(s.g, kLdS, a, c2) - gate_of<kKDA>(s.g, kLdS, r, c2));
+    E[j].y = exp2f(gate_of<kKDA>(s.g, kLdS, a, c2 + 1) - gate_of<kKDA>(s.g, kLdS, r, c2 + 1));
+    kk[j] = lds2(s.k + r * kLdS + c2);
+  }
+#pragma unroll
+  for (int i = 3; i >= 1; --i) {
+    float2 t[3] = {};
+    for (int r = 16 * i; r < 16 * i + 16; ++r) {
+      const float2 bq = lds2(s.qF + r * kLdS + c2), bk = lds2(s.kF + r * kLdS + c2);
+      const float be = s.bet[r];
+#pragma unroll
+      for (int j = 0; j < i; ++j) {
+        const float a = s.dA[r * kLdC + ty + 16 * j], l = s.dL[r * kLdC + ty + 16 * j] * be;
+        t[j].x = fmaf(a, bq.x, fmaf(l, bk.x, t[j].x));
+        t[j].y = fmaf(a, bq.y, fmaf(l, bk.y, t[j].y));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < i; ++j) {
+      const float2 c = lds2(s.ct + pair_index(i, j) * kSlab + c2);
+      acc[j].x = fmaf(c.x, t[j].x, acc[j].x), acc[j].y = fmaf(c.y, t[j].y, acc[j].y);
+    }
+    if (i >= 2) {  // Q_{i-1}: pairs of blocks > i-1 by blocks < i-1, so far summed
+      float2 q = make_float2(0.0f, 0.0f);
+#pragma unroll
+      for (int j = 0; j < i - 1; ++j)
+        q.x = fmaf(kk[j].x * E[j].x, acc[j].x, q.x), q.y = fmaf(kk[j].y * E[j].y, acc[j].y, q.y);
+      *reinterpret_cast<float2*>(s.Qs + ((i - 2) * 16 + ty) * kSlab + c2) = q;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 3; ++j) ot[j] = make_float2(E[j].x * acc[j].x, E[j].y * acc[j].y);
+  ot[3] = make_float2(0.0f, 0.0f);
+}
+
+// Pairs inside block m for key dl: DQ, DK (with beta), and the running gate sums ST.
+template <bool kKDA>
+__device__ void intra_diag(const IntraSmem& s, int L, int m, int dl) {
+  const int r0 = 16 * m, r1 = min(r0 + 16, L);
+  for (int r = r0; r < r1; ++r) s.DK[r * kLdO + dl] = 0.0f, s.ST[r * kLdO + dl] = 0.0f;
+  for (int r = r0; r < r1; ++r) {
+    const float qr = s.q[r * kLdS + dl], kr = s.k[r * kLdS + dl], gr = gate_of<kKDA>(s.g, kLdS, r, dl), br = s.bet[r];
+    float dq = 0.0f, dkl = 0.0f, run = 0.0f;
+    for (int c = r0; c < r; ++c) {
+      const float D = exp2f(gr - gate_of<kKDA>(s.g, kLdS, c, dl)), kc = s.k[c * kLdS + dl];
+      const float a = s.dA[r * kLdC + c], l = s.dL[r * kLdC + c];
+      dq = fmaf(a * kc, D, dq);
+      dkl = fmaf(l * kc, D, dkl);
+      const float mrs = fmaf(a, qr, br * l * kr) * D;
+      s.DK[c * kLdO + dl] += mrs;
+      run = fmaf(mrs, kc, run);
+      s.ST[(c + 1) * kLdO + dl] += run;
+    }
+    const float a = s.dA[r * kLdC + r];
+    s.DQ[r * kLdO + dl] = fmaf(a, kr, dq);
+    s.DK[r * kLdO + dl] += fmaf(a, qr, br * dkl);
+  }
+}
+
+// da over the keys of block m, column dl: ST += (prefix of CO) + Q_m + (suffix of RO), all in block m.
+__device__ void intra_gate(const IntraSmem& s, int L, int m, int dl) {
+  const int r0 = 16 * m, r1 = min(r0 + 16, L);
+  float qm = 0.0f;
+  if (m == 1 || m == 2)
+    for (int u = 0; u < 16; ++u) qm += s.Qs[((m - 1) * 16 + u) * kSlab + dl];
+  float pre = 0.0f;
+  for (int t = r0; t < r1; ++t) s.ST[t * kLdO + dl] += pre + qm, pre += s.CO[t * kLdO + dl];
+  float suf = 0.0f;
+  for (int t = r1 - 1; t >= r0; --t) suf += s.RO[t * kLdO + dl], s.ST[t * kLdO + dl] += suf;
+}
+
+template <bool kKDA>
+__global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_constant__ BwdParams bp) {
+  const ChunkParams& p = bp.c;
+  const ChunkInfo ck = p.chunks[blockIdx.x];
+  const int hv = blockIdx.y, z = blockIdx.z, d0 = z * kSlab, L = ck.len, h = hv / p.G, K = p.K;
+  const int ty = bwd_ty(), c2 = 2 * bwd_tx();
+  const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
+  extern __shared__ __align__(16) float smem[];
+  IntraSmem s(smem);
+  if constexpr (!kKDA) s.g = s.gsc;  // gate_of reads g[r] for gdn
+  copy_rows_async(s.dA, kLdC, bp.dAc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
+  copy_rows_async(s.dL, kLdC, bp.Wc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
+  copy_rows_async(s.q, kLdS, bp.qn + (int64_t(ck.t0) * p.H + h) * K, int64_t(p.H) * K, L, d0, kSlab);
+  copy_rows_async(s.k, kLdS, bp.kn + (int64_t(ck.t0) * p.H + h) * K, int64_t(p.H) * K, L, d0, kSlab);
+  copy_gates_async<kKDA>(s.g, kLdS, p, ck, hv, d0, kSlab);
+  for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
+  cp_async_wait_all();
+  __syncthreads();
+  build_scaled<kKDA>(s.g, s.k, s.q, s.kF, s.kE, s.qF, s.ct, L);
+  __syncthreads();
+  float2 oq[4], ol[4], ot[4];
+  intra_right<kKDA>(s, oq, ol);
+  intra_left<kKDA>(s, L, ot);
+  __syncthreads();  // the scaled slabs are consumed: RO, CO, DQ take their place
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = ty + 16 * i;
+    const float2 qv = lds2(s.q + r * kLdS + c2), kv = lds2(s.k + r * kLdS + c2), kb = make_float2(kv.x * s.bet[r], kv.y * s.bet[r]);
+    s.RO[r * kLdO + c2] = fmaf(qv.x, oq[i].x, kb.x * ol[i].x);
+    s.RO[r * kLdO + c2 + 1] = fmaf(qv.y, oq[i].y, kb.y * ol[i].y);
+    s.CO[r * kLdO + c2] = kv.x * ot[i].x, s.CO[r * kLdO + c2 + 1] = kv.y * ot[i].y;
+  }
+  __syncthreads();
+  const int m = threadIdx.x >> 5, dl = threadIdx.x & 31;
+  if (threadIdx.x < 128) {
+    intra_diag<kKDA>(s, L, m, dl);
+    intra_gate(s, L, m, dl);
+  }
+  __syncthreads();
+  if constexpr (kKDA) {
+    if (threadIdx.x < 128) {  // read-modify-write of da: all loads first
+      float x[16];
+      const int r0 = 16 * m, nr = min(16, L - r0);
+#pragma unroll
+      for (int u = 0; u < 16; ++u)
+        x[u] = u < nr ? bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < 16; ++u)
+        if (u < nr) bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] = x[u] + s.ST[(r0 + u) * kLdO + dl];
+    }
+  } else if (threadIdx.x < L) {
+    float x = 0.0f;
+    for (int c = 0; c < kSlab; ++c) x += s.ST[threadIdx.x * kLdO + c];
+    bp.part[(int64_t(ck.t0 + threadIdx.x) * p.HV + hv) * kPartSlots + kPartDaIntra + z] = x;
+  }
+  float2 gq[4], gk[4];  // read-modify-write of dqv, dkv: all loads first
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = min(ty + 16 * i, L - 1);
+    const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * K + d0 + c2;
+    gq[i] = *reinterpret_cast<const float2*>(bp.dqv + o), gk[i] = *reinterpret_cast<const float2*>(bp.dkv + o);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = ty + 16 * i;
+    if (r >= L) continue;
+    const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * K + d0 + c2;
+    const float b = s.bet[r];
+    const float2 dq = make_float2(gq[i].x + (s.DQ[r * kLdO + c2] + oq[i].x), gq[i].y + (s.DQ[r * kLdO + c2 + 1] + oq[i].y));
+    const float2 dk = make_float2(gk[i].x + (s.DK[r * kLdO + c2] + fmaf(b, ol[i].x, ot[i].x)),
+                                  gk[i].y + (s.DK[r * kLdO + c2 + 1] + fmaf(b, ol[i].y, ot[i].y)));
+    *reinterpret_cast<float2*>(bp.dqv + o) = dq, *reinterpret_cast<float2*>(bp.dkv + o) = dk;
+  }
+}
+
+}  // namespace
+
+void launch_bwd_intra(const BwdParams& bp, cudaStream_t stream) {
+  const ChunkParams& p = bp.c;
+  const size_t smem = sizeof(float) * IntraSmem::floats;
+  const dim3 grid(p.NT, p.HV, p.K / kSlab);
+  if (p.kda) launch_kernel(bwd_intra_kernel<true>, grid, dim3(kBwdThreads), smem, stream, bp);
+  else launch_kernel(bwd_intra_kernel<false>, grid, dim3(kBwdThreads), smem, stream, bp);
+}
+
+}  // namespace kcp::cuda

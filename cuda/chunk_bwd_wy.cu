@@ -1,0 +1,195 @@
+// Backward stage "chunk", kernel 2 of 3: the WY backward through (I + Lmat)^-1 (CPU twin
+// chunk_wy_backward's dP, dL, and chunk_intra_backward's dbeta term). Grid (chunks, HV), 256 threads;
+// 64x64 tiles in shared memory, register tiles of 4x4 (rows ty + 16 i, columns tx + 16 j):
+//   G   = strict_lower(gated gram of k):  G_rs = sum_d k_r[d] k_s[d] 2^(b_r[d] - b_s[d])
+//         (gdn: (k_r . k_s) 2^(b_r - b_s); kda: off-diagonal 16-row blocks as F_r c_ij E_s products
+//         over 32-key slabs, chunk_bwd_tiles.cuh; diagonal blocks with exact exponents)
+//   dP  = strict_lower(W1 (I + Lmat)^T),  Lmat = Diag(beta) G,  W1 = dvnew vnew^T (kernel 1)
+//   T   = P^T dP;   dL = -strict_lower(T P^T)   (P unit lower triangular, from kkt)
+//   dbeta_e = sum_s dL_rs G_rs                  (kernel 1's partials are added by the sum kernel)
+// dL replaces W1 in the workspace (bp.Wc) for kernel 3. float32 FMA throughout.
+// Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
+#include "cuda/chunk_bwd.cuh"
+#include "cuda/chunk_bwd_tiles.cuh"
+#include "cuda/cuda_check.cuh"
+#include "cuda/dispatch.cuh"
+
+namespace kcp::cuda {
+namespace {
+
+struct WySmem {
+  float *W, *G, *X, *P, *PT, *k, *g, *kF, *kE, *ct, *bet, *gsc, *red;
+  static constexpr int kTile = kChunk * kLdC, kSl = kChunk * kLdS;
+  static constexpr int kRegion = 4 * kSl > 2 * kTile ? 4 * kSl : 2 * kTile;
+  static constexpr int floats = 3 * kTile + kRegion + kPairs * kSlab + 128 + kChunk * 17;
+  __device__ explicit WySmem(float* s) {
+    W = s, G = s + kTile, X = s + 2 * kTile, s += 3 * kTile;
+    P = s, PT = s + kTile;                               // after the gram
+    k = s, g = s + kSl, kF = s + 2 * kSl, kE = s + 3 * kSl;  // during the gram
+    s += kRegion;
+    ct = s, bet = s + kPairs * kSlab, gsc = bet + 64, red = gsc + 64;
+  }
+};
+
+// c += A B^T on 64x64 tiles: acc[i][j] += sum_m A[ty+16i][m] B[tx+16j][m] (rows of kLdC floats).
+__device__ __forceinline__ void tile_nt(float (&acc)[4][4], const float* A, const float* B) {
+  const int ty = bwd_ty(), tx = bwd_tx();
+#pragma unroll 4
+  for (int m = 0; m < kChunk; m += 4) {
+    float4 a[4], b[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = lds4(A + (ty + 16 * i) * kLdC + m), b[i] = lds4(B + (tx + 16 * i) * kLdC + m);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[i][j] = dot4(a[i], b[j], acc[i][j]);
+  }
+}
+
+// One 32-key slab of the gram into acc (rows ty + 16 i, columns tx + 16 j, j <= i).
+template <bool kKDA>
+__device__ void gram_slab(float (&acc)[4][4], const WySmem& s) {
+  const int ty = bwd_ty(), tx = bwd_tx();
+  if constexpr (!kKDA) {  // raw dots; the decay is applied at the end
+#pragma unroll 2
+    for (int c = 0; c < kSlab; c += 4) {
+      float4 a[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = lds4(s.k + (ty + 16 * i) * kLdS + c);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float4 b = lds4(s.k + (tx + 16 * j) * kLdS + c);
+#pragma unroll
+        for (int i = j; i < 4; ++i) acc[i][j] = dot4(a[i], b, acc[i][j]);
+      }
+    }
+    return;
+  } else {
+    for (int c = 0; c < kSlab; c += 4) {  // off-diagonal blocks: (k_r F_r) c_ij (k_s E_s)
+      float4 a[4], b[3];
+#pragma unroll
+      for (int i = 1; i < 4; ++i) a[i] = lds4(s.kF + (ty + 16 * i) * kLdS + c);
+#pragma unroll
+      for (int j = 0; j < 3; ++j) b[j] = lds4(s.kE + (tx + 16 * j) * kLdS + c);
+#pragma unroll
+      for (int i = 1; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < i; ++j) {
+          const float4 cf = lds4(s.ct + pair_index(i, j) * kSlab + c);
+          const float4 ac = make_float4(a[i].x * cf.x, a[i].y * cf.y, a[i].z * cf.z, a[i].w * cf.w);
+          acc[i][j] = dot4(ac, b[j], acc[i][j]);
+        }
+    }
+    if (tx < ty)  // diagonal blocks, s = tx + 16 i < r = ty + 16 i: exact exponents
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = ty + 16 * i, q = tx + 16 * i;
+        float x = acc[i][i];
+        for (int c = 0; c < kSlab; ++c)
+          x = fmaf(s.k[r * kLdS + c] * s.k[q * kLdS + c], exp2f(s.g[r * kLdS + c] - s.g[q * kLdS + c]), x);
+        acc[i][i] = x;
+      }
+  }
+}
+
+template <int KD, bool kKDA>
+__device__ void wy_gram(const BwdParams& bp, const WySmem& s, const ChunkInfo& ck, int hv) {
+  const ChunkParams& p = bp.c;
+  const int ty = bwd_ty(), tx = bwd_tx(), L = ck.len, h = hv / p.G;
+  float acc[4][4] = {};
+  for (int d0 = 0; d0 < KD; d0 += kSlab) {
+    __syncthreads();
+    copy_rows_async(s.k, kLdS, bp.kn + (int64_t(ck.t0) * p.H + h) * KD, int64_t(p.H) * KD, L, d0, kSlab);
+    if constexpr (kKDA) copy_gates_async<true>(s.g, kLdS, p, ck, hv, d0, kSlab);
+    cp_async_wait_all();
+    __syncthreads();
+    if constexpr (kKDA) {
+      build_scaled<true>(s.g, s.k, nullptr, s.kF, s.kE, nullptr, s.ct, L);
+      __syncthreads();
+    }
+    gram_slab<kKDA>(acc, s);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = ty + 16 * i, c = tx + 16 * j;
+      float x = 0.0f;
+      if (c < r) x = kKDA ? acc[i][j] : acc[i][j] * exp2f(s.gsc[r] - s.gsc[c]);
+      s.G[r * kLdC + c] = x;
+    }
+}
+
+template <int KD, bool kKDA>
+__global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_constant__ BwdParams bp) {
+  const ChunkParams& p = bp.c;
+  const ChunkInfo ck = p.chunks[blockIdx.x];
+  const int hv = blockIdx.y, L = ck.len, ty = bwd_ty(), tx = bwd_tx();
+  const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
+  extern __shared__ __align__(16) float smem[];
+  const WySmem s(smem);
+  for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
+  if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);  // waited for in the gram's first slab
+  float* Wg = bp.Wc + blk * kChunk * kChunk;
+  copy_rows_async(s.W, kLdC, Wg, kChunk, kChunk, 0, kChunk);  // W1, and raw P into X (both free until dP)
+  copy_rows_async(s.X, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
+  wy_gram<KD, kKDA>(bp, s, ck, hv);
+  __syncthreads();  // the slabs are consumed: P', P'^T take their place
+  for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
+    const int a = idx / kChunk, b = idx % kChunk;
+    const float x = a == b ? 1.0f : (a > b ? s.X[a * kLdC + b] : 0.0f);
+    s.P[a * kLdC + b] = x, s.PT[b * kLdC + a] = x;
+  }
+  __syncthreads();
+  float acc[4][4] = {};
+  tile_nt(acc, s.W, s.G);  // sum_t W1_rt G_st
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // dP, stored transposed
+      const int r = ty + 16 * i, c = tx + 16 * j;
+      s.X[c * kLdC + r] = c < r ? s.W[r * kLdC + c] + s.bet[c] * acc[i][j] : 0.0f;
+      acc[i][j] = 0.0f;
+    }
+  __syncthreads();
+  tile_nt(acc, s.PT, s.X);  // T_rs = sum_m P'_mr dP_ms
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s.W[(ty + 16 * i) * kLdC + tx + 16 * j] = acc[i][j], acc[i][j] = 0.0f;
+  __syncthreads();
+  tile_nt(acc, s.W, s.P);  // (T P'^T)_rs = sum_m T_rm P'_sm
+  float db[4] = {};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int r = ty + 16 * i, c = tx + 16 * j;
+      const float dl = (c < r && r < L) ? -acc[i][j] : 0.0f;
+      Wg[r * kChunk + c] = dl;
+      db[i] = fmaf(dl, s.G[r * kLdC + c], db[i]);
+    }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) s.red[(ty + 16 * i) * 17 + tx] = db[i];
+  __syncthreads();
+  if (threadIdx.x < L) {
+    float x = 0.0f;
+    for (int u = 0; u < 16; ++u) x += s.red[threadIdx.x * 17 + u];
+    bp.dbeta_e[int64_t(ck.t0 + threadIdx.x) * p.HV + hv] = x;
+  }
+}
+
+}  // namespace
+
+void launch_bwd_wy(const BwdParams& bp, cudaStream_t stream) {
+  const ChunkParams& p = bp.c;
+  dispatch_key_dim(p.K, [&](auto kd) {
+    constexpr int KD = decltype(kd)::value;
+    const size_t smem = sizeof(float) * WySmem::floats;
+    if (p.kda) launch_kernel(bwd_wy_kernel<KD, true>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+    else launch_kernel(bwd_wy_kernel<KD, false>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+  });
+}
+
+}  // namespace kcp::cuda
