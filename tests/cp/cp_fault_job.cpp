@@ -12,7 +12,7 @@
 #include "cp/comm_device.h"
 #include "cp/comm_mpi.h"
 #include "cp/context_parallel.h"
-#include "validation/backend_wrapper.h"
+#include "core/forwarding_backend.h"
 #include "validation/cases.h"
 #include "validation/mirror.h"
 #include "validation/registry.h"
@@ -21,7 +21,7 @@ using namespace kcp;
 
 namespace {
 
-class FaultyBackend final : public val::ForwardingBackend {
+class FaultyBackend final : public ForwardingBackend {
  public:
   FaultyBackend(std::unique_ptr<Backend> b, bool fail, bool stop)
       : ForwardingBackend(std::move(b)), fail_(fail), stop_(stop) {}
