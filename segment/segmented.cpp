@@ -56,9 +56,9 @@ bool batch_mergeable(const Problem& p, const Inputs& in, const Outputs& out) {
   return true;
 }
 
-void segmented_forward(Backend& be, const Problem& p, const Inputs& in, const Outputs& out, const SegmentPlan& plan,
-                       SegmentWorkspace& ws) {
-  if (!plan.split) return be.forward(p, in, out);
+namespace {
+
+void check_plan_fits(const Problem& p, const SegmentPlan& plan) {
   bool fits = int64_t(plan.seq_seg.size()) == p.N + 1;
   for (int64_t n = 0; fits && n < p.N; ++n) {
     const SeqRange r = p.sequence(n);
@@ -68,44 +68,60 @@ void segmented_forward(Backend& be, const Problem& p, const Inputs& in, const Ou
   }
   KCP_CHECK(fits, "segmented forward: the plan was made for another problem (its segments do not tile the ", p.N,
             " sequences of ", p.describe(), ")");
+}
+
+// Steps 2-4 of segmented.h: the initial state of every segment of `ps` (the segment problem) into
+// h0s [Nseg, HV, K, V] ([Nseg, HV, V, K] with state_v_first); `h0` is the call's initial_state.
+void segment_initial_states(Backend& be, const Problem& ps, const Inputs& is, const TensorView& h0,
+                            const SegmentPlan& plan, SegmentWorkspace& ws, const TensorView& h0s) {
   Queue& q = be.queue();
-  const bool vf = p.flags.state_v_first;
-  const int64_t HV = p.HV, K = p.K, V = p.V, first = plan.transition_first, E = plan.transition_count;
+  const bool vf = ps.flags.state_v_first;
+  const int64_t N = int64_t(plan.seq_seg.size()) - 1, first = plan.transition_first, E = plan.transition_count;
+  const TensorView elems = ws.get(q, SegmentWorkspace::elems, ps.compute, transition_shape(E, ps.HV, ps.K, ps.V));
+  if (E > 0) be.transition_forward(ps, is, first, elems);  // [E, HV, K, V+K]: (S_ext | M) per segment
+  std::vector<TransitionRange> ranges;                     // one per cut sequence: all but its last segment
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t s0 = plan.seq_seg[size_t(n)], s1 = plan.seq_seg[size_t(n) + 1];
+    if (s1 - s0 < 2) continue;
+    ranges.push_back({s0 - first, s1 - s0 - 1});
+    if (!h0.empty())  // the reset (0, M h0 + S_ext)
+      q.transition_start(transition_element(elems, s0 - first), state_entry_kmajor(h0, n, vf));
+  }
+  const TensorView states = ws.get(q, SegmentWorkspace::states, ps.compute, {E, ps.HV, ps.K, ps.V});  // [E,HV,K,V]
+  q.transition_scan(elems, ranges, states);
+  std::vector<std::pair<int64_t, int64_t>> pairs;  // (first segment of n, n)
+  for (int64_t n = 0; n < N; ++n) pairs.push_back({plan.seq_seg[size_t(n)], n});
+  if (h0.empty()) q.fill_zero(h0s);
+  else copy_entries(q, h0s, h0, pairs);
+  for (const TransitionRange& r : ranges)  // the state after element j starts segment first + j + 1
+    q.copy_view(kmajor(h0s, vf).narrow(0, first + r.first + 1, r.count), states.narrow(0, r.first, r.count));
+}
+
+}  // namespace
+
+void segmented_forward(Backend& be, const Problem& p, const Inputs& in, const Outputs& out, const SegmentPlan& plan,
+                       SegmentWorkspace& ws) {
+  if (!plan.split) return be.forward(p, in, out);
+  check_plan_fits(p, plan);
+  Queue& q = be.queue();
   // 1. the segments as packed sequences
   Problem ps = p;
   ps.B = 1, ps.T = p.B * p.T, ps.N = plan.segments(), ps.cu_seqlens = plan.cu;
   Inputs is = in;
   is.q = packed_tokens(in.q, "q"), is.k = packed_tokens(in.k, "k"), is.v = packed_tokens(in.v, "v");
   is.g = packed_tokens(in.g, "g"), is.beta = packed_tokens(in.beta, "beta"), is.initial_state = {};
-  const TensorView o = packed_tokens(out.o, "o");
-  // 2. (S_ext, M) of every segment whose successor needs its state, in one call
-  const TensorView elems = ws.get(q, SegmentWorkspace::elems, p.compute, transition_shape(E, HV, K, V));
-  if (E > 0) be.transition_forward(ps, is, first, elems);
-  // 3. a cut sequence's first segment starts from its h0; 4. the scan, one range per cut sequence
-  std::vector<TransitionRange> ranges;
-  for (int64_t n = 0; n < p.N; ++n) {
-    const int64_t s0 = plan.seq_seg[size_t(n)], s1 = plan.seq_seg[size_t(n) + 1];
-    if (s1 - s0 < 2) continue;
-    ranges.push_back({s0 - first, s1 - s0 - 1});
-    if (!in.initial_state.empty())
-      q.transition_start(transition_element(elems, s0 - first), state_entry_kmajor(in.initial_state, n, vf));
-  }
-  const TensorView states = ws.get(q, SegmentWorkspace::states, p.compute, {E, HV, K, V});
-  q.transition_scan(elems, ranges, states);
-  // 5. the initial state of every segment, then one forward over all segments
-  const Shape st = vf ? Shape{ps.N, HV, V, K} : Shape{ps.N, HV, K, V};
-  is.initial_state = ws.get(q, SegmentWorkspace::h0, p.compute, st);
-  std::vector<std::pair<int64_t, int64_t>> pairs;  // (first segment of n, n)
-  for (int64_t n = 0; n < p.N; ++n) pairs.push_back({plan.seq_seg[size_t(n)], n});
-  if (in.initial_state.empty()) q.fill_zero(is.initial_state);
-  else copy_entries(q, is.initial_state, in.initial_state, pairs);
-  for (const TransitionRange& r : ranges)  // the state after element j starts segment first + j + 1
-    q.copy_view(kmajor(is.initial_state, vf).narrow(0, first + r.first + 1, r.count), states.narrow(0, r.first, r.count));
+  const TensorView o = packed_tokens(out.o, "o");  // [1, B*T, HV, V]
+  // 2-4. the transitions, the scan, the initial state of every segment
+  const Shape st = p.flags.state_v_first ? Shape{ps.N, p.HV, p.V, p.K} : Shape{ps.N, p.HV, p.K, p.V};
+  const TensorView h0s = ws.get(q, SegmentWorkspace::h0, p.compute, st);  // [Nseg, HV, K, V] or v_first
+  segment_initial_states(be, ps, is, in.initial_state, plan, ws, h0s);
+  // 5. one forward over all segments; each sequence's final state is its last segment's
+  is.initial_state = h0s;
   const TensorView ht = out.final_state.empty() ? TensorView()
                                                  : ws.get(q, SegmentWorkspace::ht, out.final_state.dtype, st);
   be.forward(ps, is, {o, ht});
   if (ht.empty()) return;
-  pairs.clear();  // (n, last segment of n)
+  std::vector<std::pair<int64_t, int64_t>> pairs;  // (n, last segment of n)
   for (int64_t n = 0; n < p.N; ++n) pairs.push_back({n, plan.seq_seg[size_t(n) + 1] - 1});
   copy_entries(q, out.final_state, ht, pairs);
 }

@@ -5,6 +5,7 @@
 // min_gain), balanced cuts on chunk boundaries, and the option parser.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <numeric>
 
 #include "core/problem.h"
@@ -152,4 +153,14 @@ TEST_CASE("segment options: auto, off, a token count; bad values are refused wit
   CHECK(f.forced_tokens == 512);
   CHECK_THROWS_WITH_AS(parse_segment_option("64k", "KCP_CUDA_SEGMENT"), doctest::Contains("KCP_CUDA_SEGMENT"), Error);
   CHECK_THROWS_AS(parse_segment_option("-5"), Error);
+}
+
+TEST_CASE("segment options from the environment: unset is automatic, a value is parsed") {
+  ::unsetenv("KCP_TEST_SEGMENT");
+  CHECK(segment_options_from_env("KCP_TEST_SEGMENT").mode == SegmentMode::automatic);
+  ::setenv("KCP_TEST_SEGMENT", "256", 1);
+  CHECK(segment_options_from_env("KCP_TEST_SEGMENT").forced_tokens == 256);
+  ::setenv("KCP_TEST_SEGMENT", "off", 1);
+  CHECK(segment_options_from_env("KCP_TEST_SEGMENT").mode == SegmentMode::off);
+  ::unsetenv("KCP_TEST_SEGMENT");
 }

@@ -7,8 +7,9 @@
 //   float32: cut cpu-chunkwise and cpu-recurrent within the float32 rule of the oracle
 //            (val::float_rule_bar of the unsplit float32 recurrence's error) and within
 //            tol::kSegmentedVsUnsplitFactor x the same backend's unsplit float32 error + floor.
-// Also: the queue's scan against folds, an unsplit plan leaves the backend's bits alone, a plan for
-// another problem is refused, the registry wraps host backends when asked and explains the plan.
+// Also: the queue's scan against folds, an unsplit plan (automatic on the host, or a dense batch
+// whose batch and time cannot be merged) leaves the backend's bits alone, a plan for another problem
+// is refused, the registry wraps host backends when asked and explains the plan.
 // Each case is a SUBCASE named by CaseSpec::name() (with its seed) plus the forced length.
 #include <doctest/doctest.h>
 
@@ -197,4 +198,28 @@ TEST_CASE("the registry wraps a host backend in the segmented forward when asked
   CHECK(plan.find("split: 1 sequences") == 0);
   CHECK(plan.find("forced 32 tokens") != std::string::npos);
   CHECK(val::backend_create("cpu-chunkwise")->explain_forward(val::make_case(s).problem()).empty());
+}
+
+TEST_CASE("a dense batch whose batch and time cannot be merged runs unsplit, with the same bits") {
+  val::CaseSpec s;
+  s.variant = Variant::gdn, s.B = 2, s.T = 70, s.K = 8, s.V = 8, s.chunk_size = 16, s.seed = val::seed_from_env(1203);
+  const val::CaseData c = val::make_case(s);
+  // q stored [T, B, H, K] and seen as [B, T, H, K]: stride[0] = H*K, not T * stride[1]
+  const int64_t B = s.B, T = s.T, H = s.H, K = s.K;
+  Tensor<double> qt({T, B, H, K});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < K; ++i) qt(t, b, h, i) = c.q(b, t, h, i);
+  Inputs in = c.inputs();
+  in.q = qt.view();
+  in.q.shape = {B, T, H, K}, in.q.stride = {H * K, B * H * K, K, 1};
+  auto plain = ref::make_cpu_backend(ref::CpuAlgorithm::chunkwise);
+  auto segmented = cut(ref::CpuAlgorithm::chunkwise, 16);
+  const Problem p = c.problem();
+  val::OutputSet<double> a = val::make_outputs<double>(p, true), b = val::make_outputs<double>(p, true);
+  plain->forward(p, in, a.views());
+  segmented->forward(p, in, b.views());
+  CHECK(a.o.vec() == b.o.vec());
+  CHECK(a.final_state.vec() == b.final_state.vec());
 }
