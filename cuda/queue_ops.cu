@@ -92,11 +92,11 @@ constexpr int kThreads = 128, kCols = 32;
 
 // One step of a transition chain for one (head, 32-column slice of S): x = M_e x + S_e, with x and
 // the next x in shared memory [K][32]; `step_out` (rows of V elements, may be null) receives the new x.
-// e is the element's head [K, V+K]: S then M.
-template <class S>
+// e is the element's head [K, V+K]: S then M. Threads: the block's size (rows are spread over it).
+template <class S, int Threads>
 __device__ void chain_step(const S* e, S* x, S* xn, S* step_out, int K, int V, int c0) {
   const int c = threadIdx.x % kCols, r0 = threadIdx.x / kCols;
-  constexpr int kRowStep = kThreads / kCols;
+  constexpr int kRowStep = Threads / kCols;
   const bool col_ok = c0 + c < V;
   const int64_t row = V + K;
   for (int i = r0; i < K; i += kRowStep) {
@@ -126,14 +126,15 @@ __global__ void __launch_bounds__(kThreads) fold_kernel(const S* elems, int64_t 
   __syncthreads();
   for (int64_t step = 0; step < count; ++step) {
     const int64_t j = reverse ? first + count - 1 - step : first + step;
-    chain_step<S>(elems + j * elem_stride + h * head, x, xn, nullptr, K, V, c0);
+    chain_step<S, kThreads>(elems + j * elem_stride + h * head, x, xn, nullptr, K, V, c0);
   }
   if (col_ok)
     for (int i = r0; i < K; i += kRowStep) out.at(h, i, c0 + c) = x[i * kCols + c];
 }
 
-// Ranges of one scan launch (a kernel parameter: blockIdx.z picks one).
-constexpr int kScanBatch = 64;
+// Ranges of one scan launch (a kernel parameter: blockIdx.z picks one). The scan's steps are a
+// dependent chain (one per segment), so its blocks are 4x wider than the fold's: K/16 rows per thread.
+constexpr int kScanBatch = 64, kScanThreads = 512;
 struct ScanRanges {
   int64_t first[kScanBatch], count[kScanBatch];
 };
@@ -141,18 +142,19 @@ struct ScanRanges {
 // One block per (head, 32-column slice, range): from x = 0 through the range, the state after each
 // element written to out [E, HV, K, V] (contiguous) at that element's index.
 template <class S>
-__global__ void __launch_bounds__(kThreads) scan_kernel(const S* elems, int64_t elem_stride, ScanRanges r, S* out,
+__global__ void __launch_bounds__(kScanThreads) scan_kernel(const S* elems, int64_t elem_stride, ScanRanges r, S* out,
                                                         int K, int V) {
   extern __shared__ unsigned char smem_raw[];
   S* x = reinterpret_cast<S*>(smem_raw);
   S* xn = x + K * kCols;
   const int h = blockIdx.x, HV = gridDim.x, c0 = kCols * blockIdx.y, c = threadIdx.x % kCols, r0 = threadIdx.x / kCols;
-  constexpr int kRowStep = kThreads / kCols;
+  constexpr int kRowStep = kScanThreads / kCols;
   const int64_t head = int64_t(K) * (V + K), first = r.first[blockIdx.z], count = r.count[blockIdx.z];
   for (int i = r0; i < K; i += kRowStep) x[i * kCols + c] = S(0);
   __syncthreads();
   for (int64_t j = first; j < first + count; ++j)
-    chain_step<S>(elems + j * elem_stride + h * head, x, xn, out + (j * HV + h) * int64_t(K) * V, K, V, c0);
+    chain_step<S, kScanThreads>(elems + j * elem_stride + h * head, x, xn, out + (j * HV + h) * int64_t(K) * V, K, V,
+                                c0);
 }
 
 // out[h][i][c] = sum_q A[h][i][q] B[h][q][c] (+ C[h][i][c]) for c < N; one thread per output.
@@ -267,7 +269,7 @@ void launch_transition_scan(const TensorView& elems, const std::vector<Transitio
       ScanRanges sr{};
       const int n = int(std::min<size_t>(kScanBatch, ranges.size() - b));
       for (int i = 0; i < n; ++i) sr.first[i] = ranges[b + size_t(i)].first, sr.count[i] = ranges[b + size_t(i)].count;
-      launch_kernel(scan_kernel<S>, dim3(unsigned(HV), unsigned((V + kCols - 1) / kCols), unsigned(n)), kThreads, smem,
+      launch_kernel(scan_kernel<S>, dim3(unsigned(HV), unsigned((V + kCols - 1) / kCols), unsigned(n)), kScanThreads, smem,
                     stream, static_cast<const S*>(elems.data), elems.stride[0], sr, static_cast<S*>(out.data), K, V);
     }
   });

@@ -2,7 +2,8 @@
 // the packed-transition algebra (core/transition.h). All take the queue's stream.
 //   copy/add: dst[i] (=|+=) src[i] over a rank <= 4 index space, any float dtypes, int64 strides
 //   fold:     x = x0 or 0; for each element j of a range (ascending or descending): x = M_j x + S_j
-//   scan:     per range, from x = 0: x = M_j x + S_j, out[j] = x; all ranges in one launch (per 64)
+//   scan:     per range, from x = 0: x = M_j x + S_j, out[j] = x; all ranges in one launch (per 64),
+//             512-thread blocks (the steps are a dependent chain)
 //   compose:  out = (M_l M_e, M_l S_e + S_l)
 //   start:    S = M x0 + S; M = 0        identity: M = I, S = 0
 // Covered by tests/cuda/test_cuda_transition.cpp.
