@@ -51,8 +51,9 @@ int main(int argc, char** argv) {
     s.seqlens = {80 * w.size()}, s.K = s.V = 32, s.H = s.HV = 1;
     const val::CaseData c = val::make_case(s);
     const int gpus = val::gpu_count();
-    FaultyBackend be(val::backend_create(backend, {gpus > 0 ? cp::local_rank() % gpus : -1}), w.rank() == 1,
-                     mode == "stop");
+    val::BackendOptions bo;
+    bo.device = gpus > 0 ? cp::local_rank() % gpus : -1;
+    FaultyBackend be(val::backend_create(backend, bo), w.rank() == 1, mode == "stop");
     const cp::DataComm data = cp::make_data_comm(w, be.queue(), cp::comm_kind_parse(comm), gpus);
     ProblemOptions po;
     po.cu_seqlens = c.cu_seqlens, po.compute = DType::f32;
