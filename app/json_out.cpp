@@ -73,7 +73,7 @@ void write_row(JsonWriter& j, const Row& r) {
     for (int64_t i : m.max_abs_at) j.value(i);
     j.end_array();
     j.key("fla_ratio").value(m.fla_ratio).key("rel_l2").value(m.rel_l2).key("cosine").value(m.cosine);
-    j.key("max_bf16_ulp").value(m.max_bf16_ulp).key("nan").value(m.nan_a).key("inf").value(m.inf_a);
+    j.key("max_bf16_ulp").value(m.max_bf16_ulp).key("rounded_to_bf16").value(m.rounded_to_bf16()).key("nan").value(m.nan_a).key("inf").value(m.inf_a);
     j.key("over_the_bar").value(r.over);
     if (r.ratio_bar > 0) j.key("ratio_bar").value(r.ratio_bar);
     j.key("bar_reason").value(r.bar_reason);

@@ -126,6 +126,10 @@ Verdict report_tensor(const std::string& group, const std::string& tensor, const
   if (v == Verdict::pass) return v;
   if (user.any()) std::printf("      bar: %s\n", user.describe().c_str());
   else std::printf("      bar: fla_ratio <= %.1e (%s)%s\n", bar.ratio, bar.reason, bar.warn_only ? ", warning only" : "");
+  if ((stored == DType::f32 || stored == DType::f64) && m.rounded_to_bf16())
+    std::printf("      note: all %lld nonzero values of %s are bfloat16 numbers although it is stored as %s: the "
+                "kernel rounded it through bf16 (about 2^-9 relative per value)\n",
+                static_cast<long long>(m.a_nonzero), tensor.c_str(), std::string(dtype_name(stored)).c_str());
   // An element outside the bar is a mismatch worth showing.
   const double threshold = user.rtol ? *user.atol : ratio_threshold;
   for (const Mismatch& mm : first_mismatches(a, b, threshold, kShownMismatches)) {

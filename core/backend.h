@@ -70,5 +70,7 @@ class Backend {
 
 // Throws kcp::Error naming the backend and the reason when `b` cannot run `p`.
 void require_support(const Backend& b, const Problem& p);
+// The same for the backward (supports_backward()).
+void require_backward_support(const Backend& b, const Problem& p);
 
 }  // namespace kcp

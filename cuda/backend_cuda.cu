@@ -33,14 +33,16 @@ class CudaChunkwiseBackend final : public Backend {
   }
 
   Support supports(const Problem& p) const override {
-    if (p.variant == Variant::gla) return Support::no("gla is not implemented on the GPU (gdn and kda are)");
     if (p.chunk_size != 64) return Support::no(detail::concat("chunk_size ", p.chunk_size, ": the kernels use 64"));
     if (!key_dim_supported(p.K)) return Support::no(detail::concat("K = ", p.K, ": instantiated for K = 32, 64, 128"));
     if (p.V % kValueTile != 0) return Support::no(detail::concat("V = ", p.V, ": must be a multiple of ", kValueTile));
     if (p.compute != DType::f32) return Support::no("computes in float32 only (ask for compute = float32)");
     return {};
   }
-  Support supports_backward(const Problem& p) const override { return supports(p); }
+  Support supports_backward(const Problem& p) const override {
+    if (p.variant == Variant::gla) return Support::no("the gla backward is not implemented on the GPU (its forward is)");
+    return supports(p);
+  }
   Support supports_conv1d(const Conv1dProblem& p) const override {
     if (p.W > 8) return Support::no(detail::concat("conv1d W = ", p.W, ": the kernels take W <= 8"));
     return {};
@@ -54,7 +56,7 @@ class CudaChunkwiseBackend final : public Backend {
     pipeline().forward(p, in, out);
   }
   void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) override {
-    require_support(*this, p);
+    require_backward_support(*this, p);
     for (auto [v, n] : {std::pair{&in.q, "q"}, {&in.k, "k"}, {&in.v, "v"}, {&in.g, "g"}, {&in.beta, "beta"},
                         {&d.d_o, "d_o"}, {&d.d_final_state, "d_final_state"}, {&gr.dq, "dq"}, {&gr.dk, "dk"},
                         {&gr.dv, "dv"}, {&gr.dg, "dg"}, {&gr.dbeta, "dbeta"}, {&gr.d_initial_state, "d_initial_state"},
@@ -69,7 +71,7 @@ class CudaChunkwiseBackend final : public Backend {
   }
   void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq_begin,
                            const TensorView& packed) override {
-    require_support(*this, p);
+    require_backward_support(*this, p);
     expect_device(in.q, "q"), expect_device(d_o, "d_o"), expect_device(packed, "packed");
     pipeline().transition_backward(p, in, d_o, seq_begin, packed);
   }

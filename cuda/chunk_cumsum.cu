@@ -71,8 +71,8 @@ __global__ void __launch_bounds__(kThreads) chunk_cumsum_kernel(const ChunkParam
   const ChunkInfo ck = p.chunks[blockIdx.x];
   const int hv = blockIdx.y;
   for (int r = threadIdx.x; r < ck.len; r += kThreads) {
-    float b = load_any(p.beta.p, p.beta.dt, row_off(p.beta, ck.t0 + r, hv));
-    if (p.beta_sigmoid) b = p.beta_scale * sigmoid_f(b);
+    float b = p.gla ? 0.0f : load_any(p.beta.p, p.beta.dt, row_off(p.beta, ck.t0 + r, hv));  // gla: no beta
+    if (p.beta_sigmoid && !p.gla) b = p.beta_scale * sigmoid_f(b);
     p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] = b;
   }
   const float rate = p.A_log.p ? expf(load_any(p.A_log.p, p.A_log.dt, hv * p.A_log.s)) : 1.0f;

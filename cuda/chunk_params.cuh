@@ -50,7 +50,11 @@ struct ChunkParams {
   int sms = 0;  // multiprocessors of the device the pipeline runs on (grid-shape heuristics)
   int64_t TT = 0;
   float scale = 1;
-  bool kda = false;
+  bool kda = false;  // per-channel gate (kda and gla)
+  // gla: kda's stages with the delta rule taken out: beta_e = 0, so Lmat = 0 and P = I (w = 0), and
+  // u = v (the WY stage's u factor is 1). The state kernel then runs S = Gamma_end S + kg^T v,
+  // o = scale qg S + Aqk v: GLA's chunked form (ALGORITHMS.md 3).
+  bool gla = false;
   // fused pre-processing (ALGORITHMS.md 2.1-2.2)
   bool l2norm = false, beta_sigmoid = false;
   float beta_scale = 1;  // 2 with allow_neg_eigval

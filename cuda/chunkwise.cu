@@ -30,13 +30,14 @@ namespace kcp::cuda {
 
 Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count,
                                              bool stages) {
-  KCP_CHECK(p.variant != Variant::gla && p.chunk_size == kChunk && key_dim_supported(p.K) && p.V % kValueTile == 0,
+  KCP_CHECK(p.chunk_size == kChunk && key_dim_supported(p.K) && p.V % kValueTile == 0,
             "cuda-chunkwise: unsupported problem ", p.describe(), " (see supports())");
   Setup st;
   ChunkParams& c = st.c;
   // Views first, so that bad input is reported before any CUDA call.
   c.q = rows_view<RowsView>(in.q, "q"), c.k = rows_view<RowsView>(in.k, "k"), c.v = rows_view<RowsView>(in.v, "v");
-  c.g = rows_view<RowsView>(in.g, "g"), c.beta = rows_view<RowsView>(in.beta, "beta");
+  c.g = rows_view<RowsView>(in.g, "g");
+  if (p.variant != Variant::gla) c.beta = rows_view<RowsView>(in.beta, "beta");  // gla has no beta
   KCP_CHECK(in.q.dtype == in.k.dtype && in.q.dtype == in.v.dtype, "cuda-chunkwise: q, k, v must share one dtype, got ",
             dtype_name(in.q.dtype), ", ", dtype_name(in.k.dtype), ", ", dtype_name(in.v.dtype));
   KCP_CHECK(c.q.dt != kF64, "cuda-chunkwise: q, k, v must be float32, float16 or bfloat16, got float64");
@@ -49,7 +50,8 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   c.B = int(p.B), c.T = int(p.T), c.H = int(p.H), c.HV = int(p.HV), c.K = int(p.K), c.V = int(p.V);
   c.G = int(p.G()), c.TT = p.B * p.T;
   c.scale = float(p.scale);
-  c.kda = p.variant == Variant::kda;
+  c.kda = p.variant == Variant::kda || p.variant == Variant::gla;
+  c.gla = p.variant == Variant::gla;
   c.l2norm = p.flags.use_qk_l2norm_in_kernel;
   c.beta_sigmoid = p.flags.use_beta_sigmoid_in_kernel;
   c.beta_scale = p.flags.allow_neg_eigval ? 2.0f : 1.0f;

@@ -71,8 +71,9 @@ LayerParams<double> layer_init_params(const LayerConfig& c, uint64_t seed);
 template <class D, class S> LayerParams<D> layer_params_cast(const LayerParams<S>& p);
 
 // How the layer runs its kernel. Default (empty functions): the config's CPU backend on the whole
-// call. Context parallelism (cp/layer_cp.h) substitutes cp::ContextParallel; the final state is then
-// not produced (as in FLA's and Megatron's CP) and backward always follows a forward of the same call.
+// call. The cp-sweep's layer rows (app/cp_sweep_layer.cpp) substitute cp::ContextParallel on any
+// backend (views copied to its device and back); the final state is then not produced (as in FLA's
+// and Megatron's CP) and backward always follows a forward of the same call.
 struct LayerKernel {
   std::function<void(const Problem&, const Inputs&, const Outputs&)> forward;
   std::function<void(const Problem&, const Inputs&, const Cotangents&, const Grads&)> backward;

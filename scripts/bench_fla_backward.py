@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""FLA's chunk_gated_delta_rule / chunk_kda forward+backward timed on the GPU, next to kcp's.
+"""FLA's chunk_gated_delta_rule / chunk_kda / chunk_gla forward+backward (or, with --forward, forward)
+timed on the GPU, next to kcp's.
 
 Same shapes and inputs as `kcp bench --backward 1` (app/bench.cpp, app/bench_inputs.h): B = 1,
 q/k/v/do bf16 (q, k L2-normalized per row), g ~ U(-0.3, -0.001) float32 (per channel for kda),
-beta ~ U(0, 1) float32, no initial or final state. Median of CUDA-event times after warm-up, rotating
+beta ~ U(0, 1) float32 (not for gla), no initial or final state. Median of CUDA-event times after warm-up, rotating
 over 3 input sets; peak device memory of one forward+backward (torch.cuda.max_memory_allocated,
 inputs included). With --kcp FILE (the output of `kcp bench --backward 1`) prints one table with
 both and the ratio FLA / kcp. FLA from FLA_PATH (default ../../.fla, i.e. /work/main/.fla carried).
@@ -14,7 +15,7 @@ import os
 import sys
 
 
-def fla_time(variant, T, H, K, V, repeat, warmup):
+def fla_time(variant, T, H, K, V, repeat, warmup, backward=True):
     import torch
     torch.manual_seed(0)
     dev = "cuda"
@@ -28,19 +29,25 @@ def fla_time(variant, T, H, K, V, repeat, warmup):
         beta = torch.rand(1, T, H, device=dev)
         do = torch.randn(1, T, H, V, device=dev).bfloat16()
         for t in (q, k, v, g, beta):
-            t.requires_grad_(True)
+            t.requires_grad_(backward)
         sets.append((q, k, v, g, beta, do))
     if variant == "gdn":
         import fla.ops.common.chunk_o as m
         m.TRITON_ABOVE_3_7_1 = True  # FLA's gdn backward on Triton 3.6 (see the issue)
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule as fn
-    else:
+    elif variant == "kda":
         from fla.ops.kda import chunk_kda as fn
+    else:
+        from fla.ops.gla import chunk_gla
+
+        def fn(q, k, v, g, beta, output_final_state):  # no beta in GLA
+            return chunk_gla(q, k, v, g, output_final_state=output_final_state)
 
     def run(i):
         q, k, v, g, beta, do = sets[i % 3]
         o, _ = fn(q, k, v, g, beta, output_final_state=False)
-        torch.autograd.backward(o, do)
+        if backward:
+            torch.autograd.backward(o, do)
 
     for i in range(warmup):
         run(i)
@@ -67,7 +74,7 @@ def kcp_rows(path):
         return rows
     for line in open(path):
         f = [x.strip() for x in line.strip().strip("|").split("|")]
-        if len(f) >= 5 and f[0] in ("gdn", "kda") and f[1].isdigit():
+        if len(f) >= 5 and f[0] in ("gdn", "kda", "gla") and f[1].isdigit():
             try:
                 rows[(f[0], int(f[1]), int(f[2]))] = float(f[3])
             except ValueError:
@@ -81,15 +88,17 @@ def main():
     ap.add_argument("--kcp", default="")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--forward", action="store_true", help="time the forward alone (no autograd)")
     a = ap.parse_args()
+    what = "fwd" if a.forward else "fwd+bwd"
     sys.path.insert(0, os.environ.get("FLA_PATH", os.path.join(os.path.dirname(__file__), "../../../.fla")))
     kcp = kcp_rows(a.kcp)
-    print("| op | T | H | FLA fwd+bwd ms | FLA peak MiB | kcp fwd+bwd ms | FLA / kcp |")
+    print(f"| op | T | H | FLA {what} ms | FLA peak MiB | kcp {what} ms | FLA / kcp |")
     print("|---|---|---|---|---|---|---|")
     for s in a.shapes.split(","):
         var, T, H = s.split(":")
         T, H = int(T), int(H)
-        ms, peak = fla_time(var, T, H, 128, 128, a.repeat, a.warmup)
+        ms, peak = fla_time(var, T, H, 128, 128, a.repeat, a.warmup, backward=not a.forward)
         mine = kcp.get((var, T, H))
         ratio = f"{ms / mine:.2f}" if mine else "-"
         print(f"| {var} | {T} | {H} | {ms:.3f} | {peak:.0f} | {mine if mine else '-'} | {ratio} |", flush=True)

@@ -41,11 +41,9 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     if [ -n "$exe" ]; then run_suite "$t" "$exe"; else summary+=("| $t | not built | - |"); fi
   done
   if "$BUILD/kcp" help 2>&1 | grep -qE '^  check '; then
-    # Every tensor of every gdn, kda and conv1d file against FLA's results, gradients included (the
-    # CUDA backward); shapes cuda-chunkwise does not support are reported as skipped with the reason.
-    # The gla files are left out while cuda-chunkwise has no gla (`kcp check` refuses them, exit 2).
-    run_suite golden_check "$BUILD/kcp" check --backend cuda-chunkwise --precision f32 \
-      data/golden/gdn_*.h5 data/golden/kda_*.h5 data/golden/conv1d_*.h5
+    # Every tensor of every file against FLA's results, gradients included (the CUDA backward);
+    # what cuda-chunkwise does not support (gla's backward) is reported as skipped with the reason.
+    run_suite golden_check "$BUILD/kcp" check --backend cuda-chunkwise --precision f32 data/golden
   else
     echo "golden check: this build has no 'kcp check': skipped"
     summary+=("| golden_check | skipped (no kcp check) | - |")
@@ -71,6 +69,11 @@ fault_check() {  # comm ranks (3 under MPI: rank 1 fails while ranks 0 and 2 wai
 if [ -z "${SKIP_CP:-}" ] && "$BUILD/kcp" help 2>&1 | grep -qE '^  cp-sweep '; then
   for n in 1 2 3 4; do
     run_suite "cp_sweep_mpi_np$n" "${mpi[@]}" "$n" "$BUILD/kcp" cp-sweep --quick --backend cuda-chunkwise --comm mpi
+    # the layer rows (kernel on the GPU, docs/LAYER.md) must have run, not only been skipped
+    if ! grep -q '^PASS  cuda-chunkwise float32 layer ' "$LOGS/cp_sweep_mpi_np$n.log"; then
+      echo "cp_sweep_mpi_np$n: no cuda-chunkwise layer row passed"; failed=1
+      summary+=("| cp_sweep_mpi_np$n layer rows | FAILED (none passed) | - |")
+    fi
   done
   run_suite cp_sweep_nccl_np1 "${mpi[@]}" 1 "$BUILD/kcp" cp-sweep --quick --backend cuda-chunkwise --comm nccl
   if [ "$gpus" -ge 2 ]; then  # one GPU per rank (the multi-GPU run, docs/CP.md)

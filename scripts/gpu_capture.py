@@ -5,7 +5,7 @@
   python3 scripts/gpu_capture.py [--summary NAME] OUT_DIR [case ...]   capture (needs torch, triton, fla);
                                                    the table goes to OUT_DIR/NAME (capture_summary.json)
   python3 scripts/gpu_capture.py --list            the case names, one per line
-  python3 scripts/gpu_capture.py --merge DIR       DIR/summary-*.json (one process per case, as
+  python3 scripts/gpu_capture.py --merge DIR [case ...]   DIR/summary-*.json (one process per case, as
                                                    gpu_capture.sh runs them) -> DIR/capture_summary.json
   python3 scripts/gpu_capture.py --convert DIR     *.pkl -> *.h5 (where h5py was missing)
 
@@ -143,7 +143,7 @@ def run_case(torch, kernels, name, seed, out_dir):
     return cap.missing()
 
 
-def merge(folder):
+def merge(folder, names):
     """Joins the per-process tables into one; non-zero when a case failed or has no table."""
     env, cases = None, []
     for name in sorted(os.listdir(folder)):
@@ -154,7 +154,7 @@ def merge(folder):
             cases += part["cases"]
     seen = {c["case"] for c in cases}
     cases += [dict(case=n, status="error: no result (the process died or timed out)", seconds=0)
-              for n in CASES if n not in seen]
+              for n in names if n not in seen]
     with open(os.path.join(folder, "capture_summary.json"), "w") as f:
         json.dump(dict(env=env, cases=cases), f, indent=1)
     for c in cases:
@@ -169,7 +169,7 @@ def main(argv):
         print("\n".join(CASES))
         return 0
     if argv[:1] == ["--merge"]:
-        return merge(argv[1])
+        return merge(argv[1], argv[2:] or list(CASES))
     summary = "capture_summary.json"
     if argv[:1] == ["--summary"]:
         summary, argv = argv[1], argv[2:]

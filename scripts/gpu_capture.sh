@@ -6,6 +6,7 @@
 # The lent GPU machine has no HDF5 headers: there the files land in the output folder and are checked
 # on a machine with HDF5 (`kcp check DIR`).
 #   scripts/gpu_capture.sh [OUT_DIR] [BUILD_DIR]   defaults $OUT/captures (or gpu-logs/captures), build/
+#   CAPTURE_CASES="kda_lb_nosafe_f32 gla_f32"      only these cases (scripts/gpu_capture.py --list)
 #   needs torch, triton and FLA importable (e.g. PYTHONPATH=<fla checkout>); skipped otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,10 +17,11 @@ if ! python3 -c "import torch, triton, fla" 2>/dev/null; then
 fi
 mkdir -p "$DIR"
 jobs=${CAPTURE_JOBS:-$(nproc)}
-python3 scripts/gpu_capture.py --list \
+cases=${CAPTURE_CASES:-$(python3 scripts/gpu_capture.py --list)}
+printf '%s\n' $cases \
   | timeout "${CAPTURE_TIMEOUT:-540}" xargs -P "$jobs" -I{} \
       sh -c 'python3 scripts/gpu_capture.py --summary "summary-$1.json" "$0" "$1" > "$0/$1.log" 2>&1' "$DIR" {}
-python3 scripts/gpu_capture.py --merge "$DIR" | tee "$DIR/capture.log"
+python3 scripts/gpu_capture.py --merge "$DIR" $cases | tee "$DIR/capture.log"
 rc=${PIPESTATUS[0]}
 if [ -x "$BUILD/kcp" ] && "$BUILD/kcp" help 2>&1 | grep -qE '^  check '; then
   "$BUILD/kcp" check --json "$DIR/check.json" "$DIR" | tee "$DIR/check.log"

@@ -49,6 +49,7 @@ Metrics compare(const TensorView& av, const TensorView& bv) {
       m.inf_mismatch += !(x == y);
       continue;
     }
+    if (x != 0) m.a_nonzero++, m.a_bf16_exact += double(bf16_to_float(float_to_bf16(float(x)))) == x;
     const double d = std::abs(x - y);
     if (worst < 0 || d > m.max_abs) m.max_abs = d, worst = i;
     diff2 += d * d, b2 += y * y, a2 += x * x, ab += x * y;

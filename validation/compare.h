@@ -1,7 +1,8 @@
 // compare(): one set of error measures between a candidate tensor and a reference, used by the CLI
 // and every test. Both are host views of any dtype and the same shape; values are widened to double.
 //   max_abs (and where), rel_l2 = ||a-b||/||b||, fla_ratio = rms(a-b)/(rms(b)+1e-8) (FLA's
-//   err_ratio), cosine similarity, max distance in bfloat16 ULPs, NaN/Inf counts on each side.
+//   err_ratio), cosine similarity, max distance in bfloat16 ULPs, NaN/Inf counts on each side, and
+//   how many of the candidate's nonzero finite values are bfloat16 numbers (rounded_to_bf16()).
 // first_mismatches() lists the first disagreeing elements for a failure report.
 // Covered by tests/validation/test_policy.cpp and every suite that judges a result.
 #pragma once
@@ -25,7 +26,13 @@ struct Metrics {
   double ref_rms = 0;
   int64_t nan_a = 0, nan_b = 0, inf_a = 0, inf_b = 0;
   int64_t inf_mismatch = 0;    // Inf on one side without the same Inf on the other
+  int64_t a_nonzero = 0;       // nonzero finite values of a
+  int64_t a_bf16_exact = 0;    // ... of which exactly representable in bfloat16
   bool finite_ok() const { return nan_a == 0 && nan_b == 0 && inf_mismatch == 0; }
+  // Every nonzero value of a (at least 16 of them) is a bfloat16 number: a float32 (or wider) result
+  // that went through bf16 somewhere. A float32 value is bf16-exact with probability 2^-16, so 16 such
+  // values by chance are out of the question.
+  bool rounded_to_bf16() const { return a_nonzero >= 16 && a_bf16_exact == a_nonzero; }
 };
 
 Metrics compare(const TensorView& a, const TensorView& b);

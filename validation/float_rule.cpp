@@ -17,6 +17,10 @@ double float_rule_bar(double base_err, double cond) {
   return tol::kFloatRuleFactor * base_err + tol::kFloatRuleFloor * cond;
 }
 
+double layer_float_rule_bar(double base_err, double cond) {
+  return tol::kFloatRuleFactor * base_err + tol::kLayerFloatRuleFloor * cond;
+}
+
 double GradConditioning::of(std::string_view name) const {
   if (name == "dg") return dg;
   if (name == "dA_log") return dA_log;

@@ -17,6 +17,8 @@
 namespace kcp::val {
 
 double float_rule_bar(double base_err, double cond = 1.0);
+// The same rule for a whole layer (CP sweep layer rows): floor tol::kLayerFloatRuleFloor (its reason there).
+double layer_float_rule_bar(double base_err, double cond = 1.0);
 
 struct GradConditioning {
   double dg = 1, dA_log = 1, ddt_bias = 1;

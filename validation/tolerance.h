@@ -43,6 +43,17 @@ inline constexpr double kFloatRuleFloor = 1e-6;
 // an exact algorithm that sums in another order (chunkwise: pieces larger than the per-token
 // gradient; CP: states merged from float32 transitions, a sum split over ranks) fails the 2x factor
 // on some seeds although it is as accurate as float32 allows.
+// The layer rows of the CP sweep (app/cp_sweep_layer.h) use the same rule with this floor in place of
+// kFloatRuleFloor (validation/float_rule.h layer_float_rule_bar). The layer normalises every token
+// (L2 norm of q and k per head, RMSNorm of o per head) and sums per-token gate gradients into the g
+// projection's weights, so a float32 rounding relative to the magnitudes involved is scaled up where a
+// head vector or a sum is small. On layouts of a few dozen tokens the 2x factor absorbs that (err/bar
+// <= 0.62 over 25 seeds x P = 2..4 with the 1e-6 floor); on the tiny layout (T = 3, a sequence cut
+// after its first token) each error is a handful of such roundings, and CP's exceeded twice the
+// baseline's by up to 5.7e-6 (100 seeds, P = 2, 3; e.g. dg_proj.lora_a 5.9e-6 against a baseline of
+// 1.7e-7). 1e-5 covers that with margin, stays 10x below kLayerF32 (a float32 layer dump's bar) and
+// far below any CP mistake (a halo row from the wrong rank or a lost state is O(1e-2 .. 1)).
+inline constexpr double kLayerFloatRuleFloor = 1e-5;
 
 // Intra-card CP (segment/, issue 12): a forward cut into chunk-aligned segments keeps the chunk
 // grid, so in exact arithmetic it is the unsplit function; in float64 it is judged by kExactF64

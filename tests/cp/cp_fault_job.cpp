@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
     val::DeviceMirror dev(be);
     Inputs in = c.inputs();
     for (TensorView* t : {&in.q, &in.k, &in.v, &in.g, &in.beta}) *t = dev.input(t->narrow(1, lo, n), DType::f32);
+    for (TensorView* t : {&in.initial_state, &in.A_log, &in.dt_bias}) *t = dev.input(*t, DType::f32);  // whole
     Tensor<float> o({1, n, 1, 32}), ht(c.h0.shape());
     cp.forward(in, {dev.output(o.view()), dev.output(ht.view())});
     dev.download();

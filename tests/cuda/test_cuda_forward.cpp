@@ -1,4 +1,4 @@
-// cuda-chunkwise forward against the float64 oracle (cpu-recurrent) over a sweep of lengths (1, 63,
+// cuda-chunkwise forward (gdn, kda, gla) against the float64 oracle (cpu-recurrent) over a sweep of lengths (1, 63,
 // 64, 65, odd long), dense batches, packed sequences (with empty and length-1 ones), grouped value
 // heads, head sizes K = 32/64/128 and V = 32..128, every flag (L2 norm, beta sigmoid, negative
 // eigenvalues, softplus and lower-bound gates with and without A_log / dt_bias, state_v_first, no
@@ -42,13 +42,16 @@ bool apply(FlagSet f, val::CaseSpec& s) {
   switch (f) {
     case FlagSet::plain: break;
     case FlagSet::l2norm: fl.use_qk_l2norm_in_kernel = true; break;
-    case FlagSet::beta_sigmoid: fl.use_beta_sigmoid_in_kernel = true; break;
-    case FlagSet::neg_eigval: fl.use_beta_sigmoid_in_kernel = fl.allow_neg_eigval = true; break;
+    case FlagSet::beta_sigmoid:
+    case FlagSet::neg_eigval:
+      if (s.variant == Variant::gla) return false;  // gla has no beta
+      fl.use_beta_sigmoid_in_kernel = true, fl.allow_neg_eigval = f == FlagSet::neg_eigval;
+      break;
     case FlagSet::softplus: fl.use_gate_in_kernel = true; break;
     case FlagSet::softplus_no_dt_bias: fl.use_gate_in_kernel = true, s.dt_bias = false; break;
     case FlagSet::lower_bound:
     case FlagSet::lower_bound_no_A_log:
-      if (s.variant == Variant::gdn) return false;  // the lower-bound gate is per-channel only
+      if (s.variant == Variant::gdn) return false;  // the lower-bound gate is per-channel only (kda, gla)
       fl.use_gate_in_kernel = true, fl.lower_bound = -5.0, fl.safe_gate = true;
       s.A_log = f == FlagSet::lower_bound;
       break;
@@ -83,7 +86,7 @@ std::vector<GpuCase> sweep(uint64_t seed) {
   std::vector<GpuCase> out;
   const DType dtypes[] = {DType::bf16, DType::f32, DType::f16};
   int i = 0;
-  for (Variant var : {Variant::gdn, Variant::kda})
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
     for (const val::CaseSpec& base : layouts())
       for (FlagSet f : kFlagSets) {
         val::CaseSpec s = base;

@@ -52,7 +52,7 @@ TEST_CASE("cuda-chunkwise forward is at least as accurate as FLA on every golden
   int judged = 0;
   for (const std::string& f : files) {
     const io::Dump d = io::dump_read(f);
-    if (d.op != "gdn" && d.op != "kda") continue;
+    if (d.op != "gdn" && d.op != "kda" && d.op != "gla") continue;
     const std::string file = std::filesystem::path(f).filename().string();
     SUBCASE(file.c_str()) {
       const io::OpCall call = io::dump_op_call(d, DType::f64);

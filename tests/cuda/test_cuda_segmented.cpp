@@ -1,6 +1,6 @@
 // Intra-card CP on the GPU (segment/segmented.h over cuda-chunkwise): the forward with the segment
 // length forced to 64 or 128 tokens (so short test sequences are cut too) against the unsplit
-// cuda-chunkwise forward and the float64 oracle (cpu-recurrent), over gdn and kda x q/k/v in bf16 and
+// cuda-chunkwise forward and the float64 oracle (cpu-recurrent), over gdn, kda and gla x q/k/v in bf16 and
 // float32 x packed sequences with empty, 1-token and exactly-C ones, a dense batch, one long
 // sequence x GVA x h0 / final state / state_v_first / the fused gate and L2 norm. Issue 12's bar, as
 // the CUDA suites apply the float32 rule: rel_l2 against the oracle within the unsplit forward's own
@@ -38,7 +38,7 @@ struct SegGpuCase {
 
 std::vector<SegGpuCase> cases(uint64_t seed) {
   std::vector<SegGpuCase> out;
-  for (Variant var : {Variant::gdn, Variant::kda})
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
     for (int layout = 0; layout < 3; ++layout)
       for (int flags = 0; flags < 3; ++flags) {
         SegGpuCase g;

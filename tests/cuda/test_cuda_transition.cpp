@@ -44,7 +44,7 @@ TEST_CASE("transition_forward of a range of sequences matches the oracle's (S_ex
   auto gpu = cuda::make_cuda_backend();
   auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
   const uint64_t seed = val::seed_from_env(700);
-  for (Variant var : {Variant::gdn, Variant::kda})
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})  // gla: M is diagonal
     for (DType dt : {DType::f32, DType::bf16}) {
       const val::CaseSpec s = test::transition_case_spec(var, dt, seed);
       SUBCASE((s.name() + " qkv=" + std::string(dtype_name(dt))).c_str()) {

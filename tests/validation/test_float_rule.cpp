@@ -47,4 +47,6 @@ TEST_CASE("grad_conditioning's terms sum to the oracle's dA_log and ddt_bias") {
   }
   CHECK(val::float_rule_bar(1e-7) == doctest::Approx(val::tol::kFloatRuleFactor * 1e-7 + val::tol::kFloatRuleFloor));
   CHECK(val::float_rule_bar(1e-7, 10) == doctest::Approx(val::tol::kFloatRuleFactor * 1e-7 + 10 * val::tol::kFloatRuleFloor));
+  CHECK(val::layer_float_rule_bar(1e-7, 10) ==
+        doctest::Approx(val::tol::kFloatRuleFactor * 1e-7 + 10 * val::tol::kLayerFloatRuleFloor));
 }

@@ -100,3 +100,19 @@ TEST_CASE("compare measures and first_mismatches on a hand-computable pair") {
   CHECK(first_mismatches(a.view(), b.view(), 0.3, 5).size() == 1);
   CHECK(first_mismatches(a.view(), b.view(), 0.1, 1).size() == 1);
 }
+
+TEST_CASE("compare: a float32 result whose every nonzero value is a bfloat16 number is flagged") {
+  // 32 values: bf16 numbers (k/64 for small k is exact in bf16) against a float32 reference.
+  Tensor<double> a({32}), b({32});
+  for (int i = 0; i < 32; ++i) a.data()[i] = (i - 16) / 64.0, b.data()[i] = (i - 16) / 64.0 + 1e-6;
+  Metrics m = compare(a.view(), b.view());
+  CHECK(m.a_nonzero == 31);
+  CHECK(m.a_bf16_exact == 31);
+  CHECK(m.rounded_to_bf16());
+  a.data()[5] = 0.1;  // 0.1 is not a bf16 number
+  m = compare(a.view(), b.view());
+  CHECK(m.a_bf16_exact == 30);
+  CHECK_FALSE(m.rounded_to_bf16());
+  Tensor<double> few({8}, 0.5), ref({8}, 0.5);  // too few values to tell
+  CHECK_FALSE(compare(few.view(), ref.view()).rounded_to_bf16());
+}
