@@ -7,7 +7,8 @@
 # T = 8192, 32768, H = 16 with the plan off, automatic and forced at 4096 .. 512 tokens (the data to
 # calibrate the planner's model, segment/plan.h), packed 16 x 2048, and KCP_CUDA_SEGMENT read from
 # the environment. Logs and a summary in $OUT (else gpu-logs/); exit 1 when a test fails.
-#   scripts/gpu_segments.sh [BUILD_DIR]     default build-gpu/ (scripts/gpu_build.sh builds it)
+#   scripts/gpu_segments.sh [BUILD_DIR]     default build-gpu/ (scripts/gpu_build.sh builds it; carry
+#                                           .deps from scripts/gpu_deps.sh for `kcp check` and doctest)
 #   REPEAT=20 SETS=2 SEGMENTS="4096 2048 1024 512" FULL=1   (defaults shown but FULL)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ BUILD=${1:-build-gpu}
 LOGS=${OUT:-gpu-logs}
 mkdir -p "$LOGS"
 [ -d lib ] && export LD_LIBRARY_PATH="$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+[ -d .deps/hdf5/lib ] && export LD_LIBRARY_PATH="$PWD/.deps/hdf5/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # scripts/gpu_deps.sh
 export KCP_SOURCE_DIR=${KCP_SOURCE_DIR:-$PWD}
 REPEAT=${REPEAT:-20}
 SETS=${SETS:-2}
