@@ -9,6 +9,10 @@
 // --backward 1: forward + backward per timed run (gradients in FLA's dtypes: dq, dk, dv in the input
 // dtype, dg and dbeta float32), printed as median and min ms; FLA's forward+backward from the issue's
 // measurement (same H100, FLA bc3b101d) where known; scripts/bench_backward.sh times FLA in the same call.
+// --seqs N: the T tokens as N packed sequences of (nearly) equal length (cu_seqlens), e.g. 16 x 2048.
+// --segment auto|off|<tokens>: the forward's intra-card CP plan (segment/plan.h; default: the
+// backend's, i.e. KCP_CUDA_SEGMENT or automatic for cuda-chunkwise, none for host backends);
+// --explain: each row ends with the plan the forward ran (Backend::explain_forward).
 // A benchmark, never a test: figures go to docs/CUDA.md with date, device and commit.
 #include <algorithm>
 #include <cmath>
@@ -19,6 +23,7 @@
 #include "app/bench_inputs.h"
 #include "app/cli_args.h"
 #include "app/commands.h"
+#include "segment/plan.h"
 #include "validation/registry.h"
 
 namespace kcp::app {
@@ -92,7 +97,7 @@ Row bench_backward(Backend& be, const Problem& p, std::vector<BenchInputs>& in, 
   std::vector<double> ms;
   for (int i = 0; i < repeat; ++i) ms.push_back(be.queue().time_ms([&] { run(i); }));
   std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2], fla = fla_fwd_bwd_ms(p.variant, p.T, p.H);
+  const double med = ms[ms.size() / 2], fla = p.N > 1 ? 0 : fla_fwd_bwd_ms(p.variant, p.T, p.H);
   char buf[256];
   std::snprintf(buf, sizeof buf, "%.3f | %.3f | - | - | - | - | %s | %s |", med, ms.front(),
                 fla > 0 ? detail::concat(fla).c_str() : "-",
@@ -100,20 +105,38 @@ Row bench_backward(Backend& be, const Problem& p, std::vector<BenchInputs>& in, 
   return {prefix + buf};
 }
 
-Row bench_shape(Backend& be, Variant var, int64_t T, int64_t H, int64_t K, int64_t V, DType dt, int warmup,
-                int repeat, int sets, bool backward) {
+struct RunSettings {
+  int warmup = 5, repeat = 50, sets = 3;
+  bool backward = false, explain = false;
+};
+
+// [0, T] cut into `seqs` nearly equal sequences (the first T % seqs one token longer).
+std::vector<int64_t> equal_cu(int64_t T, int64_t seqs) {
+  std::vector<int64_t> cu = {0};
+  for (int64_t n = 0; n < seqs; ++n) cu.push_back(cu.back() + T / seqs + (n < T % seqs ? 1 : 0));
+  return cu;
+}
+
+Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, int64_t K, int64_t V, DType dt,
+                const RunSettings& rs) {
+  const int warmup = rs.warmup, repeat = rs.repeat, sets = rs.sets;
+  const bool backward = rs.backward;
   std::vector<BenchInputs> in;
   for (int s = 0; s < sets; ++s)
     in.push_back(make_bench_inputs(be, {var, H, K, V, dt}, 0, T, 1000 + uint64_t(s), backward));
   ProblemOptions opt;
   opt.compute = DType::f32, opt.check_finite = false;
+  if (seqs > 1) opt.cu_seqlens = equal_cu(T, seqs);
   const Problem p = make_problem(var, in[0].in, Flags{}, opt);
   std::ostringstream os;
-  os << "| " << variant_name(var) << " | " << T << " | " << H << " | ";
+  os << "| " << variant_name(var) << " | " << (seqs > 1 ? detail::concat(seqs, "x", T / seqs) : std::to_string(T))
+     << " | " << H << " | ";
+  std::string plan;  // appended piecewise: g++ 12 warns (-Wrestrict, a false positive) on " " + s + " |"
+  if (rs.explain) plan.append(" ").append(be.explain_forward(p).empty() ? "-" : be.explain_forward(p)).append(" |");
   if (Support sup = be.supports(p); !sup) return {os.str() + "unsupported: " + sup.reason + " |"};
   DeviceBuffer o(be.queue(), size_t(T * H * V) * size_t(dtype_size(dt)));
   const Outputs out{TensorView(o.get(), dt, {1, T, H, V}, be.device()), {}};
-  if (backward) return bench_backward(be, p, in, out, warmup, repeat, os.str());
+  if (backward) return {bench_backward(be, p, in, out, warmup, repeat, os.str()).text + plan};
   for (int i = 0; i < warmup; ++i) be.forward(p, in[size_t(i % sets)].in, out);
   be.synchronize();
   std::vector<double> ms;
@@ -125,40 +148,49 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t H, int64_t K, int64
   const double bytes = th * (es * (2 * Kd + 2 * Vd) + 4 * gw + 4);
   const double flops = th * (4 * C * Kd + C * C / 3 + 2 * C * (Kd + Vd) + 6 * Kd * Vd + 2 * C * Vd);
   const double fused = th * (6 * Kd * Vd + 4 * C * (Kd + Vd));
-  const double lb_ms = std::max(fused / 800e12, bytes / 3.0e12) * 1e3, fla = fla_ms(var, T, H);
+  const double lb_ms = std::max(fused / 800e12, bytes / 3.0e12) * 1e3, fla = seqs > 1 ? 0 : fla_ms(var, T, H);  // FLA was timed on one sequence
   char buf[256];
   std::snprintf(buf, sizeof buf, "%.3f | %.3f | %.0f | %.1f | %.0f | %.0f%% | %s | %s |", med, ms.front(),
                 bytes / med * 1e-6, flops / med * 1e-9, lb_ms * 1e3, 100 * lb_ms / med,
                 fla > 0 ? detail::concat(fla).c_str() : "-",
                 fla > 0 ? detail::concat(int(std::lround(100 * fla / med)), "%").c_str() : "-");
-  return {os.str() + buf};
+  return {os.str() + buf + plan};
 }
 
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Args a(argc, argv, {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets", "backward"}, {},
-         "bench");
+  Args a(argc, argv,
+         {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets", "backward", "seqs", "segment"},
+         {"explain"}, "bench");
   const std::string name = a.get("backend", "cuda-chunkwise");
   const DType dt = dtype_parse(a.get("dtype", "bfloat16"));
   const int64_t K = a.get_int("K", 128), V = a.get_int("V", 128);
   const bool backward = a.get_int("backward", 0) != 0;
-  const int warmup = int(a.get_int("warmup", 5)), repeat = int(a.get_int("repeat", 50)), sets = int(a.get_int("sets", 3));
+  RunSettings rs;
+  rs.warmup = int(a.get_int("warmup", 5)), rs.repeat = int(a.get_int("repeat", 50)), rs.sets = int(a.get_int("sets", 3));
+  rs.backward = backward, rs.explain = a.has("explain");
+  const int warmup = rs.warmup, repeat = rs.repeat, sets = rs.sets;
   KCP_CHECK(repeat >= 1 && sets >= 1 && warmup >= 0, "bench: --repeat and --sets must be >= 1, --warmup >= 0");
-  auto be = backend_create(name);
+  BackendOptions bo;
+  if (a.has("segment")) bo.segment = seg::parse_segment_option(a.get("segment", "auto"), "--segment");
+  auto be = backend_create(name, bo);
   std::printf("kcp bench: %s, %s, %s q/k/v, float32 gates and beta, K=%lld V=%lld, B=1, median of %d after %d "
               "warm-up runs, %d rotating input sets\n",
               name.c_str(), backward ? "forward+backward" : "forward", std::string(dtype_name(dt)).c_str(), (long long)K, (long long)V, repeat, warmup, sets);
   std::vector<Row> rows;
   for (const std::string& vs : str_list(a.get("variant", "gdn,kda")))
     for (long long T : int_list(a.get("T", "8192,32768")))
-      for (long long H : int_list(a.get("H", "16,32"))) {
-        rows.push_back(bench_shape(*be, variant_parse(vs), T, H, K, V, dt, warmup, repeat, sets, backward));
-        std::printf("%s\n", rows.back().text.c_str());
-        std::fflush(stdout);
-      }
-  std::printf("\n| op | T | H | median ms | min ms | GB/s | GFLOP/s | LB us | LB/time | FLA ms | FLA/time |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|\n");
+      for (long long seqs : int_list(a.get("seqs", "1")))
+        for (long long H : int_list(a.get("H", "16,32"))) {
+          KCP_CHECK(seqs >= 1 && seqs <= T, "bench: --seqs must be in [1, T], got ", seqs);
+          rows.push_back(bench_shape(*be, variant_parse(vs), T, seqs, H, K, V, dt, rs));
+          std::printf("%s\n", rows.back().text.c_str());
+          std::fflush(stdout);
+        }
+  std::printf("\n| op | T | H | median ms | min ms | GB/s | GFLOP/s | LB us | LB/time | FLA ms | FLA/time |%s\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|%s\n",
+              rs.explain ? " plan |" : "", rs.explain ? "---|" : "");
   for (const Row& r : rows) std::printf("%s\n", r.text.c_str());
   return 0;
 }

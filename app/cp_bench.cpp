@@ -134,7 +134,9 @@ int cmd_cp_bench(int argc, char** argv) {
     if (!a.has("keep-denormals")) flush_denormals();
     const std::string name = a.get("backend", "cpu-chunkwise");
     const int gpus = gpu_count();
-    std::unique_ptr<Backend> be = backend_create(name, {gpus > 0 ? local_rank() % gpus : -1});
+    BackendOptions bo;
+    bo.device = gpus > 0 ? local_rank() % gpus : -1;
+    std::unique_ptr<Backend> be = backend_create(name, bo);
     const bool host = be->device() == Device::host;
     BenchCase bc;
     bc.shape.variant = variant_parse(a.get("variant", "gdn"));

@@ -64,7 +64,9 @@ std::vector<BackendSlot> open_backends(Comm& world, const SweepOptions& o, Tally
     if (o.backend != "all" && o.backend != name) continue;
     std::string why;
     try {
-      BackendSlot b{name, val::backend_create(name, {gpus > 0 ? cp::local_rank() % gpus : -1}), {}};
+      val::BackendOptions bo;
+      bo.device = gpus > 0 ? cp::local_rank() % gpus : -1;
+      BackendSlot b{name, val::backend_create(name, bo), {}};
       b.data = make_data_comm(world, b.backend->queue(), o.comm, gpus);
       out.push_back(std::move(b));
     } catch (const std::exception& e) {

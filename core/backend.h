@@ -14,6 +14,8 @@
 //              dS_ext is dL/dS_in of each sequence's outputs with d_final_state = 0; packed holds
 //              (dS_ext, M^T)
 //   conv1d_forward / conv1d_backward: the causal depthwise conv1d of the layer (core/conv1d.h)
+//   explain_forward(p): one line on how forward(p) would run, for `kcp bench --explain` (a backend
+//              that plans, such as the segmented one of segment/, prints its plan); empty by default
 // Transition buffers are always in the K-major math layout, whatever flags.state_v_first says, in
 // the compute precision, contiguous, on the backend's device.
 // Covered by tests/reference/test_identities.cpp, tests/chunkwise/test_transition.cpp and the
@@ -57,6 +59,8 @@ class Backend {
   virtual void conv1d_forward(const Conv1dProblem& p, const Conv1dTensors& t, const TensorView& y) = 0;
   virtual void conv1d_backward(const Conv1dProblem& p, const Conv1dTensors& t, const TensorView& dy,
                                const Conv1dGrads& g) = 0;
+
+  virtual std::string explain_forward(const Problem&) const { return {}; }
 
   // The execution context: every view passed in must live on queue().device(); work is ordered on it.
   virtual Queue& queue() const = 0;

@@ -170,6 +170,24 @@ class HostQueue final : public Queue {
 
 }  // namespace
 
+// The scan as one fold per element, each starting from the previous element's output (works on any
+// queue; a device queue may run the ranges in parallel instead, as the CUDA queue does).
+void Queue::transition_scan(const TensorView& elems, const std::vector<TransitionRange>& ranges,
+                            const TensorView& out) {
+  KCP_CHECK(elems.rank() == 4 && out.rank() == 4 && out.dim(0) == elems.dim(0) && out.dim(1) == elems.dim(1) &&
+                out.dim(2) == elems.dim(2) && out.dim(3) == elems.dim(3) - elems.dim(2),
+            "transition_scan: expected elems [E,HV,K,V+K] and out [E,HV,K,V], got ", shape_str(elems.shape), " and ",
+            shape_str(out.shape));
+  KCP_CHECK(out.dtype == elems.dtype && out.contiguous(), "transition_scan: out must be contiguous in the elements' dtype");
+  for (const TransitionRange& r : ranges) {
+    KCP_CHECK(r.first >= 0 && r.count >= 0 && r.first + r.count <= elems.dim(0), "transition_scan: range [", r.first,
+              ", ", r.first + r.count, ") outside [0, ", elems.dim(0), ")");
+    for (int64_t j = r.first; j < r.first + r.count; ++j)
+      transition_fold(elems, j, 1, false, j == r.first ? TensorView() : transition_element(out, j - 1),
+                      transition_element(out, j));
+  }
+}
+
 Queue& host_queue() {
   static HostQueue q;
   return q;

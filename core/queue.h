@@ -9,7 +9,8 @@
 //   views:    copy_view(dst, src)  dst = src, same shape (rank <= 4), any strides, any float dtypes
 //             add_view(dst, src)   dst += src (same rules)
 //             fill_zero(dst)
-//   algebra on packed transitions (core/transition.h): fold, compose, start, identity
+//   algebra on packed transitions (core/transition.h): fold, scan, compose, start, identity
+//   device facts: multiprocessor_count() (what a planner fills: CUDA SMs; 1 on the host)
 // Views passed to a queue must live on its device(); the host versions of the view and algebra
 // operations are the reference the CUDA ones are tested against (tests/cuda/test_cuda_transition.cpp).
 // Covered by tests/core/test_transition.cpp.
@@ -19,12 +20,18 @@
 #include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/tensor.h"
 
 namespace kcp {
 
 enum class CopyKind { host_to_device, device_to_host, device_to_device, host_to_host };
+
+// Elements [first, first + count) of a packed transition buffer.
+struct TransitionRange {
+  int64_t first = 0, count = 0;
+};
 
 class Queue {
  public:
@@ -33,6 +40,10 @@ class Queue {
   virtual std::string describe() const = 0;        // "host", "cuda:0 (NVIDIA H100 80GB HBM3) stream 0x..."
   virtual int device_index() const { return -1; }  // the CUDA ordinal; -1 on the host
   virtual void* native_stream() const { return nullptr; }  // cudaStream_t of a CUDA queue
+  // Independent workers the device runs blocks on (CUDA: streaming multiprocessors). The host queue
+  // answers 1: the CPU backends spread (sequence, head) pairs over OpenMP threads themselves, and a
+  // planner that splits sequences for parallelism (segment/plan.h) has nothing to fill there.
+  virtual int multiprocessor_count() const { return 1; }
 
   virtual void* alloc(size_t bytes) = 0;  // throws kcp::Error naming the size when it fails
   virtual void release(void* ptr) noexcept = 0;
@@ -51,6 +62,14 @@ class Queue {
   //           x = M_j x + S_j; out [HV,K,V] = x. `elems` is [P, HV, K, V+K].
   virtual void transition_fold(const TensorView& elems, int64_t first, int64_t count, bool reverse,
                                const TensorView& x0, const TensorView& out) = 0;
+  // scan:     for each range r independently: x = 0; for j in r (ascending): x = M_j x + S_j; out[j] = x
+  //           (the inclusive prefix states of each range; entries of out outside every range are left
+  //           alone). elems [E, HV, K, V+K], out [E, HV, K, V] contiguous, same float dtype; the ranges
+  //           must not overlap. A range that starts a sequence from h0 has its first element reset by
+  //           transition_start(first, h0). Default: one transition_fold per element (any queue);
+  //           the CUDA queue runs all ranges in one launch.
+  virtual void transition_scan(const TensorView& elems, const std::vector<TransitionRange>& ranges,
+                               const TensorView& out);
   // compose:  out = later o earlier = (M_l M_e, M_l S_e + S_l), each [HV, K, V+K]; out may alias neither.
   virtual void transition_compose(const TensorView& later, const TensorView& earlier, const TensorView& out) = 0;
   // start:    the run begins here: S = M x0 + S (x0 [HV,K,V], optional), then M = 0 (a reset: nothing

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <vector>
 
@@ -81,10 +82,20 @@ struct Pipeline::Impl {
   int device = 0;                // the queue's CUDA ordinal (made current by every public method)
   cudaStream_t stream = nullptr; // the queue's stream: every launch and copy goes here
   int sms = 0;                   // multiprocessors of `device`
-  std::vector<int64_t> table_key;
+  // Chunk tables of the last two sequence layouts: the segmented forward (segment/) alternates
+  // between its transition's range of segments and all segments, so neither is uploaded again in the
+  // steady state. d_table, NT and N are those of the layout of the current call.
+  struct Table {
+    std::vector<int64_t> key;
+    void* d = nullptr;
+    size_t bytes = 0;
+    int NT = 0, N = 0;
+    uint64_t used = 0;  // last use, for the replacement
+  };
+  std::array<Table, 2> tables;
+  uint64_t table_clock = 0;
   int NT = 0, N = 0;
   void* d_table = nullptr;
-  size_t table_bytes = 0;
   void* d_ws = nullptr;
   size_t ws_bytes = 0;
   StageBuffers buf;
@@ -94,18 +105,24 @@ struct Pipeline::Impl {
   int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
 
   ~Impl() {
-    cudaFree(d_table);  // destructor: errors cannot be reported, and the memory is gone either way
+    for (Table& t : tables) cudaFree(t.d);  // destructor: errors cannot be reported, and the memory is gone either way
     cudaFree(d_ws);
     cudaFree(d_bws);
   }
 
   // Chunk table of the sequences [first, first+count) (count < 0: all), numbered from 0 in the
-  // table; uploaded when it differs from the last one.
+  // table; uploaded when neither of the two kept tables has this layout (the least recently used one
+  // is replaced: the copy is ordered on the stream after every kernel that read it).
   void build_table(const Problem& p, int64_t first, int64_t count) {
     if (count < 0) first = 0, count = p.N;
     std::vector<int64_t> key = {p.B, p.T, p.N, first, count};
     key.insert(key.end(), p.cu_seqlens.begin(), p.cu_seqlens.end());
-    if (key == table_key && d_table) return;
+    for (Table& t : tables)
+      if (t.d && t.key == key) {
+        t.used = ++table_clock, d_table = t.d, NT = t.NT, N = t.N;
+        return;
+      }
+    Table& t = tables[0].used <= tables[1].used ? tables[0] : tables[1];
     std::vector<ChunkInfo> chunks;
     std::vector<int> seq0;
     for (int64_t n = first; n < first + count; ++n) {
@@ -115,21 +132,21 @@ struct Pipeline::Impl {
         chunks.push_back({int(n - first), int(r.b * p.T + r.t0 + c * kChunk), int(std::min<int64_t>(kChunk, r.len - c * kChunk)), int(c)});
     }
     seq0.push_back(int(chunks.size()));
-    NT = int(chunks.size()), N = int(seq0.size()) - 1;
     const size_t need = sizeof(ChunkInfo) * chunks.size() + sizeof(int) * seq0.size();
-    if (need > table_bytes) {
-      KCP_CUDA_CHECK(cudaFree(d_table));
-      d_table = nullptr;
-      KCP_CUDA_CHECK(cudaMalloc(&d_table, need));
-      table_bytes = need;
+    if (need > t.bytes) {
+      KCP_CUDA_CHECK(cudaFree(t.d));
+      t.d = nullptr, t.bytes = 0, t.key.clear();
+      KCP_CUDA_CHECK(cudaMalloc(&t.d, need));
+      t.bytes = need;
     }
     // From pageable memory: the copies are staged before cudaMemcpyAsync returns, so the vectors
     // may go; ordered on the stream with the kernels that read the table.
-    KCP_CUDA_CHECK(cudaMemcpyAsync(d_table, chunks.data(), sizeof(ChunkInfo) * chunks.size(), cudaMemcpyHostToDevice,
+    KCP_CUDA_CHECK(cudaMemcpyAsync(t.d, chunks.data(), sizeof(ChunkInfo) * chunks.size(), cudaMemcpyHostToDevice,
                                    stream));
-    KCP_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(d_table) + sizeof(ChunkInfo) * chunks.size(), seq0.data(),
+    KCP_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(t.d) + sizeof(ChunkInfo) * chunks.size(), seq0.data(),
                                    sizeof(int) * seq0.size(), cudaMemcpyHostToDevice, stream));
-    table_key = key;
+    t.key = key, t.NT = int(chunks.size()), t.N = int(seq0.size()) - 1, t.used = ++table_clock;
+    d_table = t.d, NT = t.NT, N = t.N;
   }
 
   // Carves the workspace (growing it when needed) and fills buf with views of it.

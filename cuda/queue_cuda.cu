@@ -28,6 +28,7 @@ class CudaQueue final : public Queue {
     cudaDeviceProp prop{};
     KCP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     name_ = prop.name;
+    sms_ = prop.multiProcessorCount;
   }
   ~CudaQueue() override {
     if (!owns_) return;
@@ -44,6 +45,7 @@ class CudaQueue final : public Queue {
   }
   int device_index() const override { return device_; }
   void* native_stream() const override { return stream_; }
+  int multiprocessor_count() const override { return sms_; }
 
   void* alloc(size_t bytes) override {
     DeviceGuard g(device_);
@@ -105,6 +107,11 @@ class CudaQueue final : public Queue {
     const DeviceTensor x = compute_copy(x0, elems.dtype);
     launch_transition_fold(elems, first, count, reverse, x.view.empty() ? x0 : x.view, out, stream_);
   }
+  void transition_scan(const TensorView& elems, const std::vector<TransitionRange>& ranges,
+                       const TensorView& out) override {
+    DeviceGuard g(device_);
+    launch_transition_scan(elems, ranges, out, stream_);
+  }
   void transition_compose(const TensorView& later, const TensorView& earlier, const TensorView& out) override {
     DeviceGuard g(device_);
     launch_transition_compose(later, earlier, out, stream_);
@@ -138,6 +145,7 @@ class CudaQueue final : public Queue {
   cudaStream_t stream_ = nullptr;
   bool owns_ = false;
   std::string name_;
+  int sms_ = 0;
 };
 
 }  // namespace

@@ -5,6 +5,9 @@
 // ([HV, K, V+K] per rank or segment) next to the chunk kernels.
 #include "cuda/queue_ops.cuh"
 
+#include <algorithm>
+#include <vector>
+
 #include "core/transition.h"
 #include "cuda/cuda_check.cuh"
 #include "cuda/device_math.cuh"
@@ -87,6 +90,26 @@ template <class S> Mats<S> mats(const TensorView& v) { return {static_cast<S*>(v
 
 constexpr int kThreads = 128, kCols = 32;
 
+// One step of a transition chain for one (head, 32-column slice of S): x = M_e x + S_e, with x and
+// the next x in shared memory [K][32]; `step_out` (rows of V elements, may be null) receives the new x.
+// e is the element's head [K, V+K]: S then M. Threads: the block's size (rows are spread over it).
+template <class S, int Threads>
+__device__ void chain_step(const S* e, S* x, S* xn, S* step_out, int K, int V, int c0) {
+  const int c = threadIdx.x % kCols, r0 = threadIdx.x / kCols;
+  constexpr int kRowStep = Threads / kCols;
+  const bool col_ok = c0 + c < V;
+  const int64_t row = V + K;
+  for (int i = r0; i < K; i += kRowStep) {
+    S acc = col_ok ? e[i * row + c0 + c] : S(0);
+    for (int q = 0; q < K; ++q) acc = fma(e[i * row + V + q], x[q * kCols + c], acc);
+    xn[i * kCols + c] = acc;
+    if (step_out && col_ok) step_out[int64_t(i) * V + c0 + c] = acc;
+  }
+  __syncthreads();
+  for (int i = r0; i < K; i += kRowStep) x[i * kCols + c] = xn[i * kCols + c];
+  __syncthreads();
+}
+
 // One block per (head, 32-column slice of S): x [K][32] in shared memory, stepped through the range.
 template <class S>
 __global__ void __launch_bounds__(kThreads) fold_kernel(const S* elems, int64_t elem_stride, int64_t first,
@@ -98,23 +121,40 @@ __global__ void __launch_bounds__(kThreads) fold_kernel(const S* elems, int64_t 
   const int h = blockIdx.x, c0 = kCols * blockIdx.y, c = threadIdx.x % kCols, r0 = threadIdx.x / kCols;
   constexpr int kRowStep = kThreads / kCols;
   const bool col_ok = c0 + c < V;
-  const int64_t row = V + K, head = int64_t(K) * row;
+  const int64_t head = int64_t(K) * (V + K);
   for (int i = r0; i < K; i += kRowStep) x[i * kCols + c] = has_x0 && col_ok ? x0.at(h, i, c0 + c) : S(0);
   __syncthreads();
   for (int64_t step = 0; step < count; ++step) {
     const int64_t j = reverse ? first + count - 1 - step : first + step;
-    const S* e = elems + j * elem_stride + h * head;  // [K, V+K]: S then M
-    for (int i = r0; i < K; i += kRowStep) {
-      S acc = col_ok ? e[i * row + c0 + c] : S(0);
-      for (int q = 0; q < K; ++q) acc = fma(e[i * row + V + q], x[q * kCols + c], acc);
-      xn[i * kCols + c] = acc;
-    }
-    __syncthreads();
-    for (int i = r0; i < K; i += kRowStep) x[i * kCols + c] = xn[i * kCols + c];
-    __syncthreads();
+    chain_step<S, kThreads>(elems + j * elem_stride + h * head, x, xn, nullptr, K, V, c0);
   }
   if (col_ok)
     for (int i = r0; i < K; i += kRowStep) out.at(h, i, c0 + c) = x[i * kCols + c];
+}
+
+// Ranges of one scan launch (a kernel parameter: blockIdx.z picks one). The scan's steps are a
+// dependent chain (one per segment), so its blocks are 4x wider than the fold's: K/16 rows per thread.
+constexpr int kScanBatch = 64, kScanThreads = 512;
+struct ScanRanges {
+  int64_t first[kScanBatch], count[kScanBatch];
+};
+
+// One block per (head, 32-column slice, range): from x = 0 through the range, the state after each
+// element written to out [E, HV, K, V] (contiguous) at that element's index.
+template <class S>
+__global__ void __launch_bounds__(kScanThreads) scan_kernel(const S* elems, int64_t elem_stride, ScanRanges r, S* out,
+                                                        int K, int V) {
+  extern __shared__ unsigned char smem_raw[];
+  S* x = reinterpret_cast<S*>(smem_raw);
+  S* xn = x + K * kCols;
+  const int h = blockIdx.x, HV = gridDim.x, c0 = kCols * blockIdx.y, c = threadIdx.x % kCols, r0 = threadIdx.x / kCols;
+  constexpr int kRowStep = kScanThreads / kCols;
+  const int64_t head = int64_t(K) * (V + K), first = r.first[blockIdx.z], count = r.count[blockIdx.z];
+  for (int i = r0; i < K; i += kRowStep) x[i * kCols + c] = S(0);
+  __syncthreads();
+  for (int64_t j = first; j < first + count; ++j)
+    chain_step<S, kScanThreads>(elems + j * elem_stride + h * head, x, xn, out + (j * HV + h) * int64_t(K) * V, K, V,
+                                c0);
 }
 
 // out[h][i][c] = sum_q A[h][i][q] B[h][q][c] (+ C[h][i][c]) for c < N; one thread per output.
@@ -200,6 +240,38 @@ void launch_transition_fold(const TensorView& elems, int64_t first, int64_t coun
     launch_kernel(fold_kernel<S>, dim3(unsigned(HV), unsigned((V + kCols - 1) / kCols)), kThreads, smem, stream,
                   static_cast<const S*>(elems.data), elems.stride[0], first, count, int(reverse),
                   x0.empty() ? Mats<S>{nullptr, 0, 0} : mats<S>(x0), !x0.empty(), mats<S>(out), K, V);
+  });
+}
+
+void launch_transition_scan(const TensorView& elems, const std::vector<TransitionRange>& ranges, const TensorView& out,
+                            cudaStream_t stream) {
+  by_precision(elems, "transition_scan", [&](auto s) {
+    using S = decltype(s);
+    KCP_CHECK(elems.rank() == 4 && elems.contiguous(), "transition_scan: elems must be a contiguous [E,HV,K,V+K] buffer");
+    const int64_t E = elems.dim(0);
+    const int HV = int(elems.dim(1)), K = int(elems.dim(2)), V = int(elems.dim(3)) - K;
+    KCP_CHECK(out.shape == Shape({E, HV, K, V}) && out.dtype == elems.dtype && out.contiguous() &&
+                  out.device == Device::cuda,
+              "transition_scan: out must be a contiguous [E,HV,K,V] = ", shape_str({E, HV, K, V}),
+              " device buffer in the elements' dtype, got ", shape_str(out.shape));
+    std::vector<TransitionRange> sorted = ranges;
+    std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.first < b.first; });
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      const TransitionRange& r = sorted[i];
+      KCP_CHECK(r.first >= 0 && r.count >= 0 && r.first + r.count <= E, "transition_scan: range [", r.first, ", ",
+                r.first + r.count, ") outside [0, ", E, ")");
+      KCP_CHECK(i == 0 || sorted[i - 1].first + sorted[i - 1].count <= r.first, "transition_scan: ranges overlap at ",
+                r.first);
+    }
+    if (HV == 0 || V == 0) return;
+    const size_t smem = sizeof(S) * 2 * size_t(K) * kCols;
+    for (size_t b = 0; b < ranges.size(); b += kScanBatch) {
+      ScanRanges sr{};
+      const int n = int(std::min<size_t>(kScanBatch, ranges.size() - b));
+      for (int i = 0; i < n; ++i) sr.first[i] = ranges[b + size_t(i)].first, sr.count[i] = ranges[b + size_t(i)].count;
+      launch_kernel(scan_kernel<S>, dim3(unsigned(HV), unsigned((V + kCols - 1) / kCols), unsigned(n)), kScanThreads, smem,
+                    stream, static_cast<const S*>(elems.data), elems.stride[0], sr, static_cast<S*>(out.data), K, V);
+    }
   });
 }
 

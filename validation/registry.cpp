@@ -2,6 +2,7 @@
 #include "validation/registry.h"
 
 #include "reference/backend_cpu.h"
+#include "segment/segmented_backend.h"
 #ifdef KCP_HAS_CUDA_BACKEND
 #include "cuda/backend_cuda.h"
 #endif
@@ -16,12 +17,20 @@ std::vector<std::string> backend_names() {
   return names;
 }
 
+namespace {
+std::unique_ptr<Backend> host_backend(ref::CpuAlgorithm a, const BackendOptions& opt) {
+  auto be = ref::make_cpu_backend(a);
+  return opt.segment ? seg::make_segmented_backend(std::move(be), *opt.segment) : std::move(be);
+}
+}  // namespace
+
 std::unique_ptr<Backend> backend_create(std::string_view name, const BackendOptions& opt) {
-  (void)opt;  // the host backends take no options
-  if (name == "cpu-recurrent") return ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
-  if (name == "cpu-chunkwise") return ref::make_cpu_backend(ref::CpuAlgorithm::chunkwise);
+  if (name == "cpu-recurrent") return host_backend(ref::CpuAlgorithm::recurrent, opt);
+  if (name == "cpu-chunkwise") return host_backend(ref::CpuAlgorithm::chunkwise, opt);
 #ifdef KCP_HAS_CUDA_BACKEND
-  if (name == "cuda-chunkwise") return cuda::make_cuda_backend({opt.device, nullptr});
+  if (name == "cuda-chunkwise")
+    return seg::make_segmented_backend(cuda::make_cuda_backend({opt.device, nullptr}),
+                                       opt.segment ? *opt.segment : seg::segment_options_from_env("KCP_CUDA_SEGMENT"));
 #endif
   std::string known;
   for (const auto& n : backend_names()) known += (known.empty() ? "" : ", ") + n;

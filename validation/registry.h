@@ -1,18 +1,25 @@
 // Backends by name: "cpu-recurrent", "cpu-chunkwise" and, when built with CUDA, "cuda-chunkwise".
-// The only place that knows which backends exist.
+// The only place that knows which backends exist. cuda-chunkwise comes wrapped in the segmented
+// forward (intra-card CP, segment/segmented_backend.h): automatic unless KCP_CUDA_SEGMENT or
+// BackendOptions::segment says otherwise; a host backend is wrapped only when `segment` is given.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/backend.h"
+#include "segment/plan.h"
 
 namespace kcp::val {
 
 struct BackendOptions {
   int device = -1;  // device backends: the CUDA ordinal (-1: the current device); ignored by host backends
+  // The forward's segment plan (segment/plan.h). Unset: cuda-chunkwise reads KCP_CUDA_SEGMENT
+  // (auto | off | <tokens>; unset = auto) and the host backends run unwrapped.
+  std::optional<seg::SegmentOptions> segment;
 };
 
 std::vector<std::string> backend_names();  // compiled in

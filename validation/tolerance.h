@@ -55,6 +55,16 @@ inline constexpr double kFloatRuleFloor = 1e-6;
 // far below any CP mistake (a halo row from the wrong rank or a lost state is O(1e-2 .. 1)).
 inline constexpr double kLayerFloatRuleFloor = 1e-5;
 
+// Intra-card CP (segment/, issue 12): a forward cut into chunk-aligned segments keeps the chunk
+// grid, so in exact arithmetic it is the unsplit function; in float64 it is judged by kExactF64
+// (only the summation order changes: the segments' states come from (S_ext, M) products instead of
+// the chained state). In float32 the issue's bar is two-fold: the float32 rule against the oracle
+// (above), and no worse than twice the error of the same backend run unsplit (plus
+// kFloatRuleFloor, for an unsplit run that happens to be nearly exact): the merge adds a few float32
+// products of M per segment, whose rounding is of the state's own order, so a 2x margin still fails
+// on any wrong term (a dropped h0 or a state started from the wrong segment is O(1)).
+inline constexpr double kSegmentedVsUnsplitFactor = 2.0;
+
 // --- a layer dump against the float64 layer oracle (validation/layer_check.h), on fla_ratio --------
 // A float64 producer differs from the oracle only by rounding order (chunkwise kernel, other sums).
 inline constexpr double kLayerF64 = kExactF64;

@@ -12,7 +12,7 @@
 #include "cp/comm_device.h"
 #include "cp/comm_mpi.h"
 #include "cp/context_parallel.h"
-#include "validation/backend_wrapper.h"
+#include "core/forwarding_backend.h"
 #include "validation/cases.h"
 #include "validation/mirror.h"
 #include "validation/registry.h"
@@ -21,7 +21,7 @@ using namespace kcp;
 
 namespace {
 
-class FaultyBackend final : public val::ForwardingBackend {
+class FaultyBackend final : public ForwardingBackend {
  public:
   FaultyBackend(std::unique_ptr<Backend> b, bool fail, bool stop)
       : ForwardingBackend(std::move(b)), fail_(fail), stop_(stop) {}
@@ -51,8 +51,9 @@ int main(int argc, char** argv) {
     s.seqlens = {80 * w.size()}, s.K = s.V = 32, s.H = s.HV = 1;
     const val::CaseData c = val::make_case(s);
     const int gpus = val::gpu_count();
-    FaultyBackend be(val::backend_create(backend, {gpus > 0 ? cp::local_rank() % gpus : -1}), w.rank() == 1,
-                     mode == "stop");
+    val::BackendOptions bo;
+    bo.device = gpus > 0 ? cp::local_rank() % gpus : -1;
+    FaultyBackend be(val::backend_create(backend, bo), w.rank() == 1, mode == "stop");
     const cp::DataComm data = cp::make_data_comm(w, be.queue(), cp::comm_kind_parse(comm), gpus);
     ProblemOptions po;
     po.cu_seqlens = c.cu_seqlens, po.compute = DType::f32;

@@ -12,7 +12,7 @@
 #include "cp/merge.h"
 #include "app/cp_sweep_run.h"
 #include "tests/cp/mpi_world.h"
-#include "validation/backend_wrapper.h"
+#include "core/forwarding_backend.h"
 #include "validation/compare.h"
 #include "validation/registry.h"
 #include "validation/tolerance.h"
@@ -23,7 +23,7 @@ using doctest::Contains;
 namespace {
 
 // Counts the backend calls that compute, so a refused call can be shown to have computed nothing.
-class CountingBackend final : public val::ForwardingBackend {
+class CountingBackend final : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
   int calls = 0;

@@ -9,7 +9,7 @@
 #include "io/dump_call.h"
 #include "reference/conv1d.h"
 #include "tests/io/io_fixtures.h"
-#include "validation/backend_wrapper.h"
+#include "core/forwarding_backend.h"
 #include "validation/dump_runner.h"
 #include "validation/registry.h"
 
@@ -55,7 +55,7 @@ class TrackedQueue final : public Queue {
 
 // cpu-recurrent on a TrackedQueue: every view the backend sees must be one of the queue's own
 // allocations, and every allocation must come back.
-class TrackedBackend final : public val::ForwardingBackend {
+class TrackedBackend final : public ForwardingBackend {
  public:
   TrackedBackend() : ForwardingBackend(val::backend_create("cpu-recurrent")) {}
   bool forward_only = false;  // then supports_backward() says no, like a backend without a backward

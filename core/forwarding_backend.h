@@ -1,7 +1,7 @@
-// ForwardingBackend: a Backend that passes every call to another one, for tests and tools that
-// observe or perturb one operation (count calls, inject a fault, track memory) and keep the rest.
-// Subclasses override what they watch and call the base for the real work.
-// Used by tests/cp/test_cp_mpi.cpp, tests/cp/cp_fault_job.cpp and tests/validation/test_dump_runner.cpp.
+// ForwardingBackend: a Backend that passes every call to another one. Subclasses override what they
+// change and call the base for the real work: the segmented forward (segment/segmented_backend.h), and
+// tests and tools that observe or perturb one operation (count calls, inject a fault, track memory).
+// Used by segment/, tests/cp/test_cp_mpi.cpp, tests/cp/cp_fault_job.cpp, tests/validation/test_dump_runner.cpp.
 #pragma once
 
 #include <memory>
@@ -9,7 +9,7 @@
 
 #include "core/backend.h"
 
-namespace kcp::val {
+namespace kcp {
 
 class ForwardingBackend : public Backend {
  public:
@@ -36,6 +36,7 @@ class ForwardingBackend : public Backend {
                        const Conv1dGrads& g) override {
     inner_->conv1d_backward(p, t, dy, g);
   }
+  std::string explain_forward(const Problem& p) const override { return inner_->explain_forward(p); }
   Queue& queue() const override { return inner_->queue(); }
 
  protected:
@@ -45,4 +46,4 @@ class ForwardingBackend : public Backend {
   std::unique_ptr<Backend> inner_;
 };
 
-}  // namespace kcp::val
+}  // namespace kcp

@@ -1,0 +1,34 @@
+// SegmentedBackend: any Backend whose forward runs through the intra-card CP plan (segment/plan.h,
+// segment/segmented.h); every other call goes to the wrapped backend unchanged. The plan is made per
+// call from the problem and the queue's multiprocessor count; explain_forward(p) prints it (kcp bench
+// --explain). The registry (validation/registry.cpp) wraps cuda-chunkwise this way, with the options
+// of KCP_CUDA_SEGMENT (auto | off | <tokens>); tests wrap the CPU backends with a forced length.
+// Covered by tests/segment/test_segmented.cpp and tests/cuda/test_cuda_segmented.cpp.
+#pragma once
+
+#include <memory>
+
+#include "core/forwarding_backend.h"
+#include "segment/segmented.h"
+
+namespace kcp::seg {
+
+class SegmentedBackend final : public ForwardingBackend {
+ public:
+  SegmentedBackend(std::unique_ptr<Backend> inner, SegmentOptions opt)
+      : ForwardingBackend(std::move(inner)), opt_(opt) {}
+  void forward(const Problem& p, const Inputs& in, const Outputs& out) override;
+  std::string explain_forward(const Problem& p) const override { return plan(p).describe(); }
+
+  SegmentPlan plan(const Problem& p) const;  // what forward(p, ...) does (for the views it accepts)
+  const SegmentOptions& options() const { return opt_; }
+  void set_options(const SegmentOptions& opt) { opt_ = opt; }
+
+ private:
+  SegmentOptions opt_;
+  SegmentWorkspace ws_;
+};
+
+std::unique_ptr<Backend> make_segmented_backend(std::unique_ptr<Backend> inner, const SegmentOptions& opt);
+
+}  // namespace kcp::seg
