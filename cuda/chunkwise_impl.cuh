@@ -153,7 +153,7 @@ struct Pipeline::Impl {
   // `wy`: w and u are needed (every path but the folded forward).
   void size_workspace(const Problem& p, bool stages, bool wy) {
     const int64_t TT = p.B * p.T, NT64 = NT, Kg = p.per_channel_gate() ? p.K : 1;
-    const bool kda = p.variant == Variant::kda, l2 = p.flags.use_qk_l2norm_in_kernel;
+    const bool kda = p.per_channel_gate(), l2 = p.flags.use_qk_l2norm_in_kernel;  // kda and gla: kg, qg
     struct Item { TensorView* view; Shape shape; bool on; };
     const std::vector<Item> items = {
         {&buf.gcum, {TT, p.HV, Kg}, true},  {&buf.beta, {TT, p.HV}, true},
