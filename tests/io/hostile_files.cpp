@@ -51,14 +51,6 @@ void put(hid_t loc, const char* name, hid_t type, std::vector<hsize_t> dims, con
   if (write) must(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0, "cannot write");
 }
 
-void set_attrs(const std::string& path, const char* obj, const io::Attributes& a) {
-  patch_file(path, [&](hid_t f) {
-    io::H5Id o(H5Oopen(f, obj, H5P_DEFAULT), H5Oclose);
-    must(o.get() >= 0, std::string("cannot open ") + obj);
-    io::attrs_write(o.get(), a, path);
-  });
-}
-
 // cu_seqlens with 2^21 + 1 entries, HV = 2^20, K = 2^16, V = 16: N*HV*K*V*8 = 2^64 wrapped to 0
 // bytes and the backends wrote the final state past an 8-byte buffer (heap overflow; a 0.2 MB file).
 void heap_overflow(const std::string& path) {
