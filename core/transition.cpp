@@ -32,6 +32,16 @@ void check_transition_buffer(const Problem& p, const TensorView& packed, int64_t
   KCP_CHECK(packed.device == device, what, ": the packed transition buffer must live on the backend's device");
 }
 
+int64_t check_transition_call(const Problem& p, int64_t seq_begin, const TensorView& packed, Device device,
+                              const char* what) {
+  KCP_CHECK(packed.rank() == 4, what, ": expected a packed buffer [count,HV,K,V+K], got ", shape_str(packed.shape));
+  const int64_t count = packed.dim(0);
+  KCP_CHECK(seq_begin >= 0 && count >= 0 && seq_begin + count <= p.N, what, ": sequences [", seq_begin, ", ",
+            seq_begin + count, ") outside [0, ", p.N, ")");
+  check_transition_buffer(p, packed, count, device, what);
+  return count;
+}
+
 TensorView state_entry_kmajor(const TensorView& states, int64_t n, bool v_first) {
   KCP_CHECK(states.rank() == 4 && n >= 0 && n < states.dim(0), "state entry ", n, " outside a view of shape ",
             shape_str(states.shape));

@@ -27,6 +27,10 @@ TensorView transition_m(const TensorView& element);
 // Throws unless `packed` is a contiguous [count, HV, K, V+K] buffer of p's sizes in p.compute on `device`.
 void check_transition_buffer(const Problem& p, const TensorView& packed, int64_t count, Device device,
                              const char* what);
+// The arguments of a transition_forward / transition_backward call: `packed` is a [count,HV,K,V+K]
+// buffer as above for the sequences [seq_begin, seq_begin + count) of p. Returns count.
+int64_t check_transition_call(const Problem& p, int64_t seq_begin, const TensorView& packed, Device device,
+                              const char* what);
 
 // The state entry n of a [N,HV,K,V] (or, v_first, [N,HV,V,K]) view, seen K-major as [HV,K,V]
 // (a stride permutation, no copy): what the transition algebra reads and writes.

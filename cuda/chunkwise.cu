@@ -50,7 +50,7 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   c.B = int(p.B), c.T = int(p.T), c.H = int(p.H), c.HV = int(p.HV), c.K = int(p.K), c.V = int(p.V);
   c.G = int(p.G()), c.TT = p.B * p.T;
   c.scale = float(p.scale);
-  c.kda = p.variant == Variant::kda || p.variant == Variant::gla;
+  c.kda = p.per_channel_gate();  // kda and gla
   c.gla = p.variant == Variant::gla;
   c.l2norm = p.flags.use_qk_l2norm_in_kernel;
   c.beta_sigmoid = p.flags.use_beta_sigmoid_in_kernel;
@@ -150,12 +150,7 @@ void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outp
 }
 
 void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) {
-  KCP_CHECK(packed.rank() == 4, "transition_forward: expected a packed buffer [count,HV,K,V+K], got ",
-            shape_str(packed.shape));
-  const int64_t count = packed.dim(0);
-  KCP_CHECK(seq_begin >= 0 && count >= 0 && seq_begin + count <= p.N, "transition_forward: sequences [", seq_begin,
-            ", ", seq_begin + count, ") outside [0, ", p.N, ")");
-  check_transition_buffer(p, packed, count, Device::cuda, "transition_forward");
+  const int64_t count = check_transition_call(p, seq_begin, packed, Device::cuda, "transition_forward");
   if (count == 0) return;
   DeviceGuard guard(impl_->device);
   const Impl::Setup st = impl_->setup(p, in, seq_begin, count, false);

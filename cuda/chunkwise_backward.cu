@@ -120,12 +120,7 @@ const StageBuffers& Pipeline::buffers() const { return impl_->buf; }
 
 void Pipeline::transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq_begin,
                                    const TensorView& packed) {
-  KCP_CHECK(packed.rank() == 4, "transition_backward: expected a packed buffer [count,HV,K,V+K], got ",
-            shape_str(packed.shape));
-  const int64_t count = packed.dim(0);
-  KCP_CHECK(seq_begin >= 0 && count >= 0 && seq_begin + count <= p.N, "transition_backward: sequences [", seq_begin,
-            ", ", seq_begin + count, ") outside [0, ", p.N, ")");
-  check_transition_buffer(p, packed, count, Device::cuda, "transition_backward");
+  const int64_t count = check_transition_call(p, seq_begin, packed, Device::cuda, "transition_backward");
   KCP_CHECK(d_o.shape == shape_v(p), "transition_backward: d_o: expected shape ", shape_str(shape_v(p)), ", got ",
             shape_str(d_o.shape));
   if (count == 0) return;

@@ -14,11 +14,7 @@ namespace {
 // Calls f(n, (S_ext, M) views of element i) for each sequence n = seq_begin + i of a packed buffer.
 template <class F>
 void for_each_transition(const Problem& p, int64_t seq_begin, const TensorView& packed, const char* what, F f) {
-  KCP_CHECK(packed.rank() == 4, what, ": expected a packed buffer [count,HV,K,V+K], got ", shape_str(packed.shape));
-  const int64_t count = packed.dim(0);
-  KCP_CHECK(seq_begin >= 0 && count >= 0 && seq_begin + count <= p.N, what, ": sequences [", seq_begin, ", ",
-            seq_begin + count, ") outside [0, ", p.N, ")");
-  check_transition_buffer(p, packed, count, Device::host, what);
+  const int64_t count = check_transition_call(p, seq_begin, packed, Device::host, what);
   for (int64_t i = 0; i < count; ++i) {
     const TensorView e = transition_element(packed, i);
     f(seq_begin + i, Transition{transition_s(e), transition_m(e)});
