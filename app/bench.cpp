@@ -13,6 +13,9 @@
 // --segment auto|off|<tokens>: the forward's intra-card CP plan (segment/plan.h; default: the
 // backend's, i.e. KCP_CUDA_SEGMENT or automatic for cuda-chunkwise, none for host backends);
 // --explain: each row ends with the plan the forward ran (Backend::explain_forward).
+// Every row is first run on input set 0 and judged against the float64 oracle (bench_check.h); a
+// row that fails prints WRONG and the failing tensor instead of times (--check 0 skips the gate and
+// says "unchecked"). MiB held: device memory the row holds (inputs, outputs, gradients, workspaces).
 // A benchmark, never a test: figures go to docs/CUDA.md with date, device and commit.
 #include <algorithm>
 #include <cmath>
@@ -20,6 +23,7 @@
 #include <sstream>
 #include <vector>
 
+#include "app/bench_check.h"
 #include "app/bench_inputs.h"
 #include "app/cli_args.h"
 #include "app/commands.h"
@@ -81,9 +85,28 @@ struct Row {
   std::string text;
 };
 
+// Per row: the correctness gate (bench_check.h) and the device memory in use before the row's
+// buffers, so that `memory_mib` is what the row holds: inputs, outputs, gradients and the backend's
+// workspaces (it keeps them between calls and frees nothing inside one, so held = peak). The backend
+// is created per row so that no workspace of an earlier row is counted.
+struct Gate {
+  bool check = true;
+  BenchShape shape;
+  uint64_t seed = 1000;  // input set 0
+  int64_t used_before = -1;
+  BenchVerdict run(Backend& be, const Problem& p, const TensorView& o, const Grads& g) const {
+    if (!check) return {true, "unchecked (--check 0)"};
+    return check_bench_row(be, shape, p, seed, o, g);
+  }
+  double memory_mib(Backend& be) const {
+    const int64_t now = be.queue().device_memory_used();
+    return used_before < 0 || now < 0 ? -1 : double(now - used_before) / double(1 << 20);
+  }
+};
+
 // Forward+backward: median and min ms against FLA's.
 Row bench_backward(Backend& be, const Problem& p, std::vector<BenchInputs>& in, const Outputs& out, int warmup,
-                   int repeat, std::string prefix) {
+                   int repeat, std::string prefix, const Gate& gate) {
   if (Support sup = be.supports_backward(p); !sup) return {prefix + "unsupported: " + sup.reason + " |"};
   BwdBuffers gb = make_bwd_buffers(be, p.variant, p.T, p.H, p.K, p.V, in[0].in.q.dtype);
   const size_t sets = in.size();
@@ -92,22 +115,27 @@ Row bench_backward(Backend& be, const Problem& p, std::vector<BenchInputs>& in, 
     be.forward(p, x.in, out);
     be.backward(p, x.in, {x.d_o, {}}, gb.g);
   };
+  run(0);  // set 0, judged before anything is timed
+  const BenchVerdict v = gate.run(be, p, out.o, gb.g);
+  if (!v.ok) return {prefix + v.text + " |"};
   for (int i = 0; i < warmup; ++i) run(i);
   be.synchronize();
+  const double mib = gate.memory_mib(be);
   std::vector<double> ms;
   for (int i = 0; i < repeat; ++i) ms.push_back(be.queue().time_ms([&] { run(i); }));
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2], fla = p.N > 1 ? 0 : fla_fwd_bwd_ms(p.variant, p.T, p.H);
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%.3f | %.3f | - | - | - | - | %s | %s |", med, ms.front(),
+  std::snprintf(buf, sizeof buf, "%.3f | %.3f | - | - | - | - | %s | %s | %s | %s |", med, ms.front(),
                 fla > 0 ? detail::concat(fla).c_str() : "-",
-                fla > 0 ? detail::concat(int(std::lround(100 * fla / med)), "%").c_str() : "-");
+                fla > 0 ? detail::concat(int(std::lround(100 * fla / med)), "%").c_str() : "-",
+                mib >= 0 ? detail::concat(std::lround(mib)).c_str() : "-", v.text.c_str());
   return {prefix + buf};
 }
 
 struct RunSettings {
   int warmup = 5, repeat = 50, sets = 3;
-  bool backward = false, explain = false;
+  bool backward = false, explain = false, check = true;
 };
 
 // [0, T] cut into `seqs` nearly equal sequences (the first T % seqs one token longer).
@@ -121,9 +149,11 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
                 const RunSettings& rs) {
   const int warmup = rs.warmup, repeat = rs.repeat, sets = rs.sets;
   const bool backward = rs.backward;
+  Gate gate;
+  gate.check = rs.check, gate.shape = {var, H, K, V, dt}, gate.used_before = be.queue().device_memory_used();
   std::vector<BenchInputs> in;
   for (int s = 0; s < sets; ++s)
-    in.push_back(make_bench_inputs(be, {var, H, K, V, dt}, 0, T, 1000 + uint64_t(s), backward));
+    in.push_back(make_bench_inputs(be, gate.shape, 0, T, gate.seed + uint64_t(s), backward));
   ProblemOptions opt;
   opt.compute = DType::f32, opt.check_finite = false;
   if (seqs > 1) opt.cu_seqlens = equal_cu(T, seqs);
@@ -136,9 +166,13 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
   if (Support sup = be.supports(p); !sup) return {os.str() + "unsupported: " + sup.reason + " |"};
   DeviceBuffer o(be.queue(), size_t(T * H * V) * size_t(dtype_size(dt)));
   const Outputs out{TensorView(o.get(), dt, {1, T, H, V}, be.device()), {}};
-  if (backward) return {bench_backward(be, p, in, out, warmup, repeat, os.str()).text + plan};
+  if (backward) return {bench_backward(be, p, in, out, warmup, repeat, os.str(), gate).text + plan};
+  be.forward(p, in[0].in, out);  // set 0, judged before anything is timed
+  const BenchVerdict v = gate.run(be, p, out.o, {});
+  if (!v.ok) return {os.str() + v.text + " |" + plan};
   for (int i = 0; i < warmup; ++i) be.forward(p, in[size_t(i % sets)].in, out);
   be.synchronize();
+  const double mib = gate.memory_mib(be);
   std::vector<double> ms;
   for (int i = 0; i < repeat; ++i)
     ms.push_back(be.queue().time_ms([&] { be.forward(p, in[size_t(i % sets)].in, out); }));
@@ -150,10 +184,11 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
   const double fused = th * (6 * Kd * Vd + 4 * C * (Kd + Vd));
   const double lb_ms = std::max(fused / 800e12, bytes / 3.0e12) * 1e3, fla = seqs > 1 ? 0 : fla_ms(var, T, H);  // FLA was timed on one sequence
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%.3f | %.3f | %.0f | %.1f | %.0f | %.0f%% | %s | %s |", med, ms.front(),
+  std::snprintf(buf, sizeof buf, "%.3f | %.3f | %.0f | %.1f | %.0f | %.0f%% | %s | %s | %s | %s |", med, ms.front(),
                 bytes / med * 1e-6, flops / med * 1e-9, lb_ms * 1e3, 100 * lb_ms / med,
                 fla > 0 ? detail::concat(fla).c_str() : "-",
-                fla > 0 ? detail::concat(int(std::lround(100 * fla / med)), "%").c_str() : "-");
+                fla > 0 ? detail::concat(int(std::lround(100 * fla / med)), "%").c_str() : "-",
+                mib >= 0 ? detail::concat(std::lround(mib)).c_str() : "-", v.text.c_str());
   return {os.str() + buf + plan};
 }
 
@@ -161,7 +196,8 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
 
 int cmd_bench(int argc, char** argv) {
   Args a(argc, argv,
-         {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets", "backward", "seqs", "segment"},
+         {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets", "backward", "seqs", "segment",
+          "check"},
          {"explain"}, "bench");
   const std::string name = a.get("backend", "cuda-chunkwise");
   const DType dt = dtype_parse(a.get("dtype", "bfloat16"));
@@ -169,12 +205,11 @@ int cmd_bench(int argc, char** argv) {
   const bool backward = a.get_int("backward", 0) != 0;
   RunSettings rs;
   rs.warmup = int(a.get_int("warmup", 5)), rs.repeat = int(a.get_int("repeat", 50)), rs.sets = int(a.get_int("sets", 3));
-  rs.backward = backward, rs.explain = a.has("explain");
+  rs.backward = backward, rs.explain = a.has("explain"), rs.check = a.get_int("check", 1) != 0;
   const int warmup = rs.warmup, repeat = rs.repeat, sets = rs.sets;
   KCP_CHECK(repeat >= 1 && sets >= 1 && warmup >= 0, "bench: --repeat and --sets must be >= 1, --warmup >= 0");
   BackendOptions bo;
   if (a.has("segment")) bo.segment = seg::parse_segment_option(a.get("segment", "auto"), "--segment");
-  auto be = backend_create(name, bo);
   std::printf("kcp bench: %s, %s, %s q/k/v, float32 gates and beta, K=%lld V=%lld, B=1, median of %d after %d "
               "warm-up runs, %d rotating input sets\n",
               name.c_str(), backward ? "forward+backward" : "forward", std::string(dtype_name(dt)).c_str(), (long long)K, (long long)V, repeat, warmup, sets);
@@ -184,12 +219,13 @@ int cmd_bench(int argc, char** argv) {
       for (long long seqs : int_list(a.get("seqs", "1")))
         for (long long H : int_list(a.get("H", "16,32"))) {
           KCP_CHECK(seqs >= 1 && seqs <= T, "bench: --seqs must be in [1, T], got ", seqs);
+          auto be = backend_create(name, bo);  // per row: no workspace of an earlier row is counted
           rows.push_back(bench_shape(*be, variant_parse(vs), T, seqs, H, K, V, dt, rs));
           std::printf("%s\n", rows.back().text.c_str());
           std::fflush(stdout);
         }
-  std::printf("\n| op | T | H | median ms | min ms | GB/s | GFLOP/s | LB us | LB/time | FLA ms | FLA/time |%s\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|%s\n",
+  std::printf("\n| op | T | H | median ms | min ms | GB/s | GFLOP/s | LB us | LB/time | FLA ms | FLA/time | MiB held |"
+              " oracle check |%s\n|---|---|---|---|---|---|---|---|---|---|---|---|---|%s\n",
               rs.explain ? " plan |" : "", rs.explain ? "---|" : "");
   for (const Row& r : rows) std::printf("%s\n", r.text.c_str());
   return 0;

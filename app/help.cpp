@@ -80,6 +80,9 @@ options:
                       default: the backend's (cuda-chunkwise: KCP_CUDA_SEGMENT, else auto)
   --explain           end each row with the plan the forward ran (segments, calls, model cost)
   --warmup N --repeat N --sets N   defaults 5, 50, 3
+  --check 0|1         1 (default): judge each row's results against the float64 oracle (on the host)
+                      before timing it; a wrong row prints WRONG and no time. 0: skip ("unchecked")
+Also printed: MiB held, the device memory the row holds (inputs, outputs, gradients, workspaces).
 )"},
     {"cp-sweep", R"(usage: mpirun -np N kcp cp-sweep [options]
 Context parallelism against the single-process oracle over the layout matrix.

@@ -44,6 +44,10 @@ class Queue {
   // answers 1: the CPU backends spread (sequence, head) pairs over OpenMP threads themselves, and a
   // planner that splits sequences for parallelism (segment/plan.h) has nothing to fill there.
   virtual int multiprocessor_count() const { return 1; }
+  // Bytes of device memory in use on this queue's device, by every process (CUDA: total - free of
+  // cudaMemGetInfo, 2 MiB pages); -1 on the host. A difference of two readings is what was allocated
+  // between them (kcp bench's "MiB held").
+  virtual int64_t device_memory_used() const { return -1; }
 
   virtual void* alloc(size_t bytes) = 0;  // throws kcp::Error naming the size when it fails
   virtual void release(void* ptr) noexcept = 0;

@@ -46,6 +46,12 @@ class CudaQueue final : public Queue {
   int device_index() const override { return device_; }
   void* native_stream() const override { return stream_; }
   int multiprocessor_count() const override { return sms_; }
+  int64_t device_memory_used() const override {
+    DeviceGuard g(device_);
+    size_t free = 0, total = 0;
+    KCP_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return int64_t(total - free);
+  }
 
   void* alloc(size_t bytes) override {
     DeviceGuard g(device_);

@@ -75,8 +75,9 @@ def kcp_rows(path):
     for line in open(path):
         f = [x.strip() for x in line.strip().strip("|").split("|")]
         if len(f) >= 5 and f[0] in ("gdn", "kda", "gla") and f[1].isdigit():
-            try:
-                rows[(f[0], int(f[1]), int(f[2]))] = float(f[3])
+            try:  # median ms, and MiB held (column 12) where this kcp prints it
+                mib = f[11] if len(f) > 11 and f[11].isdigit() else "-"
+                rows[(f[0], int(f[1]), int(f[2]))] = (float(f[3]), mib)
             except ValueError:
                 pass
     return rows
@@ -93,15 +94,15 @@ def main():
     what = "fwd" if a.forward else "fwd+bwd"
     sys.path.insert(0, os.environ.get("FLA_PATH", os.path.join(os.path.dirname(__file__), "../../../.fla")))
     kcp = kcp_rows(a.kcp)
-    print(f"| op | T | H | FLA {what} ms | FLA peak MiB | kcp {what} ms | FLA / kcp |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| op | T | H | FLA {what} ms | FLA peak MiB | kcp {what} ms | kcp MiB held | FLA / kcp |")
+    print("|---|---|---|---|---|---|---|---|")
     for s in a.shapes.split(","):
         var, T, H = s.split(":")
         T, H = int(T), int(H)
         ms, peak = fla_time(var, T, H, 128, 128, a.repeat, a.warmup, backward=not a.forward)
-        mine = kcp.get((var, T, H))
+        mine, mib = kcp.get((var, T, H), (None, "-"))
         ratio = f"{ms / mine:.2f}" if mine else "-"
-        print(f"| {var} | {T} | {H} | {ms:.3f} | {peak:.0f} | {mine if mine else '-'} | {ratio} |", flush=True)
+        print(f"| {var} | {T} | {H} | {ms:.3f} | {peak:.0f} | {mine if mine else '-'} | {mib} | {ratio} |", flush=True)
 
 
 if __name__ == "__main__":

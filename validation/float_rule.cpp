@@ -5,6 +5,7 @@
 // their magnitudes are the same expressions with m in place of dg.
 #include "validation/float_rule.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "reference/gates.h"
@@ -15,6 +16,13 @@ namespace kcp::val {
 
 double float_rule_bar(double base_err, double cond) {
   return tol::kFloatRuleFactor * base_err + tol::kFloatRuleFloor * cond;
+}
+
+double device_result_bar(std::string_view tensor, DType input, DType stored, double base_err, double cond) {
+  if (input == DType::f32 || input == DType::f64) return std::max(tol::kFloatVsDouble, float_rule_bar(base_err, cond));
+  const bool gate_beta = tensor == "dg" || tensor == "dbeta" || tensor == "dA_log" || tensor == "ddt_bias";
+  if (tensor == "o" || tensor == "final_state") return stored == DType::f32 ? tol::kCudaTf32 : tol::kFlaChunkOutput;
+  return gate_beta ? tol::kFlaChunkGateBeta : tol::kFlaChunkGrad;
 }
 
 double layer_float_rule_bar(double base_err, double cond) {

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/problem.h"
 
 namespace kcp::val {
@@ -19,6 +20,14 @@ namespace kcp::val {
 double float_rule_bar(double base_err, double cond = 1.0);
 // The same rule for a whole layer (CP sweep layer rows): floor tol::kLayerFloatRuleFloor (its reason there).
 double layer_float_rule_bar(double base_err, double cond = 1.0);
+
+// The bar for one result of a float32 GPU backend (cuda-chunkwise) against the float64 oracle on
+// rel_l2, as the CUDA tests apply it (tests/cuda, tolerance.h "cuda-chunkwise"): float32 inputs:
+// kFloatVsDouble, or the float32 rule against the float32 recurrence (`base_err`, `cond`) where that
+// is looser; 16-bit inputs: kCudaTf32 for a result stored in float32 (o, final_state), FLA's chunk
+// bars for o stored in 16 bits (kFlaChunkOutput) and for gradients (kFlaChunkGrad; kFlaChunkGateBeta
+// for dg, dbeta, dA_log, ddt_bias).
+double device_result_bar(std::string_view tensor, DType input, DType stored, double base_err, double cond = 1.0);
 
 struct GradConditioning {
   double dg = 1, dA_log = 1, ddt_bias = 1;

@@ -1,0 +1,102 @@
+// check_bench_row (see bench_check.h).
+#include "app/bench_check.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "validation/cases.h"
+#include "validation/compare.h"
+#include "validation/float_rule.h"
+#include "validation/registry.h"
+
+namespace kcp::app {
+namespace {
+
+using val::compare;
+
+// A host copy of a contiguous view in `be`'s memory, in its own dtype.
+struct HostCopy {
+  std::vector<char> bytes;
+  TensorView view;
+};
+HostCopy download(Backend& be, const TensorView& t) {
+  HostCopy h;
+  h.bytes.resize(size_t(t.numel()) * size_t(dtype_size(t.dtype)));
+  be.queue().copy(h.bytes.data(), t.data, h.bytes.size(),
+                  be.device() == Device::host ? CopyKind::host_to_host : CopyKind::device_to_host);
+  be.synchronize();
+  h.view = TensorView(h.bytes.data(), t.dtype, t.shape);
+  return h;
+}
+
+Problem in_precision(Problem p, DType compute) {
+  p.compute = compute;
+  return p;
+}
+
+// Judges one tensor; keeps the worst err/bar and the first failure.
+struct Judge {
+  DType input;  // q, k, v
+  BenchVerdict v;
+  double worst = 0;
+  const char* worst_name = "";
+  void operator()(const char* name, const TensorView& cand, const TensorView& base, const TensorView& oracle,
+                  double cond = 1.0) {
+    const val::Metrics m = compare(cand, oracle);
+    const double bar = val::device_result_bar(name, input, cand.dtype, compare(base, oracle).rel_l2, cond);
+    const double r = m.finite_ok() ? m.rel_l2 / bar : 1e300;
+    if (r > worst) worst = r, worst_name = name;
+    if (r > 1 && v.ok) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "WRONG: %s rel_l2 %.2e > bar %.2e (NaN %lld)", name, m.rel_l2, bar,
+                    (long long)m.nan_a);
+      v.ok = false, v.text = buf;
+    }
+  }
+  BenchVerdict done() {
+    if (v.ok) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "checked (worst %s %.2g of its bar)", worst_name, worst);
+      v.text = buf;
+    }
+    return v;
+  }
+};
+
+}  // namespace
+
+BenchVerdict check_bench_row(Backend& be, const BenchShape& s, const Problem& p, uint64_t seed, const TensorView& o,
+                             const Grads& g) {
+  const bool backward = !g.dq.empty();
+  auto oracle_be = val::backend_create("cpu-chunkwise"), base_be = val::backend_create("cpu-recurrent");
+  const BenchInputs hin = make_bench_inputs(*oracle_be, s, 0, p.T, seed, backward);
+  const Problem p64 = in_precision(p, DType::f64), p32 = in_precision(p, DType::f32);
+  const Cotangents dc{hin.d_o, {}};
+  val::OutputSet<double> ro = val::make_outputs<double>(p64, false);
+  val::OutputSet<float> bo = val::make_outputs<float>(p32, false);
+  oracle_be->forward(p64, hin.in, ro.views());
+  base_be->forward(p32, hin.in, bo.views());
+  Judge judge{s.qkv};
+  judge("o", download(be, o).view, bo.o.view(), ro.o.view());
+  if (!backward) return judge.done();
+  val::GradSet<double> rg = val::make_grads<double>(p64, hin.in);
+  val::GradSet<float> bg = val::make_grads<float>(p32, hin.in);
+  oracle_be->backward(p64, hin.in, dc, rg.views());
+  base_be->backward(p32, hin.in, dc, bg.views());
+  const val::GradConditioning cond = val::grad_conditioning(p64, hin.in, dc, rg.dg.view());
+  const std::pair<const char*, std::tuple<TensorView, TensorView, TensorView>> items[] = {
+      {"dq", {g.dq, bg.dq.view(), rg.dq.view()}},
+      {"dk", {g.dk, bg.dk.view(), rg.dk.view()}},
+      {"dv", {g.dv, bg.dv.view(), rg.dv.view()}},
+      {"dg", {g.dg, bg.dg.view(), rg.dg.view()}},
+      {"dbeta", {g.dbeta, bg.dbeta.view(), rg.dbeta.view()}}};
+  for (const auto& [name, t] : items) {
+    const auto& [cand, base, oracle] = t;
+    if (cand.empty() || oracle.empty()) continue;
+    judge(name, download(be, cand).view, base, oracle, cond.of(name));
+  }
+  return judge.done();
+}
+
+}  // namespace kcp::app
