@@ -8,7 +8,8 @@ kcp_dump.KernelCapture (global cu_seqlens with scope "global", token_offset, FLA
 the per-rank transitions FLA exchanges: /debug/cp_transition_fwd = (S_ext | M) and cp_transition_bwd =
 (dS_ext | M^T), each [HV, K, V+K] float32 as FLA all-gathers them (taken at its all_gather). Then
 `kcp assemble` rebuilds the global call and `kcp check` judges every tensor against FLA's thresholds;
-`kcp check` on the rank files judges the transitions (where the build knows them, else they are listed).
+`kcp check` of the rank files judges what each rank holds by itself (o and gradients of ranks whose
+sequences start / end there); the transitions are stored for inspection, not judged yet (docs/CP.md).
 
   python3 scripts/fla_cp_capture.py --nproc 2 --backend gloo --op kda --dtype bf16 --out DIR --kcp build/kcp
   torchrun --nproc_per_node 4 scripts/fla_cp_capture.py --backend nccl --op gdn --out DIR --kcp build/kcp
