@@ -112,6 +112,35 @@ DumpGroup join_group(const std::vector<const Dump*>& shards, const std::string& 
   return out;
 }
 
+// Chunkwise shards must carry the global cu_seqlens (scope "global"), ending at the shards' total T and
+// agreeing with each shard's cu_seqlens_local; without it the assembled file would silently hold one
+// sequence. `shards` in token_offset order; `total` their token count.
+void check_global_cu(const std::vector<const Dump*>& shards, int64_t total) {
+  for (const Dump* s : shards) {
+    const DumpGroup& in = s->inputs();
+    const DumpDataset* cu = in.find("cu_seqlens");
+    const DumpDataset* loc = in.find("cu_seqlens_local");
+    const std::string where = s->path + ": /inputs/cu_seqlens";
+    if (!cu) {
+      KCP_CHECK(!loc, where, ": missing; a chunkwise shard with cu_seqlens_local needs the global cu_seqlens "
+                "(scope = \"global\") to be assembled (kcp_dump: KernelCapture(..., cp_global_cu_seqlens=cu))");
+      continue;
+    }
+    const std::string scope = attr_string(cu->attrs, "scope", where, "local");
+    KCP_CHECK(scope == "global", where, ": scope '", scope, "'; a chunkwise shard must store the global "
+              "cu_seqlens (attribute scope = \"global\"), the rank-local one as cu_seqlens_local");
+    const std::vector<int64_t> g = to_tensor<int64_t>(cu->data.view()).vec();
+    KCP_CHECK(g.size() >= 2 && g.front() == 0 && g.back() == total, where, ": the global cu_seqlens runs from ",
+              g.empty() ? -1 : g.front(), " to ", g.empty() ? -1 : g.back(), ", but the shards hold tokens [0, ",
+              total, ")");
+    if (!loc) continue;
+    const int64_t lo = dump_placement(*s).token_offset, T_local = in.find(s->op == "conv1d" ? "x" : "q")->data.shape[1];
+    const std::vector<int64_t> want = local_cu_seqlens(g, lo, lo + T_local), got = to_tensor<int64_t>(loc->data.view()).vec();
+    KCP_CHECK(want == got, s->path, ": /inputs/cu_seqlens_local ", shape_str(Shape(got)), " is not the global cu_seqlens "
+              "cut to this rank's tokens [", lo, ", ", lo + T_local, "), which gives ", shape_str(Shape(want)));
+  }
+}
+
 // Joins shards along tokens or heads, in offset order, checking the offsets tile the whole.
 Dump join(std::vector<const Dump*> shards, bool tokens) {
   const char* key = tokens ? "token_offset" : "head_offset";
@@ -124,6 +153,7 @@ Dump join(std::vector<const Dump*> shards, bool tokens) {
     KCP_CHECK(offset(shards[i]) == int64_t(expect), shards[i]->path, ": attribute ", key, " = ", offset(shards[i]),
               ", but the shards before it end at ", expect, " (a rank is missing or repeated)");
     expect += size_t(p->data.shape[tokens ? 1 : 2]);
+    if (tokens && i + 1 == shards.size()) check_global_cu(shards, int64_t(expect));
   }
   Dump out = *shards[0];
   out.groups.clear();

@@ -49,17 +49,6 @@ std::vector<int64_t> read_index_vector(const DumpDataset& ds, const std::string&
   return t.vec();
 }
 
-// The rank-local cu_seqlens of a contiguous CP shard, from the global one (ALGORITHMS.md 5.1).
-std::vector<int64_t> local_cu_seqlens(const std::vector<int64_t>& cu, int64_t lo, int64_t hi) {
-  std::vector<int64_t> out;
-  for (int64_t c : cu) {
-    const int64_t x = std::clamp(c, lo, hi) - lo;
-    if (out.empty() || out.back() != x) out.push_back(x);
-  }
-  if (out.size() == 1) out.push_back(out[0]);
-  return out;
-}
-
 std::vector<int64_t> op_cu_seqlens(const Dump& d, const DumpGroup& in, const Placement& pl, int64_t T_local) {
   const std::string where = d.path + ": /inputs/";
   if (const DumpDataset* loc = in.find("cu_seqlens_local")) return read_index_vector(*loc, where + "cu_seqlens_local");
@@ -172,6 +161,16 @@ void check_derived_sizes(const OpCall& c) {
 }
 
 }  // namespace
+
+std::vector<int64_t> local_cu_seqlens(const std::vector<int64_t>& cu, int64_t lo, int64_t hi) {
+  std::vector<int64_t> out;
+  for (int64_t c : cu) {
+    const int64_t x = std::clamp(c, lo, hi) - lo;
+    if (out.empty() || out.back() != x) out.push_back(x);
+  }
+  if (out.size() == 1) out.push_back(out[0]);
+  return out;
+}
 
 std::string Placement::describe() const {
   if (tp_size == 1 && cp_size == 1) return "single rank";

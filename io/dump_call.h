@@ -65,6 +65,10 @@ struct Conv1dCall {
 };
 Conv1dCall dump_conv1d_call(const Dump& d);
 
+// The rank-local cu_seqlens of the contiguous CP shard [lo, hi) from the global one, as FLA derives
+// it (ALGORITHMS.md 5.1): clamp(cu, lo, hi) - lo, consecutive duplicates removed.
+std::vector<int64_t> local_cu_seqlens(const std::vector<int64_t>& cu, int64_t lo, int64_t hi);
+
 // The names of the oracle's results for an op: o, final_state, dq, ... / y, dx, dweight, dbias.
 bool result_name_known(std::string_view op, std::string_view name);
 

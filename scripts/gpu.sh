@@ -7,7 +7,8 @@
 #                                         scripts/gpu_build.sh builds there without HDF5/doctest headers
 #   BENCH_ARGS="--T 8192 --H 16" scripts/gpu.sh   extra arguments for `kcp bench`
 #   SKIP_TESTS=1 / SKIP_CP=1 / SKIP_BENCH=1 / SKIP_CAPTURE=1   leave a part out
-#   (FLA captures: scripts/gpu_capture.sh, run when `import fla` works, e.g. PYTHONPATH=.fla)
+#   (FLA captures: scripts/gpu_capture.sh, run when `import fla` works, e.g. PYTHONPATH=.fla; with
+#   2 or more GPUs also FLA's own CP over NCCL at N = 2 (and 4): scripts/gpu_fla_cp.sh)
 # Logs go to $OUT when it is set (the device tool's result folder), else to gpu-logs/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -98,6 +99,12 @@ fi
 # Real FLA captures (issue 13) when FLA is importable: scripts/gpu_capture.sh.
 if [ -z "${SKIP_CAPTURE:-}" ] && python3 -c "import fla" 2>/dev/null; then
   run_suite fla_capture scripts/gpu_capture.sh "$LOGS/captures" "$BUILD"
+  # FLA's own CP judged by kcp (issue 14 item 3): one GPU per rank over NCCL where the GPUs exist
+  # (scripts/gpu_fla_cp.sh alone runs 1 rank over NCCL and 2 ranks sharing a GPU over gloo).
+  if [ "$gpus" -ge 2 ]; then
+    fla_cp_runs="2:nccl"; [ "$gpus" -ge 4 ] && fla_cp_runs="2:nccl 4:nccl"
+    run_suite fla_cp_nccl env FLA_CP_RUNS="$fla_cp_runs" OUT="$LOGS" scripts/gpu_fla_cp.sh "$BUILD"
+  fi
 fi
 
 bench_table=""

@@ -101,3 +101,52 @@ TEST_CASE("incomplete or inconsistent shard sets are refused") {
   io::Dump heads = test::dump_shard(global, 1, 2, false);
   CHECK_THROWS_AS(io::dump_assemble({r0, heads}), Error);
 }
+
+namespace {
+
+// Mutable access for the test below: /inputs/<name> of a dump, and an int64 index vector.
+io::DumpDataset& input_of(io::Dump& d, const std::string& name) {
+  for (io::DumpGroup& g : d.groups)
+    if (g.name == "inputs")
+      for (io::DumpDataset& x : g.datasets)
+        if (x.name == name) return x;
+  throw Error("no /inputs/" + name);
+}
+io::Array index_array(std::vector<double> v) {
+  Tensor<double> t({int64_t(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.data()[i] = v[i];
+  return test::array_of(t, DType::i64);
+}
+
+}  // namespace
+
+TEST_CASE("chunkwise shards need the global cu_seqlens, consistent with cu_seqlens_local") {
+  val::CaseSpec s;
+  s.seqlens = {5, 11}, s.initial_state = s.final_state = false, s.seed = val::seed_from_env(24);
+  const io::Dump global = test::dump_from_case(val::make_case(s));
+  auto shards = [&] {  // as kcp_dump writes them: FLA's rank-local cu_seqlens next to the global one
+    std::vector<io::Dump> r = {test::dump_shard(global, 0, 2, true), test::dump_shard(global, 1, 2, true)};
+    for (int k = 0; k < 2; ++k)
+      for (io::DumpGroup& g : r[size_t(k)].groups)
+        if (g.name == "inputs") g.add("cu_seqlens_local", index_array(k == 0 ? std::vector<double>{0, 5, 8}
+                                                                              : std::vector<double>{0, 8}), DType::i64);
+    return r;
+  };
+  const io::Dump g = io::dump_assemble(shards());
+  CHECK(g.inputs().find("cu_seqlens_local") == nullptr);
+  CHECK(io::dump_op_call(g, DType::f64).problem.cu_seqlens == std::vector<int64_t>{0, 5, 16});
+
+  std::vector<io::Dump> r = shards();  // only the local one: the assembly would hold one sequence
+  for (io::Dump& d : r)
+    for (io::DumpGroup& gr : d.groups) std::erase_if(gr.datasets, [](auto& x) { return x.name == "cu_seqlens"; });
+  CHECK_THROWS_WITH_AS(io::dump_assemble(r), doctest::Contains("needs the global cu_seqlens"), Error);
+  r = shards();
+  for (io::Dump& d : r) input_of(d, "cu_seqlens").attrs["scope"] = std::string("local");
+  CHECK_THROWS_WITH_AS(io::dump_assemble(r), doctest::Contains("scope 'local'"), Error);
+  r = shards();
+  input_of(r[1], "cu_seqlens_local").data = index_array({0, 3, 8});
+  CHECK_THROWS_WITH_AS(io::dump_assemble(r), doctest::Contains("cut to this rank's tokens [8, 16)"), Error);
+  r = shards();
+  for (io::Dump& d : r) input_of(d, "cu_seqlens").data = index_array({0, 5, 15});
+  CHECK_THROWS_WITH_AS(io::dump_assemble(r), doctest::Contains("shards hold tokens [0, 16)"), Error);
+}

@@ -162,3 +162,30 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     qq, kk = _prep_qk(q, k, v.shape[2], False)
     o, ht = _recurrence(qq, kk, v.float(), g.float(), None, scale, initial_state, cu_seqlens, state_v_first, True)
     return _finish(o, ht, v, output_final_state)
+
+
+def build_cp_context(cu_seqlens, group, conv1d_kernel_size=None, cu_seqlens_cpu=None):
+    """FLA's context for this rank of `group` (docs/ALGORITHMS.md 5.1, kcp's cp/context.cpp): equal parts
+    of T / P tokens; the local cu_seqlens clamp(cu, lo, hi) - lo without repeats; pre / post ranks of the
+    first / last local sequence. The stand-in kernels pass no state between ranks, so a CP test with them
+    must cut sequences only at rank edges (every rank then is both first and last)."""
+    import torch.distributed as dist
+    P, r = dist.get_world_size(group), dist.get_rank(group)
+    cu = [int(c) for c in (cu_seqlens_cpu if cu_seqlens_cpu is not None else cu_seqlens).tolist()]
+    T = cu[-1]
+    if T % P:
+        raise ValueError(f"total tokens {T} must be divisible by world size {P}")
+    part = T // P
+    lo, hi = r * part, (r + 1) * part
+    local = []
+    for c in cu:
+        x = min(max(c, lo), hi) - lo
+        if not local or local[-1] != x:
+            local.append(x)
+    first_start = max(c for c in cu[:-1] if c <= lo)
+    last_end = min(c for c in cu[1:] if c >= hi)
+    local_t = torch.tensor(local, dtype=torch.int32)
+    return FLACPContext(group=group, cu_seqlens=local_t.to(cu_seqlens.device), cu_seqlens_cpu=local_t,
+                        is_first_rank=first_start // part == r, pre_num_ranks=r - first_start // part,
+                        is_last_rank=(last_end - 1) // part == r, post_num_ranks=(last_end - 1) // part - r,
+                        conv1d_kernel_size=conv1d_kernel_size, pre_num_conv_tokens=max(0, lo - first_start))

@@ -96,16 +96,20 @@ class KernelCapture:
 
     `select`: "first_with_grad" skips calls under no_grad (the first forward of selective recompute),
     or an int call index. `kernel_name` names the kernel when its function name is not FLA's.
+    `cp_global_cu_seqlens`: with a `cp_context`, the global cu_seqlens before FLA's split (else the
+    call's own cu_seqlens argument, which FLA ignores under CP); stored with scope = "global" next to
+    token_offset = cp_rank * T_local, so that `kcp assemble` can rebuild the global call.
     """
 
     def __init__(self, kernel, path, op=None, select="first_with_grad", group="fla_chunk", attrs=None,
-                 bf16_encoding="bf16_float", kernel_name=None):
+                 bf16_encoding="bf16_float", kernel_name=None, cp_global_cu_seqlens=None):
         self.spec = kernels.spec_for(kernel, kernel_name, op)
+        self.cp_global_cu = cp_global_cu_seqlens  # chunkwise CP: the cu_seqlens before the split (assemble)
         self.kernel, self.path, self.group, self.op = kernel, str(path), group, self.spec.op
         self.select, self.calls, self.written = select, 0, False
         self.attrs, self.bf16_encoding = dict(attrs or {}), bf16_encoding
         self.inputs, self.results, self.debug, self.dtypes, self.root = {}, {}, {}, {}, {}
-        self.pending, self.expected = set(), set()
+        self.pending, self.expected, self.dataset_attrs = set(), set(), {}
         self.__name__ = self.spec.name  # so that a capture can itself be recognised (Megatron re-wrap)
         _LIVE.append(weakref.ref(self))
 
@@ -125,8 +129,12 @@ class KernelCapture:
         call = self.spec.bind(args, kwargs)
         if not self._selected(call):
             return self.kernel(*args, **kwargs)
-        self._validate(call)
-        self._record(call)
+        try:
+            self._validate(call)
+            self._record(call)
+        except BaseException:  # refused: nothing half-recorded is left for the exit-time flush
+            self._reset()
+            raise
         Tap = _tap_class()
         args, kwargs = list(args), dict(kwargs)
         for name in self._gradient_inputs(call):
@@ -137,8 +145,7 @@ class KernelCapture:
         try:
             out = self.kernel(*args, **kwargs)
         except BaseException:  # the kernel refused the call: nothing to dump, the next call may be captured
-            self.inputs, self.results, self.debug, self.dtypes, self.root = {}, {}, {}, {}, {}
-            self.pending, self.expected = set(), set()
+            self._reset()
             raise
         o, ht = (out[0], out[1]) if isinstance(out, (tuple, list)) else (out, None)
         self._keep(self.results, "o", o)
@@ -151,6 +158,10 @@ class KernelCapture:
         if ht is not None:
             ht = Tap.apply(ht, "dht", self._store)
         return (o, ht) + tuple(out[2:]) if isinstance(out, (tuple, list)) else o
+
+    def _reset(self):
+        self.inputs, self.results, self.debug, self.dtypes, self.root = {}, {}, {}, {}, {}
+        self.pending, self.expected, self.dataset_attrs = set(), set(), {}
 
     def _gradient_inputs(self, call):
         names = [n for n in _TENSOR_INPUTS if n in call.values and _is_tensor(call.values[n])]
@@ -233,7 +244,7 @@ class KernelCapture:
             if v.get(n) is not None:
                 r[n + "_given"] = True
         self._record_ignored(call)
-        self._record_cp_context(v.get("cp_context"))
+        self._record_cp_context(v.get("cp_context"), v.get("cu_seqlens"), T)
         self._record_unknown(call)
         if call.aliased:
             r["aliased_args"] = ", ".join(f"{k} -> {n}" for k, n in call.aliased.items())
@@ -253,9 +264,10 @@ class KernelCapture:
             _warn(f"{self.path}: {self.spec.name} does not read {', '.join(ignored)} in this call "
                   f"(recorded as ignored_args; kcp leaves them out as the kernel does)")
 
-    def _record_cp_context(self, ctx):
+    def _record_cp_context(self, ctx, cu_arg, T_local):
         """FLA's chunkwise CP context (docs/ALGORITHMS.md 5.1, docs/DUMP_FORMAT.md section 5): its fields as cp_* attributes; its
-        rank-local cu_seqlens (which FLA uses instead of the argument) as /inputs/cu_seqlens_local."""
+        rank-local cu_seqlens (which FLA uses instead of the argument) as /inputs/cu_seqlens_local; the
+        global cu_seqlens (scope "global") and token_offset when known (_record_cp_global)."""
         if ctx is None:
             return
         r = self.root
@@ -272,6 +284,37 @@ class KernelCapture:
         if group is not None:
             import torch.distributed as dist
             r["cp_size"], r["cp_rank"] = dist.get_world_size(group), dist.get_rank(group)
+        self.inputs.pop("cu_seqlens", None)  # FLA ignores the argument under CP; only a checked global one is kept
+        glob = self.cp_global_cu if self.cp_global_cu is not None else cu_arg
+        if glob is None:
+            _warn(f"{self.path}: chunkwise CP call without the global cu_seqlens (cp_global_cu_seqlens=): "
+                  f"this rank's file cannot be assembled with the others")
+            return
+        self._record_cp_global(ctx, [int(x) for x in glob.tolist()] if _is_tensor(glob) else [int(x) for x in glob],
+                               T_local)
+
+    def _record_cp_global(self, ctx, glob, T_local):
+        """token_offset = cp_rank * T_local (FLA's equal split); the global cu_seqlens must end at
+        cp_size * T_local and give this rank's local cu_seqlens as FLA derives it."""
+        size = int(self.attrs.get("cp_size", self.root.get("cp_size", 1)))
+        rank = int(self.attrs.get("cp_rank", self.root.get("cp_rank", 0)))
+        where = f"{self.spec.name}: cp_global_cu_seqlens {glob[:6]}{'...' if len(glob) > 6 else ''}"
+        if not glob or glob[0] != 0 or glob[-1] != size * T_local:
+            raise ValueError(f"{where}: must run from 0 to cp_size * T_local = {size} * {T_local} (FLA splits the "
+                             f"packed tokens equally over the ranks)")
+        lo, hi = rank * T_local, (rank + 1) * T_local
+        local = []
+        for c in glob:
+            x = min(max(c, lo), hi) - lo
+            if not local or local[-1] != x:
+                local.append(x)
+        ctx_local = [int(x) for x in ctx.cu_seqlens.tolist()] if getattr(ctx, "cu_seqlens", None) is not None else None
+        if ctx_local is not None and ctx_local != local:
+            raise ValueError(f"{where}: gives rank {rank}'s local cu_seqlens {local}, but cp_context has {ctx_local}")
+        import numpy as np
+        self.inputs["cu_seqlens"], self.dtypes["inputs/cu_seqlens"] = np.asarray(glob, dtype=np.int64), "int64"
+        self.dataset_attrs["inputs/cu_seqlens"] = {"scope": "global"}
+        self.root.update(token_offset=lo, cp_partition="contiguous", cp_size=size, cp_rank=rank)
 
     def _record_unknown(self, call):
         if not call.unknown:
@@ -300,6 +343,13 @@ class KernelCapture:
         if not self.pending and "do" in self.inputs:
             self.flush()
 
+    def add_debug(self, name, tensor):
+        """Stores `tensor` as /debug/<name> of the captured call (e.g. FLA's CP transitions); an error
+        once the file is written."""
+        if self.written:
+            raise RuntimeError(f"{self.path}: already written; add_debug('{name}') must come before the backward ends")
+        self._keep(self.debug, name, tensor)
+
     def missing(self):
         """Gradients expected (their input requires grad) that have not arrived, and do if absent."""
         miss = sorted(self.pending)
@@ -321,5 +371,6 @@ class KernelCapture:
         results = {self.group: self.results}
         if self.debug:
             results["debug"] = self.debug
-        write_dump(self.path, self.op, self.inputs, results, attrs, self.dtypes, self.bf16_encoding)
+        write_dump(self.path, self.op, self.inputs, results, attrs, self.dtypes, self.bf16_encoding,
+                   dataset_attrs=self.dataset_attrs)
         self.written = True

@@ -126,7 +126,7 @@ def attr_value(name, v):
 
 
 def write_dump(path, op, inputs, results=None, attrs=None, dtypes=None, bf16_encoding="bf16_float",
-               group_attrs=None):
+               group_attrs=None, dataset_attrs=None):
     """Writes a kcp-dump v2 file atomically.
 
     op:       "gdn", "kda", "gla" or "conv1d".
@@ -136,6 +136,7 @@ def write_dump(path, op, inputs, results=None, attrs=None, dtypes=None, bf16_enc
     attrs:    root attributes: flags (bool), scale, chunk_size, lower_bound (None -> NaN), placement...
     dtypes:   name or "group/name" -> producer dtype ("bfloat16", "float32", ...); bf16 tensors are
               float32 arrays holding bf16 values or uint16 bit patterns.
+    dataset_attrs: "group/name" -> {attribute: value}, e.g. {"inputs/cu_seqlens": {"scope": "global"}}.
     """
     if op not in ("gdn", "kda", "gla", "conv1d"):
         raise ValueError(f"unknown op {op!r} (expected gdn, kda, gla or conv1d)")
@@ -167,7 +168,9 @@ def write_dump(path, op, inputs, results=None, attrs=None, dtypes=None, bf16_enc
                     src = _source_dtype(f"{gname}/{name}", array, dtypes)
                     if name.startswith("cu_seqlens"):
                         src = "int64"
-                    _write_dataset(g, name, array, src, bf16_encoding)
+                    ds = _write_dataset(g, name, array, src, bf16_encoding)
+                    for k, v in ((dataset_attrs or {}).get(f"{gname}/{name}") or {}).items():
+                        ds.attrs[k] = attr_value(f"{gname}/{name}:{k}", v)
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; a dump is meant to be read by others
         os.replace(tmp, path)
     except BaseException:
