@@ -40,7 +40,6 @@ class CudaChunkwiseBackend final : public Backend {
     return {};
   }
   Support supports_backward(const Problem& p) const override {
-    if (p.variant == Variant::gla) return Support::no("the gla backward is not implemented on the GPU (its forward is)");
     return supports(p);
   }
   Support supports_conv1d(const Conv1dProblem& p) const override {

@@ -1,5 +1,5 @@
-// The "cuda-chunkwise" backend: the chunkwise forward of gdn, kda and gla and the backward of gdn and
-// kda on a Hopper GPU, the CP transition and the causal conv1d, behind the common Backend interface. Its queue() is one CUDA
+// The "cuda-chunkwise" backend: the chunkwise forward and backward of gdn, kda and gla on a Hopper
+// GPU, the CP transition and the causal conv1d, behind the common Backend interface. Its queue() is one CUDA
 // device and stream (cuda/queue_cuda.h): every view passed in must live in that device's memory
 // (staged through queue().alloc/copy), and all work is asynchronous on that stream.
 //   forward:             o in the dtype of the o view, final_state in its view's dtype (float32 in
@@ -7,7 +7,8 @@
 //                        gates, beta, states in any float dtype. Intermediates are float32.
 //   transition_forward:  (S_ext, M) of a range of sequences in one pass, float32 (the CP primitive).
 //   conv1d:              forward and backward, W <= 8, float32 or float64 arithmetic.
-//   backward, transition_backward: gdn and kda (supports_backward(); gla's backward is not written yet).
+//   backward, transition_backward: gdn, kda and gla (supports_backward() = supports(); gla runs kda's
+//                        backward stages without the delta rule: dv = dvnew, no dbeta, M^T diagonal).
 // supports(): gdn, kda and gla, chunk_size 64, K in {32, 64, 128}, V a multiple of 32,
 // compute = float32 (products on TF32 tensor cores; 3xTF32 when the inputs are float32).
 // Plain C++ header: no CUDA types. Covered by tests/cuda/test_cuda_backend.cpp and the suites in tests/cuda/.

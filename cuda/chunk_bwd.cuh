@@ -11,6 +11,9 @@
 //          vnew, dvnew, P
 //   finish (chunk_bwd_finish.cu): dq, dk summed over the value heads of a q/k head and through the
 //          L2 norm; dbeta through the sigmoid; dg, dA_log, ddt_bias through the gate formula.
+// gla (ChunkParams::gla) runs the same stages without the delta rule (beta_e = 0, P = I, w = 0,
+// vnew = v): dhu skips w, kernel hv writes dv = dvnew, kernels wy and sum do not run, intra takes
+// dL = 0; dbeta_e is not written.
 // The same dhu kernel gives the CP transition backward: do = 0, init = I, Vw = K (M^T), and
 // init = 0 (dS_ext).
 // Covered by tests/cuda/test_cuda_backward.cpp.
@@ -73,9 +76,10 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream);
 // chunk: kernels hv (NT, HV, 2) -> wy (NT, HV) -> intra (NT, HV, K/32) -> partial sums.
 void launch_bwd_chunk(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream);
-void launch_bwd_wy(const BwdParams& bp, cudaStream_t stream);
+void launch_bwd_wy(const BwdParams& bp, cudaStream_t stream);  // gla: nothing (no WY backward)
+void launch_bwd_wy_kernel(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_intra(const BwdParams& bp, cudaStream_t stream);
-void launch_bwd_chunk_sum(const BwdParams& bp, cudaStream_t stream);
+void launch_bwd_chunk_sum(const BwdParams& bp, cudaStream_t stream);  // gla: nothing to sum
 // finish: the fused input transforms backward and the gradients in their dtypes.
 void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream);
 

@@ -7,6 +7,8 @@
 //   intra (chunk_bwd_intra.cu, grid (chunks, HV, K/32)): the intra products through dA, dL; the intra gate terms
 //   sum   (here, one thread per (token, value head)):    dbeta_e += kernel hv's partials; gdn: da = sum of
 //         the partials of kernels hv and intra, in a fixed order (deterministic, no atomics).
+// gla (ChunkParams::gla, no delta rule): kernel hv gives dv = dvnew, kernel wy and the sum do not run
+// (no dbeta; dbeta_e is left unwritten), kernel intra takes dL = 0.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 
@@ -33,7 +35,7 @@ __global__ void __launch_bounds__(kSumThreads) bwd_chunk_sum_kernel(const BwdPar
 void launch_bwd_chunk_sum(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   const int64_t n = p.TT * p.HV;
-  if (n == 0) return;
+  if (n == 0 || p.gla) return;  // gla: no dbeta; da is per channel (written by kernels hv and intra)
   launch_kernel(bwd_chunk_sum_kernel, dim3(unsigned((n + kSumThreads - 1) / kSumThreads)), dim3(kSumThreads), 0, stream, bp,
                 p.K / 32);
 }
@@ -44,6 +46,10 @@ void launch_bwd_chunk(const BwdParams& bp, cudaStream_t stream) {
   launch_bwd_wy(bp, stream);
   launch_bwd_intra(bp, stream);
   launch_bwd_chunk_sum(bp, stream);
+}
+
+void launch_bwd_wy(const BwdParams& bp, cudaStream_t stream) {
+  if (!bp.c.gla) launch_bwd_wy_kernel(bp, stream);  // gla: P = I, no Lmat: nothing to differentiate
 }
 
 }  // namespace kcp::cuda

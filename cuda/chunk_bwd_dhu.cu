@@ -9,6 +9,7 @@
 // dh starts from d_final_state (or 0), or from the identity for the CP transition's M^T (do = 0,
 // Vw = K, no A_c, B_c); after chunk 0 it is written to dh0. The next chunk's kg, w, A_c, B_c
 // arrive by cp.async while the current one is computed; register tiles, float32 FMA.
+// gla (ChunkParams::gla): w = 0, so w is neither fetched nor multiplied.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
@@ -50,7 +51,7 @@ __device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD>& s, int b, int 
     const int r = idx / (KD / 4), i = 4 * (idx % (KD / 4)), rr = r < L ? r : 0;
     const int64_t o = (int64_t(ck.t0 + rr) * p.HV + hv) * KD + i;
     cp_async16(s.kg(b) + r * S::ldk + i, bp.dkv + o, r < L);
-    cp_async16(s.w(b) + r * S::ldw + i, p.w + o, r < L);
+    if (!p.gla) cp_async16(s.w(b) + r * S::ldw + i, p.w + o, r < L);  // gla: w = 0
   }
   if (local) {
     for (int idx = threadIdx.x; idx < kChunk * kBV / 4; idx += kBwdThreads) {
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
         bp.dh[((int64_t(c) * p.HV + hv) * KD + idx / kBV) * bp.Vw + v0 + idx % kBV] = s.dh[(idx / kBV) * kLdB + idx % kBV];
     dhu_dvnew<KD>(bp, s, b, ck, hv, v0, local);
     __syncthreads();
-    dhu_update<KD, kKDA>(s, b, ck.len, local);
+    dhu_update<KD, kKDA>(s, b, p.gla ? 0 : ck.len, local);  // gla: no w^T dvnew term (w = 0)
   }
   __syncthreads();
   if (bp.dh0.p)

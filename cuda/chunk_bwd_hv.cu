@@ -4,7 +4,7 @@
 // threads; block z owns key rows [64 z, 64 z + KW) of h, dh (KW = min(K, 64); with K <= 64 block 1
 // owns none). Streaming V in slabs of 32 columns (do, vnew, dvnew, h, dh in shared memory), per chunk:
 //   dXu = P^T dvnew                               [L,V]   (P unit lower triangular)
-//   dv  = beta dXu,  dbeta += v . dXu             (block 0)
+//   dv  = beta dXu,  dbeta += v . dXu             (block 0; gla: dv = dXu = dvnew, P = I, u = v)
 //   doh = do h^T,  xw = -dXu h^T,  vdh = vnew dh^T   [L,KW]
 //   dA  = lower_incl(scale do vnew^T) (block 0),  W1 = dvnew vnew^T (block 1)   [64,64] -> workspace
 // Every product on tensor cores, mma.sync m16n8k8 with split operands (3xTF32, tile_mma.cuh): float32
@@ -73,7 +73,8 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
       const int r = acc_row(m0, e), j = acc_col(16 * (w >> 2) + 8 * nt, e);
       s.dxu[r * kLdV + j] = c[nt][e];
       if (block0 && r < L) {
-        if (bp.dv.p) store_any(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0 + r, hv) + j0 + j, s.bet[r] * c[nt][e]);
+        const float dv = bp.c.gla ? c[nt][e] : s.bet[r] * c[nt][e];  // gla: u = v, no beta
+        if (bp.dv.p) store_any(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0 + r, hv) + j0 + j, dv);
         vp[e >> 1] = fmaf(load_any(v.p, v.dt, row_off(v, ck.t0 + r, hv) + j0 + j), c[nt][e], vp[e >> 1]);
       }
     }

@@ -12,6 +12,7 @@
 // sums of the off-block pairs of the rows r >= t of t's block, column sums of the off-block pairs
 // of the columns s < t of t's block, and whole later-by-earlier block pairs. All terms are
 // added, none subtracted (no cancellation, as the CPU twin). float32 FMA throughout.
+// gla (ChunkParams::gla): no WY backward, kernel 2 does not run: dL is zero-filled here.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   IntraSmem s(smem);
   if constexpr (!kKDA) s.g = s.gsc;  // gate_of reads g[r] for gdn
   copy_rows_async(s.dA, kLdC, bp.dAc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  copy_rows_async(s.dL, kLdC, bp.Wc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
+  copy_rows_async(s.dL, kLdC, bp.Wc + blk * kChunk * kChunk, kChunk, p.gla ? 0 : kChunk, 0, kChunk);  // gla: dL = 0
   copy_rows_async(s.q, kLdS, bp.qn + (int64_t(ck.t0) * p.H + h) * K, int64_t(p.H) * K, L, d0, kSlab);
   copy_rows_async(s.k, kLdS, bp.kn + (int64_t(ck.t0) * p.H + h) * K, int64_t(p.H) * K, L, d0, kSlab);
   copy_gates_async<kKDA>(s.g, kLdS, p, ck, hv, d0, kSlab);

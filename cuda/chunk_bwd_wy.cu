@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_con
 
 }  // namespace
 
-void launch_bwd_wy(const BwdParams& bp, cudaStream_t stream) {
+void launch_bwd_wy_kernel(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   dispatch_key_dim(p.K, [&](auto kd) {
     constexpr int KD = decltype(kd)::value;

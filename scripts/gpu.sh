@@ -43,7 +43,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   done
   if "$BUILD/kcp" help 2>&1 | grep -qE '^  check '; then
     # Every tensor of every file against FLA's results, gradients included (the CUDA backward);
-    # what cuda-chunkwise does not support (gla's backward) is reported as skipped with the reason.
+    # what cuda-chunkwise does not support is reported as skipped with the reason.
     run_suite golden_check "$BUILD/kcp" check --backend cuda-chunkwise --precision f32 data/golden
   else
     echo "golden check: this build has no 'kcp check': skipped"

@@ -32,10 +32,12 @@ TEST_CASE("supports() matches the instantiated kernels and names every limit") {
   const Support no_v = be->supports(problem(Variant::gdn, 64, 48));
   CHECK(!no_v);
   CHECK(no_v.reason.find("multiple of") != std::string::npos);
-  CHECK(be->supports(problem(Variant::gla, 64, 64)));  // forward only:
-  const Support no_gla_bwd = be->supports_backward(problem(Variant::gla, 64, 64));
-  CHECK(!no_gla_bwd);
-  CHECK(no_gla_bwd.reason.find("gla backward") != std::string::npos);
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla}) {  // the backward follows the forward
+    INFO(variant_name(var));
+    CHECK(be->supports(problem(var, 64, 64)));
+    CHECK(be->supports_backward(problem(var, 64, 64)));
+    CHECK(!be->supports_backward(problem(var, 64, 48)));
+  }
   CHECK(!be->supports(problem(Variant::gdn, 64, 64, 32)));
   CHECK(!be->supports(problem(Variant::gdn, 64, 64, 64, DType::f64)));
   CHECK(be->supports(problem(Variant::kda, 128, 128)));

@@ -1,7 +1,7 @@
-// cuda-chunkwise backward (cuda/chunk_bwd.cuh):
+// cuda-chunkwise backward (cuda/chunk_bwd.cuh) of gdn, kda and gla:
 //  1. stages: after one backward, each float32 workspace buffer against its CPU chunkwise twin
 //     (reference/chunkwise_backward.cpp, float64, on the same inputs): dh and dvnew (stage dhu),
-//     dq/dk per value head, dbeta w.r.t. the effective beta and da w.r.t. the log decay (stage chunk),
+//     dq/dk per value head, dbeta w.r.t. the effective beta (not gla) and da w.r.t. the log decay (stage chunk),
 //     in pipeline order, so the first failing buffer names the kernel;
 //  2. the whole gradient against the float64 oracle (cpu-recurrent) over the forward tests' sweep:
 //     lengths 1, 63, 64, 65, odd long, packed sequences, grouped value heads, every flag, q/k/v in
@@ -65,7 +65,7 @@ std::vector<BwdCase> sweep(uint64_t seed) {
                                   {1, 333, {}, 2, 2, 128, 128},      {1, 0, {129, 255}, 1, 2, 128, 96}};
   const DType dtypes[] = {DType::bf16, DType::f32, DType::f16};
   std::vector<BwdCase> out;
-  for (Variant var : {Variant::gdn, Variant::kda})
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
     for (size_t li = 0; li < layouts.size(); ++li)
       for (int f = 0; f < 10; ++f) {
         if ((li + size_t(f)) % 3 != 0 && f != 0) continue;  // every flag on some layouts, plain on all
@@ -75,13 +75,16 @@ std::vector<BwdCase> sweep(uint64_t seed) {
         Flags& fl = s.flags;
         switch (f) {
           case 1: fl.use_qk_l2norm_in_kernel = true; break;
-          case 2: fl.use_beta_sigmoid_in_kernel = true; break;
-          case 3: fl.use_beta_sigmoid_in_kernel = fl.allow_neg_eigval = true; break;
+          case 2:
+          case 3:
+            if (var == Variant::gla) continue;  // gla has no beta
+            fl.use_beta_sigmoid_in_kernel = true, fl.allow_neg_eigval = f == 3;
+            break;
           case 4: fl.use_gate_in_kernel = true; break;
           case 5: fl.use_gate_in_kernel = true, s.dt_bias = false; break;
           case 6:
           case 7:
-            if (var == Variant::gdn) continue;
+            if (var == Variant::gdn) continue;  // per-channel gates only (kda, gla)
             fl.use_gate_in_kernel = true, fl.lower_bound = -5.0, fl.safe_gate = true, s.A_log = f == 6;
             break;
           case 8: fl.state_v_first = true; break;
@@ -166,7 +169,7 @@ TEST_CASE("cuda-chunkwise backward matches the float64 oracle" * doctest::skip(!
 TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctest::skip(!test::gpu_present())) {
   auto gpu = cuda::make_cuda_backend();
   const uint64_t seed = val::seed_from_env(801);
-  for (Variant var : {Variant::gdn, Variant::kda})
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
     for (DType dt : {DType::f32, DType::bf16}) {
       val::CaseSpec s;
       s.variant = var, s.seqlens = {70, 0, 130, 1}, s.H = 1, s.HV = 2, s.K = 64, s.V = 32, s.seed = seed;
@@ -179,7 +182,7 @@ TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctes
         cuda::Pipeline pipe(gpu->queue());
         pipe.backward(p32, din.views, {d_o.view, dht.view}, {});
         const cuda::BackwardBuffers& b = pipe.backward_buffers();
-        const int64_t TT = p64.T, Kg = var == Variant::kda ? p64.K : 1;
+        const int64_t TT = p64.T, Kg = p64.per_channel_gate() ? p64.K : 1;
         const double kNaN = std::nan("");
         Tensor<double> dh(b.dh.shape, kNaN), dvnew(b.dvnew.shape, kNaN), dqv(b.dqv.shape, kNaN), dkv(b.dkv.shape, kNaN);
         Tensor<double> dbeta({TT, p64.HV}, kNaN), da({TT, p64.HV, Kg}, kNaN);
@@ -199,7 +202,7 @@ TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctes
               for (int64_t j = 0; j < p64.V; ++j) dvnew(tt, hv, j) = t.chunk[size_t(ci)].dvnew(rr, j);
               for (int64_t i = 0; i < p64.K; ++i) dqv(tt, hv, i) = t.grads.dq(r, i), dkv(tt, hv, i) = t.grads.dk(r, i);
               for (int64_t i = 0; i < Kg; ++i) da(tt, hv, i) = t.grads.da(r, i);
-              dbeta(tt, hv) = t.grads.dbeta(r);
+              if (p64.delta_rule()) dbeta(tt, hv) = t.grads.dbeta(r);
             }
           }
           chunk0 += nt;
@@ -211,7 +214,7 @@ TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctes
         if (!check_tensor("dhu:dvnew", nm, test::to_host(*gpu, b.dvnew), dvnew.view(), bar)) return;
         check_tensor("chunk:dq", nm, test::to_host(*gpu, b.dqv), dqv.view(), bar);
         check_tensor("chunk:dk", nm, test::to_host(*gpu, b.dkv), dkv.view(), bar);
-        check_tensor("chunk:dbeta", nm, test::to_host(*gpu, b.dbeta_e), dbeta.view(), bar);
+        if (p64.delta_rule()) check_tensor("chunk:dbeta", nm, test::to_host(*gpu, b.dbeta_e), dbeta.view(), bar);
         check_tensor("chunk:da", nm, test::to_host(*gpu, b.da), da.view(), bar);
       }
     }
@@ -221,7 +224,7 @@ TEST_CASE("transition_backward of a range of sequences matches the oracle's (dS_
   auto gpu = cuda::make_cuda_backend();
   auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
   const uint64_t seed = val::seed_from_env(802);
-  for (Variant var : {Variant::gdn, Variant::kda})
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})  // gla: M^T is diagonal
     for (DType dt : {DType::f32, DType::bf16}) {
       const val::CaseSpec s = test::transition_case_spec(var, dt, seed);
       SUBCASE((s.name() + " qkv=" + std::string(dtype_name(dt))).c_str()) {

@@ -1,9 +1,12 @@
-// The issue's accuracy bar on FLA's golden dumps (data/golden): for every gdn / kda file and each
+// The issue's accuracy bar on FLA's golden dumps (data/golden): for every gdn / kda / gla file and each
 // forward output (o, final_state), the error of cuda-chunkwise against the float64 oracle
 // (cpu-recurrent on the file's inputs) is no larger than the error of FLA's own chunk kernels
 // (/fla_chunk) against the same oracle, measured by FLA's err_ratio (fla_ratio). q, k, v go to the
 // device in the file's input dtype and o is written in it, as in FLA's run; gates, beta, states in
 // float32. The bar comes from the file itself, case by case.
+// The same bar for the gradients of the gla files (issue 16: dq, dk, dv, dg, dinitial_state, tensor by
+// tensor; dq, dk, dv and do in the input dtype, the rest float32, as FLA's chunk_gla). The gdn / kda
+// golden gradients are judged by `kcp check` (validation/policy.h).
 // Each file prints both errors. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
@@ -17,6 +20,7 @@
 #include "reference/backend_cpu.h"
 #include "tests/cuda/cuda_support.h"
 #include "validation/compare.h"
+#include "validation/dump_runner.h"
 
 using namespace kcp;
 
@@ -40,6 +44,32 @@ TensorView stage(Backend& gpu, std::vector<test::DeviceTensor>& keep, const Tens
   return keep.back().view;
 }
 
+struct StagedInputs {
+  std::vector<test::DeviceTensor> keep;
+  Inputs in;
+};
+StagedInputs stage_inputs(Backend& gpu, const io::OpCall& call) {
+  StagedInputs s;
+  s.keep.reserve(8);
+  const Inputs& h = call.inputs;
+  const DType in_dt = call.input_dtype, f32 = DType::f32;
+  s.in = Inputs{stage(gpu, s.keep, h.q, in_dt),       stage(gpu, s.keep, h.k, in_dt),     stage(gpu, s.keep, h.v, in_dt),
+                stage(gpu, s.keep, h.g, f32),         stage(gpu, s.keep, h.beta, f32),    stage(gpu, s.keep, h.A_log, f32),
+                stage(gpu, s.keep, h.dt_bias, f32),   stage(gpu, s.keep, h.initial_state, f32)};
+  return s;
+}
+
+// One tensor: cuda-chunkwise's fla_ratio against the oracle no larger than FLA's (printed as a row).
+void judge(const std::string& file, const std::string& name, const TensorView& fla, const Tensor<double>& ours,
+           const TensorView& ref) {
+  const double e_fla = val::compare(fla, ref).fla_ratio;
+  const val::Metrics m = val::compare(ours.view(), ref);
+  std::printf("| %s | %s | %.3e | %.3e |\n", file.c_str(), name.c_str(), e_fla, m.fla_ratio);
+  INFO(file, " ", name, ": cuda-chunkwise ", m.fla_ratio, " vs FLA ", e_fla);
+  CHECK(m.nan_a == 0);
+  CHECK(m.fla_ratio <= e_fla);
+}
+
 }  // namespace
 
 TEST_CASE("cuda-chunkwise forward is at least as accurate as FLA on every golden file" *
@@ -61,15 +91,10 @@ TEST_CASE("cuda-chunkwise forward is at least as accurate as FLA on every golden
       Problem p = call.problem;
       p.compute = DType::f32;
       REQUIRE(gpu->supports(p));
-      std::vector<test::DeviceTensor> keep;
-      const Inputs& h = call.inputs;
-      const DType in_dt = call.input_dtype, f32 = DType::f32;
-      const Inputs in{stage(*gpu, keep, h.q, in_dt), stage(*gpu, keep, h.k, in_dt), stage(*gpu, keep, h.v, in_dt),
-                      stage(*gpu, keep, h.g, f32), stage(*gpu, keep, h.beta, f32), stage(*gpu, keep, h.A_log, f32),
-                      stage(*gpu, keep, h.dt_bias, f32), stage(*gpu, keep, h.initial_state, f32)};
+      StagedInputs st = stage_inputs(*gpu, call);
       test::DeviceTensor o = test::poisoned(*gpu, call.input_dtype, shape_v(p));
       test::DeviceTensor ht = test::poisoned(*gpu, DType::f32, shape_state(p));
-      gpu->forward(p, in, {o.view, ht.view});
+      gpu->forward(p, st.in, {o.view, ht.view});
       const io::DumpGroup* fla = d.group("fla_chunk");
       REQUIRE(fla != nullptr);
       for (const char* name : {"o", "final_state"}) {
@@ -77,12 +102,54 @@ TEST_CASE("cuda-chunkwise forward is at least as accurate as FLA on every golden
         if (!ds) continue;
         const Tensor<double>& r = std::string(name) == "o" ? ref.o : ref.final_state;
         const Tensor<double> ours = test::to_host(*gpu, std::string(name) == "o" ? o.view : ht.view);
-        const double e_fla = val::compare(ds->data.view(), r.view()).fla_ratio;
-        const val::Metrics m = val::compare(ours.view(), r.view());
-        std::printf("| %s | %s | %.3e | %.3e |\n", file.c_str(), name, e_fla, m.fla_ratio);
-        INFO(file, " ", name, ": cuda-chunkwise ", m.fla_ratio, " vs FLA ", e_fla);
-        CHECK(m.nan_a == 0);
-        CHECK(m.fla_ratio <= e_fla);
+        judge(file, name, ds->data.view(), ours, r.view());
+        ++judged;
+      }
+    }
+  }
+  CHECK(judged > 0);
+}
+
+TEST_CASE("cuda-chunkwise gla backward is at least as accurate as FLA on the gla golden files" *
+          doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  std::printf("| file | gradient | FLA fla_chunk err | cuda-chunkwise err |\n|---|---|---|---|\n");
+  int judged = 0;
+  for (const std::string& f : golden_files()) {
+    const io::Dump d = io::dump_read(f);
+    if (d.op != "gla") continue;
+    const std::string file = std::filesystem::path(f).filename().string();
+    SUBCASE(file.c_str()) {
+      const io::OpCall call = io::dump_op_call(d, DType::f64);
+      REQUIRE(!call.cotangents.d_o.empty());
+      const val::Results ref = val::run_op_call(*oracle, call);  // o, final_state and the gradients, float64
+      Problem p = call.problem;
+      p.compute = DType::f32;
+      REQUIRE(gpu->supports_backward(p));
+      StagedInputs st = stage_inputs(*gpu, call);
+      std::vector<test::DeviceTensor> cot;
+      const Cotangents dc{stage(*gpu, cot, call.cotangents.d_o, call.input_dtype),
+                          stage(*gpu, cot, call.cotangents.d_final_state, DType::f32)};
+      std::vector<std::pair<std::string, test::DeviceTensor>> out;
+      out.reserve(5);
+      Grads gr;
+      auto put = [&](const char* name, DType dt, const Shape& shape, TensorView& v) {
+        out.emplace_back(name, test::poisoned(*gpu, dt, shape));
+        v = out.back().second.view;
+      };
+      put("dq", call.input_dtype, shape_qk(p), gr.dq), put("dk", call.input_dtype, shape_qk(p), gr.dk);
+      put("dv", call.input_dtype, shape_v(p), gr.dv), put("dg", DType::f32, shape_g(p), gr.dg);
+      if (!st.in.initial_state.empty()) put("dinitial_state", DType::f32, shape_state(p), gr.d_initial_state);
+      gpu->backward(p, st.in, dc, gr);
+      const io::DumpGroup* fla = d.group("fla_chunk");
+      REQUIRE(fla != nullptr);
+      for (auto& [name, t] : out) {
+        const io::DumpDataset* ds = fla->find(name);
+        INFO(file, ": ", name);
+        REQUIRE(ds != nullptr);  // every gradient is judged
+        REQUIRE(ref.count(name) == 1);
+        judge(file, name, ds->data.view(), test::to_host(*gpu, t.view), ref.at(name).view());
         ++judged;
       }
     }
