@@ -1,6 +1,7 @@
 // ForwardingBackend: a Backend that passes every call to another one. Subclasses override what they
-// change and call the base for the real work: the segmented forward (segment/segmented_backend.h), and
-// tests and tools that observe or perturb one operation (count calls, inject a fault, track memory).
+// change and call the base for the real work: the segmented forward (segment/segmented_backend.h), the
+// shape adapter (core/padded_backend.h), and tests and tools that observe or perturb one operation
+// (count calls, inject a fault, track memory).
 // Used by segment/, tests/cp/test_cp_mpi.cpp, tests/cp/cp_fault_job.cpp, tests/validation/test_dump_runner.cpp.
 #pragma once
 
@@ -38,6 +39,7 @@ class ForwardingBackend : public Backend {
   }
   std::string explain_forward(const Problem& p) const override { return inner_->explain_forward(p); }
   Queue& queue() const override { return inner_->queue(); }
+  Device device() const override { return inner_->device(); }  // without creating the inner queue
 
  protected:
   Backend& inner() const { return *inner_; }

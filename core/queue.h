@@ -9,6 +9,7 @@
 //   views:    copy_view(dst, src)  dst = src, same shape (rank <= 4), any strides, any float dtypes
 //             add_view(dst, src)   dst += src (same rules)
 //             fill_zero(dst)
+//             pad_view(dst, src)   dst = src zero-extended (dst's extent >= src's on every axis)
 //   algebra on packed transitions (core/transition.h): fold, scan, compose, start, identity
 //   device facts: multiprocessor_count() (what a planner fills: CUDA SMs; 1 on the host)
 // Views passed to a queue must live on its device(); the host versions of the view and algebra
@@ -60,6 +61,10 @@ class Queue {
   virtual void copy_view(const TensorView& dst, const TensorView& src) = 0;
   virtual void add_view(const TensorView& dst, const TensorView& src) = 0;
   virtual void fill_zero(const TensorView& dst) = 0;
+  // dst = src zero-extended: same rank (<= 4), dst.dim(i) >= src.dim(i); dst's elements inside src's
+  // extent get src's values (dtype converted), every other element 0. Default: fill_zero, then
+  // copy_view into the leading corner; the CUDA queue does it in one pass.
+  virtual void pad_view(const TensorView& dst, const TensorView& src);
 
   // Packed transitions [.., HV, K, V+K] (core/transition.h), float32 or float64 (one dtype per call).
   // fold:     x = x0 (zeros when x0 is empty); for j = first .. first+count-1 (or the reverse order):

@@ -135,4 +135,8 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaQueueOptions& opt) {
   return std::make_unique<CudaChunkwiseBackend>(opt);
 }
 
+PadRule pad_rule() {
+  return {"cuda-chunkwise", std::vector<int64_t>(std::begin(kKeyDims), std::end(kKeyDims)), kValueTile, 64, {16, 32}};
+}
+
 }  // namespace kcp::cuda

@@ -10,18 +10,26 @@
 //   backward, transition_backward: gdn, kda and gla (supports_backward() = supports(); gla runs kda's
 //                        backward stages without the delta rule: dv = dvnew, no dbeta, M^T diagonal).
 // supports(): gdn, kda and gla, chunk_size 64, K in {32, 64, 128}, V a multiple of 32,
-// compute = float32 (products on TF32 tensor cores; 3xTF32 when the inputs are float32).
+// compute = float32 (products on TF32 tensor cores; 3xTF32 when the inputs are float32). The registry's
+// "cuda-chunkwise" adds, through zero padding (pad_rule() below), K <= 128, any V, chunk_size 16 and 32.
 // Plain C++ header: no CUDA types. Covered by tests/cuda/test_cuda_backend.cpp and the suites in tests/cuda/.
 #pragma once
 
 #include <memory>
 
 #include "core/backend.h"
+#include "core/pad_plan.h"
 #include "cuda/queue_cuda.h"
 
 namespace kcp::cuda {
 
 // A backend on opt.device (default: the current device) and opt.stream (default: its own stream).
 std::unique_ptr<Backend> make_cuda_backend(const CudaQueueOptions& opt = {});
+
+// What the kernels are instantiated for, as the shape adapter's rule (core/padded_backend.h): K in
+// kKeyDims (smaller K zero-padded up), V padded to a multiple of kValueTile, chunk_size 16 and 32
+// computed with 64-token chunks. The registry's "cuda-chunkwise" is make_cuda_backend() wrapped by the
+// segmented forward and then by PaddedBackend with this rule (validation/registry.cpp).
+PadRule pad_rule();
 
 }  // namespace kcp::cuda

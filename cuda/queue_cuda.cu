@@ -106,6 +106,10 @@ class CudaQueue final : public Queue {
   void copy_view(const TensorView& dst, const TensorView& src) override { view_op(ViewOp::copy, dst, src); }
   void add_view(const TensorView& dst, const TensorView& src) override { view_op(ViewOp::add, dst, src); }
   void fill_zero(const TensorView& dst) override { view_op(ViewOp::zero, dst, dst); }
+  void pad_view(const TensorView& dst, const TensorView& src) override {
+    DeviceGuard g(device_);
+    launch_pad_view(dst, src, stream_);
+  }
 
   void transition_fold(const TensorView& elems, int64_t first, int64_t count, bool reverse, const TensorView& x0,
                        const TensorView& out) override {

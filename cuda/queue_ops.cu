@@ -79,6 +79,22 @@ __global__ void view_op_kernel(ViewOp op, Strided4 dst, Strided4 src, int64_t to
   }
 }
 
+// dst = src zero-extended: one pass over dst's index space; an element inside src's extent on every
+// axis is copied, the rest written 0 (the padding of the shape adapter, core/padded_backend.h).
+__global__ void pad_kernel(Strided4 dst, Strided4 src, int64_t total) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t d_off = 0, s_off = 0, flat = i;
+    bool inside = true;
+    for (int d = 3; d >= 0; --d) {
+      const int64_t x = flat % dst.n[d];
+      flat /= dst.n[d];
+      d_off += x * dst.s[d], s_off += x * src.s[d];
+      inside = inside && x < src.n[d];
+    }
+    store_d(dst.p, dst.dt, d_off, inside ? load_d(src.p, src.dt, s_off) : 0.0);
+  }
+}
+
 // A [HV, K, X] block of a packed element (row stride and head stride in elements).
 template <class S>
 struct Mats {
@@ -220,6 +236,18 @@ void launch_view_op(ViewOp op, const TensorView& dst, const TensorView& src, cud
   if (total == 0) return;
   const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 4096));
   view_op_kernel<<<blocks, 256, 0, stream>>>(op, d, s, total);
+  KCP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_pad_view(const TensorView& dst, const TensorView& src, cudaStream_t stream) {
+  const Strided4 d = strided4(dst, "pad_view"), s = strided4(src, "pad_view");
+  KCP_CHECK(dst.rank() == src.rank(), "pad_view: ranks differ: dst ", shape_str(dst.shape), ", src ", shape_str(src.shape));
+  for (int i = 0; i < 4; ++i)
+    KCP_CHECK(s.n[i] <= d.n[i], "pad_view: src ", shape_str(src.shape), " does not fit in dst ", shape_str(dst.shape));
+  const int64_t total = dst.numel();
+  if (total == 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, 4096));
+  pad_kernel<<<blocks, 256, 0, stream>>>(d, s, total);
   KCP_CUDA_LAUNCH_CHECK();
 }
 

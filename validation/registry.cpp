@@ -1,6 +1,7 @@
 // backend_create(): the registry of compiled-in backends.
 #include "validation/registry.h"
 
+#include "core/padded_backend.h"
 #include "reference/backend_cpu.h"
 #include "segment/segmented_backend.h"
 #ifdef KCP_HAS_CUDA_BACKEND
@@ -28,9 +29,11 @@ std::unique_ptr<Backend> backend_create(std::string_view name, const BackendOpti
   if (name == "cpu-recurrent") return host_backend(ref::CpuAlgorithm::recurrent, opt);
   if (name == "cpu-chunkwise") return host_backend(ref::CpuAlgorithm::chunkwise, opt);
 #ifdef KCP_HAS_CUDA_BACKEND
-  if (name == "cuda-chunkwise")
-    return seg::make_segmented_backend(cuda::make_cuda_backend({opt.device, nullptr}),
-                                       opt.segment ? *opt.segment : seg::segment_options_from_env("KCP_CUDA_SEGMENT"));
+  if (name == "cuda-chunkwise") {  // shapes padded outermost: the segmented plan sees the kernels' chunk size
+    auto split = seg::make_segmented_backend(cuda::make_cuda_backend({opt.device, nullptr}),
+                                             opt.segment ? *opt.segment : seg::segment_options_from_env("KCP_CUDA_SEGMENT"));
+    return make_padded_backend(std::move(split), cuda::pad_rule());
+  }
 #endif
   std::string known;
   for (const auto& n : backend_names()) known += (known.empty() ? "" : ", ") + n;

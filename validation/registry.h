@@ -2,6 +2,8 @@
 // The only place that knows which backends exist. cuda-chunkwise comes wrapped in the segmented
 // forward (intra-card CP, segment/segmented_backend.h): automatic unless KCP_CUDA_SEGMENT or
 // BackendOptions::segment says otherwise; a host backend is wrapped only when `segment` is given.
+// Outermost, cuda-chunkwise is wrapped in the shape adapter (core/padded_backend.h, cuda::pad_rule()):
+// K below 128, V not a multiple of 32 and chunk_size 16 or 32 run zero-padded on the instantiated kernels.
 #pragma once
 
 #include <memory>

@@ -1,12 +1,15 @@
 // What cuda-chunkwise promises without running a kernel, so it runs on CI (no GPU): supports() is
 // derived from the instantiated head sizes and states every limit; backward and
 // transition_backward are supported with the forward and reject host views; host views are rejected by name before any
-// CUDA call.
+// CUDA call. The registry's cuda-chunkwise (shape adapter, core/padded_backend.h) accepts K = 16 .. 128, any V and
+// chunk_size 32, and names the K <= 128 limit (its kernels: tests/cuda/test_cuda_shapes.cpp).
 #include <doctest/doctest.h>
 
+#include "core/padded_backend.h"
 #include "cuda/backend_cuda.h"
 #include "cuda/key_dims.h"
 #include "validation/cases.h"
+#include "validation/registry.h"
 
 using namespace kcp;
 
@@ -69,4 +72,28 @@ TEST_CASE("host views are rejected with the argument's name") {
   const Problem p = c.problem(DType::f32);
   auto out = val::make_outputs<float>(p, true);
   CHECK_THROWS_WITH_AS(be->forward(p, c.inputs(), out.views()), doctest::Contains("q must be a CUDA device view"), Error);
+}
+
+TEST_CASE("the registry's cuda-chunkwise accepts padded shapes and names the K limit") {
+  auto be = val::backend_create("cuda-chunkwise");
+  auto problem = [](Variant var, int64_t K, int64_t V, int64_t C) {
+    val::CaseSpec s;
+    s.variant = var, s.K = K, s.V = V, s.chunk_size = C, s.T = 5;
+    return val::make_case(s).problem(DType::f32);
+  };
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
+    for (int64_t K : {16, 48, 96, 128})
+      for (int64_t V : {16, 40, 72})
+        for (int64_t C : {32, 64}) {
+          INFO(variant_name(var), " K=", K, " V=", V, " C=", C);
+          CHECK(be->supports(problem(var, K, V, C)));
+          CHECK(bool(be->supports_backward(problem(var, K, V, C))) ==
+                bool(be->supports_backward(problem(var, 64, 64, 64))));
+        }
+  const Support k256 = be->supports(problem(Variant::gdn, 256, 64, 64));
+  CHECK(!k256);
+  CHECK(k256.reason.find("K <= 128") != std::string::npos);
+  CHECK(!be->supports(problem(Variant::kda, 256, 40, 32)));
+  CHECK(dynamic_cast<PaddedBackend&>(*be).plan(problem(Variant::kda, 48, 40, 32)).describe() ==
+        "pad K 48->64, V 40->64; chunk 32->64");
 }
