@@ -48,6 +48,9 @@ std::vector<std::string> str_list(const std::string& s) {
 }
 
 // FLA's Triton forward+backward on the same H100 (issue 11, FLA bc3b101d, bf16, K = V = 128).
+// The recorded FLA figures are for one sequence, K = V = 128, bf16 q/k/v: other rows print none.
+bool fla_shape(const Problem& p, DType qkv) { return p.N == 1 && p.K == 128 && p.V == 128 && qkv == DType::bf16; }
+
 double fla_fwd_bwd_ms(Variant var, int64_t T, int64_t H) {
   if (H != 16) return 0;
   if (var == Variant::gdn) return T == 8192 ? 2.61 : T == 32768 ? 5.27 : 0;
@@ -125,7 +128,7 @@ Row bench_backward(Backend& be, const Problem& p, std::vector<BenchInputs>& in, 
   std::vector<double> ms;
   for (int i = 0; i < repeat; ++i) ms.push_back(be.queue().time_ms([&] { run(i); }));
   std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2], fla = p.N > 1 ? 0 : fla_fwd_bwd_ms(p.variant, p.T, p.H);
+  const double med = ms[ms.size() / 2], fla = fla_shape(p, in[0].in.q.dtype) ? fla_fwd_bwd_ms(p.variant, p.T, p.H) : 0;
   char buf[256];
   std::snprintf(buf, sizeof buf, "%.3f | %.3f | - | - | - | - | %s | %s | %s | %s |", med, ms.front(),
                 fla > 0 ? detail::concat(fla).c_str() : "-",
@@ -183,7 +186,7 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
   const double bytes = th * (es * (2 * Kd + 2 * Vd) + 4 * gw + 4);
   const double flops = th * (4 * C * Kd + C * C / 3 + 2 * C * (Kd + Vd) + 6 * Kd * Vd + 2 * C * Vd);
   const double fused = th * (6 * Kd * Vd + 4 * C * (Kd + Vd));
-  const double lb_ms = std::max(fused / 800e12, bytes / 3.0e12) * 1e3, fla = seqs > 1 ? 0 : fla_ms(var, T, H);  // FLA was timed on one sequence
+  const double lb_ms = std::max(fused / 800e12, bytes / 3.0e12) * 1e3, fla = fla_shape(p, dt) ? fla_ms(var, T, H) : 0;
   char buf[256];
   std::snprintf(buf, sizeof buf, "%.3f | %.3f | %.0f | %.1f | %.0f | %.0f%% | %s | %s | %s | %s |", med, ms.front(),
                 bytes / med * 1e-6, flops / med * 1e-9, lb_ms * 1e3, 100 * lb_ms / med,

@@ -129,6 +129,25 @@ void check_backward(Backend& gpu, Backend& oracle, const ShapeCase& sc, const va
   }
 }
 
+// M (and M^T) is a product of per-token transitions, each a contraction with entries <= 1; its
+// natural scale is the identity's, the state it multiplies is O(1), and on the long softplus-gated
+// sequences here it decays to 1e-6 .. 1e-115 (below float32's range: stored 0 or subnormal, the
+// reason the plain rel_l2 is meaningless there). An error in M matters through M S, so it is measured
+// against max(||M||, ||I||) (||I|| = sqrt(HV K)): the same bar, relative to the identity once M has
+// decayed below it. test_cuda_transition.cpp judges M with the plain rel_l2 on gates that keep M O(1).
+void check_transition_m(const char* what, const std::string& name, const Tensor<double>& got, const TensorView& ref,
+                        double bar) {
+  const val::Metrics m = val::compare(got.view(), ref);
+  const double ref_norm = m.ref_rms * std::sqrt(double(m.n)), id_norm = std::sqrt(double(ref.shape[0] * ref.shape[1]));
+  const double err = (m.rel_l2 > 0 ? m.rel_l2 * ref_norm : 0) / std::max(ref_norm, id_norm);
+  std::printf("  %-16s err/max(|M|,|I|) %.3e  rel_l2 %.3e  (bar %.1e)  %s\n", what, err, m.rel_l2, bar, name.c_str());
+  INFO(what, ": err ", err, ", rel_l2 ", m.rel_l2, ", max_abs ", m.max_abs, " at ", val::index_str(m.max_abs_at), ", NaN ",
+       m.nan_a);
+  CHECK(m.nan_a == 0);
+  CHECK(m.finite_ok());
+  CHECK(err <= bar);
+}
+
 void check_transitions(Backend& gpu, Backend& oracle, const ShapeCase& sc, const val::CaseData& c, bool backward) {
   const Problem p64 = c.problem(DType::f64), p32 = c.problem(DType::f32);
   test::DeviceInputs din = test::upload_inputs(gpu, c, sc.qkv);
@@ -146,7 +165,7 @@ void check_transitions(Backend& gpu, Backend& oracle, const ShapeCase& sc, const
     for (int64_t i = 0; i < count; ++i) {
       const TensorView g = transition_element(got.view(), i), r = transition_element(ref.view(), first + i);
       check_tensor(backward ? "ds_ext" : "s_ext", sc.name(), to_tensor<double>(transition_s(g)), transition_s(r), bar);
-      check_tensor(backward ? "m_t" : "m", sc.name(), to_tensor<double>(transition_m(g)), transition_m(r), bar);
+      check_transition_m(backward ? "m_t" : "m", sc.name(), to_tensor<double>(transition_m(g)), transition_m(r), bar);
     }
   }
 }
