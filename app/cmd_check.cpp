@@ -3,7 +3,9 @@
 // For each dump (folders expand to their *.h5): run the backend (default: the float64 token
 // recurrence) on /inputs with the file's flags, compare every tensor of every result group with the
 // backend's result under the policy (policy.h) or the user's bars (report.h), print one row per
-// (group, tensor). Exit status: 0 when nothing fails (warnings allowed), 1 when a tensor fails, 2 when
+// (group, tensor); a chunkwise CP rank file with FLA's transitions (/debug/cp_transition_fwd, _bwd) also
+// gets rows debug/cp_transition_*.{S,M,dS,MT} against the oracle's (validation/cp_transition_check.h).
+// Exit status: 0 when nothing fails (warnings allowed), 1 when a tensor fails, 2 when
 // a file cannot be checked, 3 when nothing was judged (no result group, every tensor skipped, or
 // --select matched nothing). --write FILE keeps the dump plus the oracle's results as a group (a
 // folder when several PATHs); --json FILE writes every verdict (json_out.h); --plot DIR draws the
@@ -11,7 +13,7 @@
 // prints its elapsed time on stderr every few seconds. Each file is read and checked in a child
 // process (app/isolate.h): a crash or hang of the HDF5 library on a corrupt file is one error line for
 // that file, and the next file is still checked; its JSON record comes back through the isolation.
-// Covered by tests/validation/test_cli.cpp and the `golden` ctest label (docs/GOLDEN.md).
+// Covered by tests/validation/test_cli.cpp, test_cp_transition.cpp and the `golden` ctest label (docs/GOLDEN.md).
 #include <algorithm>
 #include <cmath>
 #include <chrono>
@@ -27,6 +29,7 @@
 #include "app/plot.h"
 #include "app/commands.h"
 #include "app/isolate.h"
+#include "validation/cp_transition_check.h"
 #include "validation/dump_runner.h"
 #include "validation/layer_check.h"
 #include "validation/registry.h"
@@ -126,6 +129,25 @@ void check_layer_file(const io::Dump& d, const CheckOptions& o, CheckedFile& f) 
   std::printf("   %s\n", t.summary().c_str());
 }
 
+// FLA's per-rank CP transitions (/debug/cp_transition_*, validation/cp_transition_check.h) against the
+// oracle's transition of the same local sequence, on a host backend (cpu-recurrent where `be` is not).
+void check_transitions(Backend& be, const io::Dump& d, const CheckOptions& o, Tally& t) {
+  if (std::none_of(std::begin(kTransitionRows), std::end(kTransitionRows),
+                   [&](const char* n) { return o.select.matches(kTransitionGroup, n); }))
+    return;  // --select left none of them
+  std::unique_ptr<Backend> own = be.device() == Device::host ? nullptr : backend_create("cpu-recurrent");
+  const std::vector<TransitionPair> pairs = [&] {
+    Progress progress(d.path + ": the oracle's CP transitions");
+    return cp_transition_pairs(own ? *own : be, d, o.compute);
+  }();
+  for (const TransitionPair& p : pairs) {
+    if (!o.select.matches(kTransitionGroup, p.tensor)) continue;
+    if (!p.skip.empty()) report_skip(kTransitionGroup, p.tensor, p.skip, t);
+    else if (!p.problem.empty()) report_fail(kTransitionGroup, p.tensor, p.problem, t);
+    else report_tensor(kTransitionGroup, p.tensor, p.candidate.view(), p.oracle.view(), p.stored, p.bar, t);
+  }
+}
+
 void check_file(Backend& be, const std::string& path, const CheckOptions& o, const std::string& write_to,
                 CheckedFile& f) {
   const io::Dump d = io::dump_read(path);
@@ -140,8 +162,9 @@ void check_file(Backend& be, const std::string& path, const CheckOptions& o, con
               static_cast<long long>(d.version), f.input_dtype.c_str(), f.placement.c_str());
   Tally& t = f.tally;
   const auto groups = d.result_groups();
+  const bool transitions = has_cp_transitions(d);
   if (groups.empty()) std::printf("   no result groups: nothing to compare (kcp run adds one)\n");
-  else report_header(t.user);
+  if (!groups.empty() || transitions) report_header(t.user);
   for (const io::DumpGroup* g : groups) {
     const Producer prod = producer_of(g->name, group_attr(*g, "producer"), group_attr(*g, "compute"));
     for (const io::DumpDataset& ds : g->datasets) {
@@ -156,6 +179,7 @@ void check_file(Backend& be, const std::string& path, const CheckOptions& o, con
         plot_tensor(o.plot_dir, d, g->name, ds.name, ds.data.view(), it->second.view(), row, t.user);
     }
   }
+  if (transitions) check_transitions(be, d, o, t);
   if (!write_to.empty()) {
     io::Dump out = d;
     io::DumpGroup g = results_group(run.group, run.results, run.group, o.compute);

@@ -89,6 +89,9 @@ inline constexpr double kGoldenNaiveBf16 = 3e-3;
 inline constexpr double kFlaChunkOutput = 0.005;    // o, final_state
 inline constexpr double kFlaChunkGrad = 0.008;      // dq, dk, dv, dinitial_state
 inline constexpr double kFlaChunkGateBeta = 0.02;   // dg, dbeta, dA_log, ddt_bias (fused gate)
+// FLA's per-rank CP transitions (validation/cp_transition_check.h) come from the same float32 chunk
+// chain as ht / dh0 (its bf16 w, u, gated k, float32 products of the per-chunk maps): S_ext, M and M^T
+// are held to kFlaChunkOutput (ht's), dS_ext to kFlaChunkGrad (dh0's), with FLA's absolute pass.
 // KDA's test_chunk is stricter on the fused-gate parameters than GDN's: ddt_bias 0.008, and dA_log
 // 0.003 as a warning only (FLA does not fail on it; docs/ALGORITHMS.md section 6). GDN keeps kFlaChunkGateBeta.
 inline constexpr double kFlaChunkKdaDtBias = 0.008;

@@ -9,6 +9,13 @@ autograd gives the gradients. Written from ALGORITHMS.md section 2 (FLA's meanin
   gla         S <- diag(exp(g_t)) S + k_t v_t^T;  o_t = scale S^T q_t
 Outputs in v's dtype, final state float32. PLANT = {"o": 0.01} scales o by 1.01 (a planted error);
 {"dq": 0.01} scales the gradient of q. Used by tests/tools/test_kcp_capture.py.
+With a cp_context whose group is set, the kernels also go through FLA's two exchange points, as
+fla.ops.cp.chunk_delta_h has them (docs/CP.md "FLA's own CP judged by kcp"): the forward all-gathers
+(S_ext | M) [HV, K, V+K] of the last local sequence unless it ends on this rank, the backward
+(dS_ext | M^T) of the first local sequence unless it starts here, zeros otherwise; naive float32 math
+from the prepared q, k, v, gate and beta. Nothing gathered is merged (the stand-in passes no state), so
+o and the gradients of a sequence cut at a rank edge are those of its local pieces. Used by
+tests/tools/test_fla_cp_capture.py through scripts/fla_cp_capture.py, which taps all_gather_into_tensor.
 """
 from dataclasses import dataclass
 
@@ -72,6 +79,80 @@ def _recurrence(q, k, v, a, beta, scale, h0, cu_seqlens, state_v_first, per_chan
     return torch.stack([torch.stack(r) for r in rows]), torch.stack(finals)
 
 
+def all_gather_into_tensor(inp, out=None, group=None, async_op=False):
+    """FLA's fla.ops.cp.comm.all_gather_into_tensor, here over dist.all_gather (gloo on the CPU)."""
+    import torch.distributed as dist
+    parts = [torch.empty_like(inp) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, inp.contiguous(), group=group)
+    gathered = torch.stack(parts)
+    if out is not None:
+        out.copy_(gathered)
+    return (gathered if out is None else out), None
+
+
+def _token_maps(k, a, beta, t0, t1):
+    """Per token of [t0, t1) the state map A_t = (I - beta_t k_t k_t^T) diag(exp a_t): [n, HV, K, K]."""
+    K = k.shape[-1]
+    d = torch.exp(a[t0:t1])
+    d = d[..., None].expand(-1, -1, K) if d.dim() == 2 else d
+    kt = k[t0:t1]
+    return (torch.eye(K) - beta[t0:t1, :, None, None] * kt[..., :, None] * kt[..., None, :]) * d[..., None, :]
+
+
+def _fwd_h_pre_process(cp, args, t0, t1):
+    """FLA's forward exchange: (S_ext | M) of the local tokens [t0, t1) (the last local sequence)."""
+    q, k, v, a, beta = args
+    HV, K, V = k.shape[1], k.shape[2], v.shape[2]
+    hm = torch.zeros(HV, K, V + K)
+    if not cp.is_last_rank:
+        S, M = torch.zeros(HV, K, V), torch.eye(K).repeat(HV, 1, 1)
+        for i, A in enumerate(_token_maps(k, a, beta, t0, t1)):
+            t = t0 + i
+            S = A @ S + beta[t][:, None, None] * k[t][:, :, None] * v[t][:, None, :]
+            M = A @ M
+        hm[:, :, :V], hm[:, :, V:] = S, M
+    all_gather_into_tensor(hm, group=cp.group)
+
+
+def _bwd_dhu_pre_process(cp, args, t0, t1, scale, do):
+    """FLA's backward exchange: (dS_ext | M^T) of [t0, t1) (the first local sequence), dht = 0."""
+    q, k, v, a, beta = args
+    HV, K, V = k.shape[1], k.shape[2], v.shape[2]
+    dhm = torch.zeros(HV, K, V + K)
+    if not cp.is_first_rank:
+        G, MT = torch.zeros(HV, K, V), torch.eye(K).repeat(HV, 1, 1)
+        maps = _token_maps(k, a, beta, t0, t1)
+        for i in reversed(range(t1 - t0)):
+            G = maps[i].transpose(-1, -2) @ (G + scale * q[t0 + i][:, :, None] * do[t0 + i][:, None, :])
+            MT = maps[i].transpose(-1, -2) @ MT
+        dhm[:, :, :V], dhm[:, :, V:] = G, MT
+    all_gather_into_tensor(dhm, group=cp.group)
+
+
+class _BwdExchange(torch.autograd.Function):
+    """Identity on o whose backward runs FLA's backward exchange with do (before any input gradient)."""
+    @staticmethod
+    def forward(ctx, o, cp, args, scale):
+        ctx.cp, ctx.args, ctx.scale = cp, args, scale
+        return o.view_as(o)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cu = [int(c) for c in ctx.cp.cu_seqlens.tolist()]
+        _bwd_dhu_pre_process(ctx.cp, ctx.args, cu[0], cu[1], ctx.scale, grad[0].float())
+        return grad, None, None, None
+
+
+def _cp_exchange(cp, out, q, k, v, a, beta, scale):
+    """The forward exchange now, the backward one hooked on o (see the module's docstring)."""
+    if cp is None or cp.group is None:
+        return out
+    args = tuple(x.detach()[0] for x in (q, k, v, a, beta))  # [T, HV, ...], B = 1 under CP
+    cu = [int(c) for c in cp.cu_seqlens.tolist()]
+    _fwd_h_pre_process(cp, args, cu[-2], cu[-1])
+    return (_BwdExchange.apply(out[0], cp, args, scale),) + tuple(out[1:])
+
+
 def _finish(o, ht, v, output_final_state):
     if "o" in PLANT:
         o = o.double() * (1 + PLANT["o"])
@@ -125,7 +206,7 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     qq, kk = _prep_qk(q, k, HV, use_qk_l2norm_in_kernel)
     b = _prep_beta(beta, use_beta_sigmoid_in_kernel, allow_neg_eigval)
     o, ht = _recurrence(qq, kk, v.float(), a, b, scale, initial_state, cu_seqlens, state_v_first, True)
-    return _finish(o, ht, v, output_final_state)
+    return _cp_exchange(cp_context, _finish(o, ht, v, output_final_state), qq, kk, v.float(), a, b, scale)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
@@ -150,7 +231,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     qq, kk = _prep_qk(q, k, HV, use_qk_l2norm_in_kernel)
     b = _prep_beta(beta, use_beta_sigmoid_in_kernel, allow_neg_eigval)
     o, ht = _recurrence(qq, kk, v.float(), a, b, scale, initial_state, cu_seqlens, state_v_first, False)
-    return _finish(o, ht, v, output_final_state)
+    return _cp_exchange(cp_context, _finish(o, ht, v, output_final_state), qq, kk, v.float(), a, b, scale)
 
 
 chunk_gdn = chunk_gated_delta_rule

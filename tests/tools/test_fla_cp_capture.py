@@ -5,7 +5,11 @@ between ranks; so each rank's call is exact and the assembled global file must p
 Checks: the rank files carry the global cu_seqlens (scope "global"), token_offset and FLA's local
 cu_seqlens; `kcp assemble` + `kcp check` of kda (bf16) and gdn (float32) pass every tensor (dA_log and
 ddt_bias summed over the ranks); --h0 is FLA's refusal (exit 3); a capture whose global cu_seqlens
-contradicts the context is refused. Run by ctest (label tools) with /usr/bin/python3 (python3-torch);
+contradicts the context is refused. The stand-in goes through FLA's two exchange points (tapped by the
+script into /debug/cp_transition_fwd, _bwd): at edge cuts every rank gathers zeros (rows skipped with
+FLA's reason); with a sequence cut inside (10,20,18) rank 0's forward and rank 1's backward transition
+are judged against the oracle's in the rank files and pass (the global file does not: the stand-in
+merges nothing). Run by ctest (label tools) with /usr/bin/python3 (python3-torch);
 KCP_BIN and PYTHONPATH set by ctest. Seeded (KCP_SEED, printed).
 """
 import json
@@ -35,6 +39,15 @@ def run_script(out, *extra):
     return r.returncode, r.stdout + r.stderr
 
 
+def transition_rows(out, op, rank):
+    """{tensor: verdict} of the debug/cp_transition_* rows of rank `rank`'s file in check_ranks.json."""
+    with open(os.path.join(out, "check_ranks.json")) as f:
+        files = json.load(f)["files"]
+    name = f"{op}_L0_it0_mb0_tp0of1_cp{rank}of2.h5"
+    (record,) = [r for r in files if os.path.basename(r["path"]) == name]
+    return {t["tensor"]: t["verdict"] for t in record["tensors"] if t["group"] == "debug"}
+
+
 class FlaCpCaptureTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -57,6 +70,10 @@ class FlaCpCaptureTest(unittest.TestCase):
         with open(os.path.join(out, "check_global.json")) as f:
             record = json.load(f)
         self.assertEqual(record["exit_status"], 0, log)
+        for rank in (0, 1):  # both ranks first and last: FLA gathers zeros, kcp says why it skips them
+            rows = transition_rows(out, op, rank)
+            self.assertEqual(set(rows.values()), {"SKIP"}, log)
+            self.assertEqual(len(rows), 4, log)
         return log
 
     def test_kda_bf16_two_ranks_assemble_and_pass(self):
@@ -67,6 +84,18 @@ class FlaCpCaptureTest(unittest.TestCase):
     def test_gdn_fp32_two_ranks_assemble_and_pass(self):
         log = self.judged(self.dir.name, "gdn", "fp32")
         self.assertIn("kcp assemble: 2 shards", log)
+
+    def test_transitions_of_a_cut_sequence_are_judged_in_the_rank_files(self):
+        out = self.dir.name  # the cut at 24 falls inside [10, 30): rank 0 gathers (S_ext | M) of [10, 24),
+        rc, log = run_script(out, "--op", "kda", "--dtype", "bf16", "--seqlens", "10,20,18")  # rank 1 of [24, 30)
+        self.assertIn(rc, (0, 1), log)  # the global file fails (the stand-in merges nothing)
+        self.assertEqual(transition_rows(out, "kda", 0), {"cp_transition_fwd.S": "PASS", "cp_transition_fwd.M": "PASS",
+                                                          "cp_transition_bwd.dS": "SKIP", "cp_transition_bwd.MT": "SKIP"}, log)
+        self.assertEqual(transition_rows(out, "kda", 1), {"cp_transition_fwd.S": "SKIP", "cp_transition_fwd.M": "SKIP",
+                                                          "cp_transition_bwd.dS": "PASS", "cp_transition_bwd.MT": "PASS"}, log)
+        with h5py.File(os.path.join(out, "kda_L0_it0_mb0_tp0of1_cp0of2.h5"), "r") as f:
+            self.assertEqual(f["debug/cp_transition_fwd"].shape, (2, 8, 16))
+            self.assertFalse(f.attrs["cp_is_last_rank"])
 
     def test_h0_is_refused_as_fla_does(self):
         rc, log = run_script(self.dir.name, "--op", "kda", "--h0")
