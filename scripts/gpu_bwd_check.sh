@@ -18,7 +18,7 @@ mkdir -p "$LOGS"
 TEST=$DIR/tests/cuda/test_cuda
 [ -x "$TEST" ] || TEST=$DIR/test_cuda
 KCP=$DIR/kcp
-[ -d .deps/hdf5/lib ] && export LD_LIBRARY_PATH="$PWD/.deps/hdf5/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. scripts/gpu_env.sh  # LD_LIBRARY_PATH (.deps HDF5, lib/), KCP_SOURCE_DIR
 export FLA_PATH=${FLA_PATH:-$PWD/.fla}
 VARS=${BWD_VARIANTS:-}
 filter=()

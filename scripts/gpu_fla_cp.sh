@@ -24,7 +24,7 @@ BUILD=${1:-build-gpu}
 LOGS=${OUT:-gpu-logs}/fla_cp
 mkdir -p "$LOGS"
 export NCCL_NVLS_ENABLE=0 KCP_FLA_MAX_CONFIGS=${KCP_FLA_MAX_CONFIGS:-1} PYTHONPATH="$PWD/.fla${PYTHONPATH:+:$PYTHONPATH}"
-[ -d .deps/hdf5/lib ] && export LD_LIBRARY_PATH="$PWD/.deps/hdf5/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. scripts/gpu_env.sh  # LD_LIBRARY_PATH (.deps HDF5, lib/), KCP_SOURCE_DIR
 if ! python3 -c "import torch, triton, fla" 2>/dev/null; then
   echo "gpu_fla_cp: FLA (or torch/triton) not importable: skipped"; exit 0
 fi

@@ -15,9 +15,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build-gpu}
 LOGS=${OUT:-gpu-logs}
 mkdir -p "$LOGS"
-[ -d lib ] && export LD_LIBRARY_PATH="$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-[ -d .deps/hdf5/lib ] && export LD_LIBRARY_PATH="$PWD/.deps/hdf5/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # scripts/gpu_deps.sh
-export KCP_SOURCE_DIR=${KCP_SOURCE_DIR:-$PWD}
+. scripts/gpu_env.sh  # LD_LIBRARY_PATH (.deps HDF5, lib/), KCP_SOURCE_DIR
 REPEAT=${REPEAT:-20}
 SETS=${SETS:-2}
 SEGMENTS=${SEGMENTS:-4096 2048 1024 512}

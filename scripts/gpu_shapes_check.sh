@@ -15,9 +15,7 @@ cd "$(dirname "$0")/.."
 BUILD=${1:-build-gpu}
 LOGS=${OUT:-gpu-logs}
 mkdir -p "$LOGS"
-[ -d lib ] && export LD_LIBRARY_PATH="$PWD/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-[ -d .deps/hdf5/lib ] && export LD_LIBRARY_PATH="$PWD/.deps/hdf5/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export KCP_SOURCE_DIR=${KCP_SOURCE_DIR:-$PWD}
+. scripts/gpu_env.sh  # LD_LIBRARY_PATH (.deps HDF5, lib/), KCP_SOURCE_DIR
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/device: /' | tee "$LOGS/device.txt"
 git log -1 --format='commit %h %s' 2>/dev/null | tee -a "$LOGS/device.txt"
