@@ -6,6 +6,7 @@
 //   o_c  = scale * Gamma ⊙ (q_c @ S) + Aqk_c @ vnew  (gdn: Gamma_r = 2^b_r * rstd_q; kda: q_c = qg_c)
 //   S    = Gamma_end ⊙ S + kt_c^T @ vt_c             gdn: kt = k, vt_r = vnew_r * 2^(b_end - b_r) * rstd_k
 //                                                    kda: kt = kg (pre-gated), vt = vnew, Gamma_end per row
+// gla (kDelta = false): w = 0 and u = v, so vnew = v (read in the input type) and no w @ S product.
 // Tiles arrive by cp.async in two groups so the next chunk's loads overlap this chunk's products:
 //   group A = {w, u, q, gates} is refilled as soon as vnew is formed, group B = {k, Aqk} at the end.
 // Fragments: w, qg, Aqk come by ldmatrix (row-major float tiles); S and vnew are written to shared
@@ -76,7 +77,8 @@ __device__ void form_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, in
     }
   }
   float* vnew = sp.vnew ? sp.vnew + (int64_t(ck.t0) * p.HV + hv) * sp.Vw + v0 : nullptr;
-  const float* us = s.Us(st);
+  const auto* us = s.Us(st);
+  const bool has_u = Sm::kHasDelta ? sp.u != nullptr : sp.u_is_v;  // gla: u = v
 #pragma unroll
   for (int nt = 0; nt < BV / 8; ++nt)
 #pragma unroll
@@ -84,7 +86,7 @@ __device__ void form_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, in
       const int r = r0 + 8 * (e >> 1), j = acc_col(8 * nt, e);
       float vn = 0.0f;
       if (r < L) {
-        vn = (sp.u ? us[r * Sm::ldu + j] : 0.0f) - av[nt][e];
+        vn = (has_u ? to_float(us[r * Sm::ldu + j]) : 0.0f) - av[nt][e];
         if (vnew) vnew[int64_t(r) * p.HV * sp.Vw + j] = vn;
       }
       s.VNt[j * kLdV + r] = operand_store<S>(vn);
@@ -174,7 +176,7 @@ __device__ void chunk_products(const StateParams& sp, const ChunkInfo& ck, int h
   float ao[Sm::kBVw / 8][4] = {};
   if (!q_warp) {
     float av[Sm::kBVw / 8][4] = {};
-    product_with_state<S, false>(s, st, mw, av);
+    if constexpr (Sm::kHasDelta) product_with_state<S, false>(s, st, mw, av);  // gla: w = 0
     form_vnew<S>(sp, ck, hv, v0, st, buf, mw, s, av);
   } else if (out) {
     product_with_state<S, true>(s, st, mw, ao);
@@ -186,9 +188,9 @@ __device__ void chunk_products(const StateParams& sp, const ChunkInfo& ck, int h
   __syncthreads();  // k, Aqk, S^T, vnew tiles consumed
 }
 
-template <class Tin, int KD, int BV, bool kKDA, bool kSplit>
+template <class Tin, int KD, int BV, bool kKDA, bool kSplit, bool kDelta>
 __global__ void __launch_bounds__(kThreads, 1) chunk_state_kernel(const StateParams sp) {
-  using Sm = StateSmem<Tin, KD, BV, kKDA, !kKDA && !kSplit && sizeof(Tin) == 2>;
+  using Sm = StateSmem<Tin, KD, BV, kKDA, !kKDA && !kSplit && sizeof(Tin) == 2, kDelta>;
   extern __shared__ float4 smem_f4[];
   const Sm s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
@@ -249,26 +251,28 @@ void launch_chunk_state(const StateParams& sp, int input_dtype, cudaStream_t str
     using Tin = typename decltype(tag)::type;
     dispatch_key_dim(p.K, [&](auto kd) {
       constexpr int KD = decltype(kd)::value;
-      auto run = [&](auto kda, auto spl, auto bv) {
-        constexpr bool kKDA = decltype(kda)::value, kSplit = decltype(spl)::value;
+      // kda: per-channel gate; delta: the delta rule (false: gla, vnew = v)
+      auto run = [&](auto kda, auto delta, auto spl, auto bv) {
+        constexpr bool kKDA = decltype(kda)::value, kDelta = decltype(delta)::value, kSplit = decltype(spl)::value;
         constexpr int BV = decltype(bv)::value;
-        const size_t smem = StateSmem<Tin, KD, BV, kKDA, !kKDA && !kSplit && sizeof(Tin) == 2>::bytes;
+        const size_t smem = StateSmem<Tin, KD, BV, kKDA, !kKDA && !kSplit && sizeof(Tin) == 2, kDelta>::bytes;
         static_assert(StateSmem<Tin, KD, BV, kKDA, true>::bytes <= kMaxSmem, "state tiles exceed shared memory");
-        launch_kernel(chunk_state_kernel<Tin, KD, BV, kKDA, kSplit>, dim3(sp.Vw / BV, p.N * p.HV), kThreads, smem,
-                      stream, sp);
+        launch_kernel(chunk_state_kernel<Tin, KD, BV, kKDA, kSplit, kDelta>, dim3(sp.Vw / BV, p.N * p.HV), kThreads,
+                      smem, stream, sp);
       };
-      auto run_bv = [&](auto kda, auto spl) {
+      auto run_bv = [&](auto kda, auto delta, auto spl) {
         if constexpr (KD >= 64)
-          if (narrow) return run(kda, spl, std::integral_constant<int, 16>{});
-        run(kda, spl, std::integral_constant<int, 32>{});
+          if (narrow) return run(kda, delta, spl, std::integral_constant<int, 16>{});
+        run(kda, delta, spl, std::integral_constant<int, 32>{});
       };
-      auto run_split = [&](auto kda) {
-        if constexpr (kSplitProducts<Tin>) run_bv(kda, std::true_type{});
-        else if (split) run_bv(kda, std::true_type{});
-        else run_bv(kda, std::false_type{});
+      auto run_split = [&](auto kda, auto delta) {
+        if constexpr (kSplitProducts<Tin>) run_bv(kda, delta, std::true_type{});
+        else if (split) run_bv(kda, delta, std::true_type{});
+        else run_bv(kda, delta, std::false_type{});
       };
-      if (p.kda) run_split(std::true_type{});
-      else run_split(std::false_type{});
+      if (p.gla) run_split(std::true_type{}, std::false_type{});
+      else if (p.kda) run_split(std::true_type{}, std::true_type{});
+      else run_split(std::false_type{}, std::true_type{});
     });
   });
 }
