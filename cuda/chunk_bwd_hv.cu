@@ -7,7 +7,7 @@
 //   dv  = beta dXu,  dbeta += v . dXu             (block 0; gla: dv = dXu = dvnew, P = I, u = v)
 //   doh = do h^T,  xw = -dXu h^T,  vdh = vnew dh^T   [L,KW]
 //   dA  = lower_incl(scale do vnew^T) (block 0),  W1 = dvnew vnew^T (block 1)   [64,64] -> workspace
-// gla (kDelta = false): P = I and beta_e = 0, so dXu = dvnew, dv = dvnew (a copy), and the xw and
+// gla (kDelta = false): vnew = v is read from v; P = I and beta_e = 0, so dXu = dvnew, dv = dvnew (a copy), and the xw and
 // dbeta terms vanish (beta factors): no P, no P^T dvnew, no dXu h^T, no W1 (kernel wy does not run,
 // kernel intra takes dL = 0), no dbeta partials; with K <= 64 block 1 (no key rows) is not launched.
 // Every product on tensor cores, mma.sync m16n8k8 with split operands (3xTF32, tile_mma.cuh): float32
@@ -252,7 +252,10 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
   const float* dhS = bp.dh + blk * KD * p.V;
   for (int j0 = 0; j0 < p.V; j0 += kSlab) {
     __syncthreads();  // the previous slab is consumed
-    copy_rows_async(s.vn, kLdV, bp.vnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
+    if constexpr (kDelta)
+      copy_rows_async(s.vn, kLdV, bp.vnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
+    else  // gla: vnew = v, read in its dtype (the recompute does not write vnew)
+      load_rows_any<kSlab>(s.vn, kLdV, p.v, ck.t0, hv, L, j0, kSlab);
     if (kDelta || z == 0)  // gla: only block 0 reads dvnew (dv)
       copy_rows_async(s.dvn, kLdV, bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
     if (has_h) {

@@ -6,7 +6,8 @@
 //   o_c  = scale * Gamma ⊙ (q_c @ S) + Aqk_c @ vnew  (gdn: Gamma_r = 2^b_r * rstd_q; kda: q_c = qg_c)
 //   S    = Gamma_end ⊙ S + kt_c^T @ vt_c             gdn: kt = k, vt_r = vnew_r * 2^(b_end - b_r) * rstd_k
 //                                                    kda: kt = kg (pre-gated), vt = vnew, Gamma_end per row
-// gla (kDelta = false): w = 0 and u = v, so vnew = v (read in the input type) and no w @ S product.
+// gla (kDelta = false): w = 0 and u = v, so vnew = v (read in the input type) and no w @ S product;
+// the transition's M run (u = 0) is M = Gamma_end M per chunk (no kg loads, no update product).
 // Tiles arrive by cp.async in two groups so the next chunk's loads overlap this chunk's products:
 //   group A = {w, u, q, gates} is refilled as soon as vnew is formed, group B = {k, Aqk} at the end.
 // Fragments: w, qg, Aqk come by ldmatrix (row-major float tiles); S and vnew are written to shared
@@ -94,9 +95,10 @@ __device__ void form_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, in
     }
 }
 
-// S = Gamma_end ⊙ S + kt^T @ vt over the chunk's valid rows.
+// S = Gamma_end ⊙ S + kt^T @ vt over the chunk's valid rows (`add`: false when vt = 0, gla's M).
 template <bool S, class Sm>
-__device__ void update_state(const ChunkInfo& ck, int st, int buf, const Sm& s, StateRegs<Sm::kKD, Sm::kBVw>& Sr) {
+__device__ void update_state(const ChunkInfo& ck, int st, int buf, const Sm& s, StateRegs<Sm::kKD, Sm::kBVw>& Sr,
+                             bool add) {
   using Tl = StateTiling<Sm::kKD, Sm::kBVw>;
   constexpr bool kKDA = Sm::kIsKDA;
   const int L = ck.len;
@@ -106,7 +108,7 @@ __device__ void update_state(const ChunkInfo& ck, int st, int buf, const Sm& s, 
   });
   const float* vt = kKDA ? s.VNt : s.VEt;
   const auto* kt = s.Kt(st);
-  for (int k0 = 0; k0 < L; k0 += 8) {
+  for (int k0 = 0; add && k0 < L; k0 += 8) {
     FragA<S> fa[Tl::MTW];
 #pragma unroll
     for (int i = 0; i < Tl::MTW; ++i) {
@@ -183,7 +185,7 @@ __device__ void chunk_products(const StateParams& sp, const ChunkInfo& ck, int h
   }
   __syncthreads();  // vnew tiles complete; w, u, q consumed
   between();
-  update_state<S>(ck, st, buf, s, Sr);
+  update_state<S>(ck, st, buf, s, Sr, Sm::kHasDelta || sp.u_is_v);  // gla's M (u = 0): S = Gamma_end S
   if (out && q_warp) finish_output<S>(sp, ck, hv, v0, st, buf, mw, s, ao);
   __syncthreads();  // k, Aqk, S^T, vnew tiles consumed
 }

@@ -118,16 +118,18 @@ __device__ void issue_group_a(const StateParams& sp, const ChunkInfo& ck, int hv
   }
 }
 
-// Group B of chunk `ck` (index ci) into tile stage `st`: k (gdn) or kg (kda), and Aqk with the output.
+// Group B of chunk `ck` (index ci) into tile stage `st`: k (gdn) or kg (kda; gla unless u = 0), and
+// Aqk with the output.
 template <class Sm>
 __device__ void issue_group_b(const StateParams& sp, const ChunkInfo& ck, int ci, int hv, int st, const Sm& s) {
   using Tin = typename Sm::In;
   constexpr int KD = Sm::kKD;
   const ChunkParams& p = sp.c;
   const int64_t row0 = int64_t(ck.t0) * p.HV + hv;
-  if constexpr (Sm::kIsKDA)
-    copy_rows<4 * KD>(s.Kt(st), Sm::ldk, ck.len, p.kg + row0 * KD, p.HV * KD);
-  else
+  if constexpr (Sm::kIsKDA) {
+    if (Sm::kHasDelta || sp.u_is_v)  // gla with u = 0 (the M recurrence): kg^T 0 is not formed
+      copy_rows<4 * KD>(s.Kt(st), Sm::ldk, ck.len, p.kg + row0 * KD, p.HV * KD);
+  } else
     copy_rows<int(sizeof(Tin)) * KD>(s.Kt(st), Sm::ldk, ck.len,
                                      static_cast<const Tin*>(p.k.p) + row_off(p.k, ck.t0, hv / p.G), int(p.k.st));
   if (sp.o.p) copy_rows<4 * kChunk>(s.As(st), kLdA, kChunk, p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk, kChunk);
