@@ -12,9 +12,11 @@
 //         P_ij = -P_ii sum_{m=j}^{i-1} Lmat_im P_mj on tensor cores (TF32, or 3xTF32 when split).
 //   gla (kDelta = false, ChunkParams::gla): Aqk only. beta_e = 0 makes Lmat = 0 and P = I, so the
 //         k k^T products, the solve and P are skipped (P is not written; nothing reads it for gla).
+//         Instead the block writes the gated rows kg_r = k_r 2^(b_end - b_r), qg_r = q_r 2^(b_r)
+//         (with the L2 norm's rstd) from the tiles it has loaded: gla runs no WY stage.
 // Raw k, q rows arrive by cp.async (zero past the chunk end; gates padded with row L-1).
 // Outputs (float32, TF32-rounded when products are not split): Aqk, P (not gla) [NT,HV,64,64]; rows and
-// columns >= L are zero (P: identity there).
+// columns >= L are zero (P: identity there). gla: kg, qg [TT,HV,K] (rows < L), as the WY stage's.
 // Covered by tests/cuda/test_cuda_stages.cpp ("kkt").
 #include "cuda/chunk_kkt.cuh"
 #include "cuda/chunk_rows.cuh"
@@ -191,6 +193,22 @@ __device__ void diagonal_block_pairwise(const ChunkParams& p, int L, const KktSm
   }
 }
 
+// gla: kg = k E, qg = q Gamma of the chunk's rows < L (the same expressions as the WY stage's kda
+// slabs, so the same values), from the loaded tiles (gates of rows >= L repeat row L-1).
+template <bool S, class Tin, int KD>
+__device__ void write_gated_rows(const ChunkParams& p, const ChunkInfo& ck, int hv, const KktSmem<Tin, KD, true>& s) {
+  using Sm = KktSmem<Tin, KD, true>;
+  const int L = ck.len;
+  const float* be = s.gs + (L - 1) * Sm::ldg;
+  for (int idx = threadIdx.x; idx < L * KD; idx += kThreads) {
+    const int r = idx / KD, d = idx % KD;
+    const float b = s.gs[r * Sm::ldg + d];
+    const int64_t out = (int64_t(ck.t0 + r) * p.HV + hv) * KD + d;
+    p.kg[out] = operand_store<S>(to_float(s.ks[r * Sm::ldk + d]) * s.rk[r] * exp2f(be[d] - b));
+    p.qg[out] = operand_store<S>(to_float(s.qs[r * Sm::ldk + d]) * s.rq[r] * exp2f(b));
+  }
+}
+
 // P = (I + Ls)^-1 into Ps. The four 16x16 diagonal blocks by forward substitution (one warp per
 // block, one column per lane, the column in registers), then block rows i = 1..3 on tensor cores:
 // X = Lmat[i, <i] @ P[<i, <i] and P[i, <i] = -P_ii @ X (3xTF32 when products are split).
@@ -247,6 +265,7 @@ __global__ void __launch_bounds__(kThreads) chunk_kkt_kernel(const ChunkParams p
     reinterpret_cast<float4*>(aqk)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   load_tiles<kDelta>(p, ck, hv, s);
   __syncthreads();
+  if constexpr (!kDelta) write_gated_rows<S>(p, ck, hv, s);
   const int n = 16 * warp;
   if (n < ck.len) {
     bool diag_mma = true;

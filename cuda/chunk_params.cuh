@@ -54,7 +54,7 @@ struct ChunkParams {
   bool kda = false;  // per-channel gate (kda and gla)
   // gla: kda's stages with the delta rule taken out (beta_e = 0, so Lmat = 0, P = I, w = 0, u = v),
   // run by the kda kernels' gla instantiations (template flag kDelta = false), which skip that work:
-  // kkt writes Aqk only (no k k^T, no solve: P is not allocated), WY writes kg, qg only (no w, u),
+  // kkt writes Aqk, kg, qg (no k k^T, no solve: P is not allocated), WY does not run (no w, u),
   // the state kernel reads v where it read u and forms no w S: S = Gamma_end S + kg^T v,
   // o = scale qg S + Aqk v, GLA's chunked form (ALGORITHMS.md 3).
   bool gla = false;

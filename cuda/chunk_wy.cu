@@ -3,9 +3,8 @@
 //   w = P @ (beta * k * Gamma)    [L,K]   Gamma_s = 2^(b_s) (gdn: scalar per row, kda: per channel)
 //   u = P @ (beta * v)            [L,V]
 //   kda only, on the w slabs:  kg_r = k_r * 2^(b_end - b_r),  qg_r = q_r * 2^(b_r)   [L,K]
-//   gla (kDelta = false, ChunkParams::gla): beta_e = 0 gives w = 0 and P = I, and u = v: only the
-//         K slabs run and write kg, qg (no P load, no product); w and u are not written (the
-//         state kernel reads v itself).
+//   gla (ChunkParams::gla): not run. w = 0 and u = v are never formed (the state kernel reads v),
+//   and kg, qg are written by the kkt stage, which has the k, q and gate tiles loaded already.
 // k and q carry the fused L2 norm (rstd per row). Unlike FLA, w, u, kg, qg stay float32 (FLA stores
 // them in the input dtype); w, kg, qg, which only enter products later, are stored TF32-rounded when
 // products are not split. Slabs are the fastest grid index so the blocks of one chunk share P in L2.
@@ -25,15 +24,15 @@ constexpr int kThreads = 128, kLdP = 68, kSlab = 64, kLdF = kSlab + 8;
 
 constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 
-template <class Tin, bool kKDA, bool kDelta>
+template <class Tin, bool kKDA>
 struct WySmem {
   static constexpr int ldx = ld_col<Tin>(kSlab);
-  static constexpr size_t bytes_x = align16(sizeof(Tin) * kChunk * ldx), bytes_p = kDelta ? 4 * kChunk * kLdP : 0;
-  static constexpr size_t bytes = bytes_p + bytes_x * (kKDA ? 2 : 1) + (kKDA ? 4 * kChunk * kLdF : 0) + 4 * 6 * kChunk;
+  static constexpr size_t bytes_x = align16(sizeof(Tin) * kChunk * ldx);
+  static constexpr size_t bytes = 4 * kChunk * kLdP + bytes_x * (kKDA ? 2 : 1) + (kKDA ? 4 * kChunk * kLdF : 0) + 4 * 6 * kChunk;
   float *Ps, *F, *gs, *bet, *rk, *rq, *fr, *be;
   Tin *Xr, *Qr;
   __device__ explicit WySmem(char* b) {
-    Ps = reinterpret_cast<float*>(b), b += bytes_p;
+    Ps = reinterpret_cast<float*>(b), b += 4 * kChunk * kLdP;
     Xr = reinterpret_cast<Tin*>(b), b += bytes_x;
     Qr = kKDA ? reinterpret_cast<Tin*>(b) : nullptr, b += kKDA ? bytes_x : 0;
     F = kKDA ? reinterpret_cast<float*>(b) : nullptr, b += kKDA ? 4 * kChunk * kLdF : 0;
@@ -54,16 +53,13 @@ __device__ Slab slab_of(const ChunkParams& p, int z) {
   return sl;
 }
 
-template <class Tin, bool kKDA, bool kDelta>
-__device__ void load_slab(const ChunkParams& p, const ChunkInfo& ck, int ci, int hv, const Slab& sl,
-                          const WySmem<Tin, kKDA, kDelta>& s) {
-  using Sm = WySmem<Tin, kKDA, kDelta>;
+template <class Tin, bool kKDA>
+__device__ void load_slab(const ChunkParams& p, const ChunkInfo& ck, int ci, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
+  using Sm = WySmem<Tin, kKDA>;
   const int h = hv / p.G, L = ck.len, per = 16 / int(sizeof(Tin)), segs = sl.W / per;
-  if constexpr (kDelta) {
-    const float* P = p.P + (int64_t(ci) * p.HV + hv) * kChunk * kChunk;
-    for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads)
-      cp_async16(s.Ps + (idx / 16) * kLdP + 4 * (idx % 16), P + 4 * idx, true);
-  }
+  const float* P = p.P + (int64_t(ci) * p.HV + hv) * kChunk * kChunk;
+  for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads)
+    cp_async16(s.Ps + (idx / 16) * kLdP + 4 * (idx % 16), P + 4 * idx, true);
   const RowsView& xv = sl.is_w ? p.k : p.v;
   const int x = sl.is_w ? h : hv;
   for (int idx = threadIdx.x; idx < kChunk * segs; idx += kThreads) {
@@ -84,14 +80,12 @@ __device__ void load_slab(const ChunkParams& p, const ChunkInfo& ck, int ci, int
 }
 
 // Right-hand-side scale factors: per row (gdn, u) into fr; per element (kda w) into F, which also
-// yields kg and qg of the slab's channels (gla: only kg and qg).
-template <bool S, class Tin, bool kKDA, bool kDelta>
-__device__ void rhs_factors(const ChunkParams& p, const ChunkInfo& ck, int hv, const Slab& sl,
-                           const WySmem<Tin, kKDA, kDelta>& s) {
-  using Sm = WySmem<Tin, kKDA, kDelta>;
+// yields kg and qg of the slab's channels.
+template <bool S, class Tin, bool kKDA>
+__device__ void rhs_factors(const ChunkParams& p, const ChunkInfo& ck, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
   const int L = ck.len;
   for (int r = threadIdx.x; r < kChunk; r += kThreads)
-    s.fr[r] = sl.is_w ? (kKDA ? 0.0f : s.bet[r] * s.rk[r] * exp2f(s.gs[r])) : (p.gla ? 1.0f : s.bet[r]);
+    s.fr[r] = sl.is_w ? (kKDA ? 0.0f : s.bet[r] * s.rk[r] * exp2f(s.gs[r])) : s.bet[r];
   if constexpr (!kKDA) return;
   if (!sl.is_w) return;
   for (int d = threadIdx.x; d < sl.W; d += kThreads) s.be[d] = s.F[(L - 1) * kLdF + d];
@@ -101,26 +95,25 @@ __device__ void rhs_factors(const ChunkParams& p, const ChunkInfo& ck, int hv, c
     const float b = s.F[r * kLdF + d], b_end = s.be[d];
     if (r < L) {
       const int64_t out = (int64_t(ck.t0 + r) * p.HV + hv) * p.K + sl.c0 + d;
-      p.kg[out] = operand_store<S>(to_float(s.Xr[r * Sm::ldx + d]) * s.rk[r] * exp2f(b_end - b));
-      p.qg[out] = operand_store<S>(to_float(s.Qr[r * Sm::ldx + d]) * s.rq[r] * exp2f(b));
+      p.kg[out] = operand_store<S>(to_float(s.Xr[r * WySmem<Tin, kKDA>::ldx + d]) * s.rk[r] * exp2f(b_end - b));
+      p.qg[out] = operand_store<S>(to_float(s.Qr[r * WySmem<Tin, kKDA>::ldx + d]) * s.rq[r] * exp2f(b));
     }
-    if constexpr (kDelta) s.F[r * kLdF + d] = r < L ? s.bet[r] * s.rk[r] * exp2f(b) : 0.0f;
+    s.F[r * kLdF + d] = r < L ? s.bet[r] * s.rk[r] * exp2f(b) : 0.0f;
   }
 }
 
-template <class Tin, bool kKDA, bool kDelta>
+template <class Tin, bool kKDA>
 __global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p) {
   constexpr bool S = kSplitProducts<Tin>;
-  using Sm = WySmem<Tin, kKDA, kDelta>;
+  using Sm = WySmem<Tin, kKDA>;
   extern __shared__ float4 smem_f4[];
   const Sm s(reinterpret_cast<char*>(smem_f4));
   const int ci = blockIdx.y, hv = blockIdx.z, m0 = 16 * (threadIdx.x >> 5);
   const ChunkInfo ck = p.chunks[ci];
   const Slab sl = slab_of(p, blockIdx.x);
-  load_slab(p, ck, ci, hv, sl, s);
+  load_slab<Tin, kKDA>(p, ck, ci, hv, sl, s);
   __syncthreads();
   rhs_factors<S>(p, ck, hv, sl, s);
-  if constexpr (!kDelta) return;  // gla: kg, qg written; w = 0 and u = v are not
   __syncthreads();
   const bool per_elem = kKDA && sl.is_w;
   float acc[kSlab / 8][4] = {};
@@ -153,21 +146,20 @@ __global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p)
     }
 }
 
-template <class Tin, bool kKDA, bool kDelta = true>
+template <class Tin, bool kKDA>
 void launch(const ChunkParams& p, cudaStream_t stream) {
-  const size_t smem = WySmem<Tin, kKDA, kDelta>::bytes;
-  const int slabs = (p.K + kSlab - 1) / kSlab + (kDelta ? (p.V + kSlab - 1) / kSlab : 0);  // gla: the K slabs only
-  launch_kernel(chunk_wy_kernel<Tin, kKDA, kDelta>, dim3(slabs, p.NT, p.HV), kThreads, smem, stream, p);
+  const size_t smem = WySmem<Tin, kKDA>::bytes;
+  const int slabs = (p.K + kSlab - 1) / kSlab + (p.V + kSlab - 1) / kSlab;
+  launch_kernel(chunk_wy_kernel<Tin, kKDA>, dim3(slabs, p.NT, p.HV), kThreads, smem, stream, p);
 }
 
 }  // namespace
 
 void launch_chunk_wy(const ChunkParams& p, int input_dtype, cudaStream_t stream) {
-  if (p.NT == 0) return;
+  if (p.NT == 0 || p.gla) return;  // gla: no w, u; kg, qg come from the kkt stage
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
-    if (p.gla) launch<Tin, true, false>(p, stream);
-    else if (p.kda) launch<Tin, true>(p, stream);
+    if (p.kda) launch<Tin, true>(p, stream);
     else launch<Tin, false>(p, stream);
   });
 }

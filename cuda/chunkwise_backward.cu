@@ -1,6 +1,6 @@
 // Pipeline::backward and Pipeline::transition_backward: the forward's stages run again with h and
-// vnew kept (cumsum -> kkt + solve -> WY -> state, never the folded kernel; gla: kkt -> Aqk only,
-// WY -> kg, qg only, the state from v), then the backward
+// vnew kept (cumsum -> kkt + solve -> WY -> state, never the folded kernel; gla: kkt -> Aqk, kg, qg,
+// no WY, the state from v), then the backward
 // kernels of chunk_bwd.cuh: prep -> dhu -> chunk -> finish.
 // Backward workspace, float32: qn, kn 2*TT*H*K; dh NT*HV*K*V; dvnew TT*HV*V; dqv, dkv 2*TT*HV*K;
 // dbeta_e TT*HV; da, dx, dalog 3*TT*HV*Kg; the chunk stage's dAc, Wc 2*NT*HV*64*64 and partial sums

@@ -8,8 +8,8 @@
 // must come back without NaN (every element written). Bars (validation/tolerance.h): float32
 // inputs kFloatVsDouble (3xTF32 products); 16-bit inputs kCudaTf32; the cumsum is float32 for every
 // input type: kFloatVsDouble. gla runs kda's kernels without the delta rule (kDelta = false): kkt
-// writes Aqk only and WY kg, qg only (P, w, u are not allocated, so not compared), and the state
-// kernel reads v for u. Skipped where no CUDA device is present.
+// writes Aqk, kg and qg (checked after kkt), WY does not run, P, w, u are not allocated (so not
+// compared), and the state kernel reads v for u. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -120,16 +120,20 @@ TEST_CASE("each CUDA stage matches its CPU chunkwise twin on the same inputs" * 
       if (l2) feed(*gpu, b.rstd_q, tw.rstd_q), feed(*gpu, b.rstd_k, tw.rstd_k);
       CHECK(b.P.empty() == !delta), CHECK(b.w.empty() == !delta), CHECK(b.u.empty() == !delta);
       if (delta) test::poison(*gpu, b.P);
+      else test::poison(*gpu, b.kg), test::poison(*gpu, b.qg);  // gla: the kkt stage writes kg, qg
       test::poison(*gpu, b.Aqk);
       pipe.run_stage(cuda::Stage::kkt, p, din.views, {});
       if (delta) check_stage("kkt P", *gpu, b.P, tw.P, bar);
+      else check_stage("kkt kg", *gpu, b.kg, tw.kg, bar), check_stage("kkt qg", *gpu, b.qg, tw.qg, bar);
       check_stage("kkt Aqk", *gpu, b.Aqk, tw.Aqk, bar);
 
-      if (delta) feed(*gpu, b.P, tw.P);
-      for (const TensorView* t : {&b.w, &b.u, &b.kg, &b.qg}) if (!t->empty()) test::poison(*gpu, *t);
-      pipe.run_stage(cuda::Stage::wy, p, din.views, {});
-      if (delta) check_stage("wy w", *gpu, b.w, tw.w, bar), check_stage("wy u", *gpu, b.u, tw.u, bar);
-      if (kda) check_stage("wy kg", *gpu, b.kg, tw.kg, bar), check_stage("wy qg", *gpu, b.qg, tw.qg, bar);
+      if (delta) {  // gla: no WY stage
+        feed(*gpu, b.P, tw.P);
+        for (const TensorView* t : {&b.w, &b.u, &b.kg, &b.qg}) if (!t->empty()) test::poison(*gpu, *t);
+        pipe.run_stage(cuda::Stage::wy, p, din.views, {});
+        check_stage("wy w", *gpu, b.w, tw.w, bar), check_stage("wy u", *gpu, b.u, tw.u, bar);
+        if (kda) check_stage("wy kg", *gpu, b.kg, tw.kg, bar), check_stage("wy qg", *gpu, b.qg, tw.qg, bar);
+      }
 
       if (delta) feed(*gpu, b.w, tw.w), feed(*gpu, b.u, tw.u);
       feed(*gpu, b.Aqk, tw.Aqk);
