@@ -44,6 +44,8 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   expect_aligned_rows(in.q, "q"), expect_aligned_rows(in.k, "k"), expect_aligned_rows(in.v, "v");
   KCP_CHECK(in.q.stride[1] < (int64_t(1) << 24) && in.k.stride[1] < (int64_t(1) << 24),
             "cuda-chunkwise: q, k token strides must be below 2^24 elements (32-bit row offsets in a chunk)");
+  KCP_CHECK(p.variant != Variant::gla || in.v.stride[1] < (int64_t(1) << 24),  // gla: the state kernel reads v rows
+            "cuda-chunkwise: v's token stride must be below 2^24 elements for gla (32-bit row offsets in a chunk)");
   c.A_log = scalar_view(in.A_log, "A_log");
   c.dt_bias = scalar_view(in.dt_bias, "dt_bias");
   st.dtype = c.q.dt;
