@@ -6,7 +6,8 @@
 //   group B: Kt [64][K+8] k (gdn) or kg (kda), As [64][68] Aqk
 // 8 warps: warps 0-3 form vnew = u - w S (16 rows each), warps 4-7 form q S and the output, and all
 // 8 share the state update.
-// gla (kDelta = false): no Ws tile (w = 0), and Us holds v's columns in the input type (u = v).
+// gla (kDelta = false): no Ws tile (w = 0), and Us holds v's columns in the input type (u = v); all
+// 8 warps copy v into VNt and share q S and the output, by rows and column halves.
 //   written by the kernel: St = S^T [BV][K+4] (and Stp, its copy with rows in the permuted k order
 //   of the 16-bit q fragments), VNt = vnew^T and VEt = (gated vnew)^T [BV][68]
 // One stage of tiles: double-buffering them (chunk c+1 loading during chunk c) was measured and
