@@ -12,8 +12,9 @@
 //   finish (chunk_bwd_finish.cu): dq, dk summed over the value heads of a q/k head and through the
 //          L2 norm; dbeta through the sigmoid; dg, dA_log, ddt_bias through the gate formula.
 // gla (ChunkParams::gla) runs the same stages without the delta rule (beta_e = 0, P = I, w = 0,
-// vnew = v): dhu skips w, kernel hv writes dv = dvnew, kernels wy and sum do not run, intra takes
-// dL = 0; dbeta_e is not written.
+// vnew = v): the recompute runs the forward's gla kernels (kkt: Aqk, kg, qg; no WY; the state from
+// v: no P, w, u), dhu skips w, kernel hv writes dv = dvnew and skips P^T dvnew, dXu h^T and W1, kernels wy and
+// sum do not run, intra takes dL = 0; dbeta_e is not written.
 // The same dhu kernel gives the CP transition backward: do = 0, init = I, Vw = K (M^T), and
 // init = 0 (dS_ext).
 // Covered by tests/cuda/test_cuda_backward.cpp.
@@ -41,7 +42,7 @@ struct BwdParams {
   ChunkParams c;
   // forward intermediates (float32 workspace)
   const float* h = nullptr;     // [NT,HV,K,V] state entering each chunk
-  const float* vnew = nullptr;  // [TT,HV,V]
+  const float* vnew = nullptr;  // [TT,HV,V] (gla: null, vnew = v)
   float* qn = nullptr;          // [TT,H,K] q (L2-normalized with the fused norm)
   float* kn = nullptr;          // [TT,H,K]
   // cotangents

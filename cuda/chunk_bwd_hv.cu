@@ -7,6 +7,9 @@
 //   dv  = beta dXu,  dbeta += v . dXu             (block 0; gla: dv = dXu = dvnew, P = I, u = v)
 //   doh = do h^T,  xw = -dXu h^T,  vdh = vnew dh^T   [L,KW]
 //   dA  = lower_incl(scale do vnew^T) (block 0),  W1 = dvnew vnew^T (block 1)   [64,64] -> workspace
+// gla (kDelta = false): vnew = v is read from v; P = I and beta_e = 0, so dXu = dvnew, dv = dvnew (a copy), and the xw and
+// dbeta terms vanish (beta factors): no P, no P^T dvnew, no dXu h^T, no W1 (kernel wy does not run,
+// kernel intra takes dL = 0), no dbeta partials; with K <= 64 block 1 (no key rows) is not launched.
 // Every product on tensor cores, mma.sync m16n8k8 with split operands (3xTF32, tile_mma.cuh): float32
 // accuracy whatever the input dtype. Warp w owns rows 16 (w % 4) and half of the columns.
 // Epilogue per (row r, key d), gamma = 2^b_r[d], e = 2^(b_end[d] - b_r[d]):
@@ -87,33 +90,59 @@ struct HvAcc {
 
 // One slab of the products (tensor cores, 3xTF32): the three h products (kH) and dA (kX = 0,
 // a = do) or W1 (kX = 1, a = dvnew). Warp w: rows 16 (w % 4); h columns (w / 4) KW/2 + 8 nt,
-// X columns 32 (w / 4) + 8 nt.
-template <int KW, bool kH, int kX>
+// X columns 32 (w / 4) + 8 nt. gla (kDelta = false): no xw = dXu h^T, no W1.
+template <int KW, bool kH, int kX, bool kDelta>
 __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a) {
   constexpr int NTW = KW / 16;
+  constexpr bool kXp = kDelta || kX == 0;  // the X product is needed
   const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), hb = (w >> 2) * (KW / 2), xb = 32 * (w >> 2);
   auto rows = [&](const float* t) { return [t](int m, int k) { return t[m * kLdV + k]; }; };
   auto cols = [&](const float* t) { return [t](int k, int n) { return t[n * kLdV + k]; }; };
 #pragma unroll 1
   for (int k0 = 0; k0 < kSlab; k0 += 8) {
-    const FragA<true> ax = load_a<true>(rows(kX == 0 ? s.dO : s.dvn), m0, k0);
+    FragA<true> ax;
+    if constexpr (kXp) ax = load_a<true>(rows(kX == 0 ? s.dO : s.dvn), m0, k0);
     if constexpr (kH) {
-      const FragA<true> ado = kX == 0 ? ax : load_a<true>(rows(s.dO), m0, k0);
-      const FragA<true> axu = load_a<true>(rows(s.dxu), m0, k0), avn = load_a<true>(rows(s.vn), m0, k0);
+      FragA<true> ado, axu;
+      if constexpr (kX == 0 && kXp) ado = ax;
+      else ado = load_a<true>(rows(s.dO), m0, k0);
+      if constexpr (kDelta) axu = load_a<true>(rows(s.dxu), m0, k0);
+      const FragA<true> avn = load_a<true>(rows(s.vn), m0, k0);
 #pragma unroll
       for (int nt = 0; nt < NTW; ++nt) {
         const FragB<true> bh = load_b<true>(cols(s.h), k0, hb + 8 * nt), bdh = load_b<true>(cols(s.dh), k0, hb + 8 * nt);
         mma<true>(a.doh[nt], ado, bh);
-        mma<true>(a.xw[nt], axu, bh);
+        if constexpr (kDelta) mma<true>(a.xw[nt], axu, bh);
         mma<true>(a.vdh[nt], avn, bdh);
       }
     }
+    if constexpr (kXp)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) mma<true>(a.X[nt], ax, load_b<true>(cols(s.vn), k0, xb + 8 * nt));
+      for (int nt = 0; nt < 4; ++nt) mma<true>(a.X[nt], ax, load_b<true>(cols(s.vn), k0, xb + 8 * nt));
   }
 }
 
-// Epilogue of the h products: dqv, dkv, and the per-element gate / dbeta terms into X1, X2, Bk.
+// gla, block 0: dv = dvnew (P = I, u = v, no beta) for one slab, rows < L; 8 elements per thread,
+// the dtype switch outside the element loop (a loop with store_any per element spilled registers).
+__device__ void slab_dv_copy(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0) {
+  if (!bp.dv.p) return;
+  auto store = [&](auto tag) {
+    using To = typename decltype(tag)::type;
+    To* dv = static_cast<To*>(bp.dv.p) + row_off(bp.dv, ck.t0, hv) + j0;
+#pragma unroll
+    for (int i = 0; i < kChunk * kSlab / kBwdThreads; ++i) {
+      const int idx = int(threadIdx.x) + i * kBwdThreads, r = idx / kSlab, j = idx % kSlab;
+      if (r < ck.len) dv[int64_t(r) * bp.dv.st + j] = from_float<To>(s.dvn[r * kLdV + j]);
+    }
+  };
+  switch (bp.dv.dt) {
+    case kBF16: store(TypeTag<__nv_bfloat16>{}); break;
+    case kF16: store(TypeTag<__half>{}); break;
+    case kF64: store(TypeTag<double>{}); break;
+    default: store(TypeTag<float>{}); break;
+  }
+}
+
 template <int KD, bool kKDA>
 __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<HvShape<KD>::NTW>& a, const ChunkInfo& ck,
                             int hv, int d0) {
@@ -192,7 +221,7 @@ __device__ void hv_gate(const BwdParams& bp, const HvSmem& s, const ChunkInfo& c
   }
 }
 
-template <int KD, bool kKDA>
+template <int KD, bool kKDA, bool kDelta>
 __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_constant__ BwdParams bp) {
   using S = HvShape<KD>;
   const ChunkParams& p = bp.c;
@@ -203,7 +232,8 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
   const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
   extern __shared__ __align__(16) float smem[];
   const HvSmem s = carve_hv<KD>(smem);
-  copy_rows_async(s.dO, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);  // raw P, staged in the slabs
+  if constexpr (kDelta)
+    copy_rows_async(s.dO, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);  // raw P, staged in the slabs
   if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);
   for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) {
     s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
@@ -211,18 +241,23 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
   }
   cp_async_wait_all();
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
-    const int a = idx % kChunk, b = idx / kChunk;  // P'[a][b]: unit diagonal, strictly lower P; stored transposed
-    s.P[b * kLdC + a] = a == b ? 1.0f : (a > b ? s.dO[a * kLdC + b] : 0.0f);
-  }
+  if constexpr (kDelta)
+    for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
+      const int a = idx % kChunk, b = idx / kChunk;  // P'[a][b]: unit diagonal, strictly lower P; stored transposed
+      s.P[b * kLdC + a] = a == b ? 1.0f : (a > b ? s.dO[a * kLdC + b] : 0.0f);
+    }
   HvAcc<S::NTW> a = {};
   float vp[2] = {};
   const float* hS = bp.h + blk * KD * p.V;
   const float* dhS = bp.dh + blk * KD * p.V;
   for (int j0 = 0; j0 < p.V; j0 += kSlab) {
     __syncthreads();  // the previous slab is consumed
-    copy_rows_async(s.vn, kLdV, bp.vnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
-    copy_rows_async(s.dvn, kLdV, bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
+    if constexpr (kDelta)
+      copy_rows_async(s.vn, kLdV, bp.vnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
+    else  // gla: vnew = v, read in its dtype (the recompute does not write vnew)
+      load_rows_any<kSlab>(s.vn, kLdV, p.v, ck.t0, hv, L, j0, kSlab);
+    if (kDelta || z == 0)  // gla: only block 0 reads dvnew (dv)
+      copy_rows_async(s.dvn, kLdV, bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
     if (has_h) {
       copy_rows_async(s.h, kLdV, hS + int64_t(d0) * p.V, p.V, S::KW, j0, kSlab);
       copy_rows_async(s.dh, kLdV, dhS + int64_t(d0) * p.V, p.V, S::KW, j0, kSlab);
@@ -231,7 +266,8 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
     cp_async_wait_all();
     __syncthreads();
     if (has_h) {
-      slab_dxu(bp, s, ck, hv, j0, z == 0, vp);
+      if constexpr (kDelta) slab_dxu(bp, s, ck, hv, j0, z == 0, vp);
+      else if (z == 0) slab_dv_copy(bp, s, ck, hv, j0);
       if (threadIdx.x < S::KW) {
         float acc = s.hdh[threadIdx.x];
         for (int j = 0; j < kSlab; ++j) acc = fmaf(s.h[threadIdx.x * kLdV + j], s.dh[threadIdx.x * kLdV + j], acc);
@@ -239,29 +275,32 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
       }
       __syncthreads();
     }
-    if (z == 0) slab_products<S::KW, true, 0>(s, a);
-    else if (has_h) slab_products<S::KW, true, 1>(s, a);
-    else slab_products<S::KW, false, 1>(s, a);
+    if (z == 0) slab_products<S::KW, true, 0, kDelta>(s, a);
+    else if (has_h) slab_products<S::KW, true, 1, kDelta>(s, a);
+    else if constexpr (kDelta) slab_products<S::KW, false, 1, kDelta>(s, a);
   }
   // dA (block 0, lower triangle with the diagonal, scaled) or W1 (block 1) to the workspace
   float* X = (z == 0 ? bp.dAc : bp.Wc) + blk * kChunk * kChunk;
+  if (kDelta || z == 0)  // gla: no W1
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = acc_row(16 * (w & 3), e), c = acc_col(32 * (w >> 2) + 8 * nt, e);
-      X[r * kChunk + c] = z == 0 ? (c <= r ? p.scale * a.X[nt][e] : 0.0f) : a.X[nt][e];
-    }
+      for (int e = 0; e < 4; ++e) {
+        const int r = acc_row(16 * (w & 3), e), c = acc_col(32 * (w >> 2) + 8 * nt, e);
+        X[r * kChunk + c] = z == 0 ? (c <= r ? p.scale * a.X[nt][e] : 0.0f) : a.X[nt][e];
+      }
   __syncthreads();  // slabs consumed: the epilogue tiles reuse them
-  {  // v . dXu of row r: 8 partials, lanes t of the two warps owning rows 16 (w % 4) ..
-    const int r0 = 16 * (w & 3) + lane_g(), q = 4 * (w >> 2) + lane_t();
-    s.red[r0 * 8 + q] = vp[0], s.red[(r0 + 8) * 8 + q] = vp[1];
+  float vsum = 0.0f;  // row t = tid (gla: no dbeta)
+  if constexpr (kDelta) {
+    {  // v . dXu of row r: 8 partials, lanes t of the two warps owning rows 16 (w % 4) ..
+      const int r0 = 16 * (w & 3) + lane_g(), q = 4 * (w >> 2) + lane_t();
+      s.red[r0 * 8 + q] = vp[0], s.red[(r0 + 8) * 8 + q] = vp[1];
+    }
+    __syncthreads();
+    if (threadIdx.x < kChunk)
+      for (int u = 0; u < 8; ++u) vsum += s.red[8 * threadIdx.x + u];
+    __syncthreads();
   }
-  __syncthreads();
-  float vsum = 0.0f;  // row t = tid
-  if (threadIdx.x < kChunk)
-    for (int u = 0; u < 8; ++u) vsum += s.red[8 * threadIdx.x + u];
-  __syncthreads();
   if (!has_h) {
     for (int t = threadIdx.x; t < L; t += kBwdThreads) {
       float* pt = bp.part + (int64_t(ck.t0 + t) * p.HV + hv) * kPartSlots;
@@ -282,8 +321,10 @@ void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream) {
   dispatch_key_dim(p.K, [&](auto kd) {
     constexpr int KD = decltype(kd)::value;
     const size_t smem = sizeof(float) * HvShape<KD>::floats;
-    if (p.kda) launch_kernel(bwd_hv_kernel<KD, true>, dim3(p.NT, p.HV, 2), dim3(kBwdThreads), smem, stream, bp);
-    else launch_kernel(bwd_hv_kernel<KD, false>, dim3(p.NT, p.HV, 2), dim3(kBwdThreads), smem, stream, bp);
+    if (p.gla)  // no block without key rows (it would only write W1 and zero partials)
+      launch_kernel(bwd_hv_kernel<KD, true, false>, dim3(p.NT, p.HV, HvShape<KD>::NH), dim3(kBwdThreads), smem, stream, bp);
+    else if (p.kda) launch_kernel(bwd_hv_kernel<KD, true, true>, dim3(p.NT, p.HV, 2), dim3(kBwdThreads), smem, stream, bp);
+    else launch_kernel(bwd_hv_kernel<KD, false, true>, dim3(p.NT, p.HV, 2), dim3(kBwdThreads), smem, stream, bp);
   });
 }
 

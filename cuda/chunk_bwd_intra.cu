@@ -12,7 +12,8 @@
 // sums of the off-block pairs of the rows r >= t of t's block, column sums of the off-block pairs
 // of the columns s < t of t's block, and whole later-by-earlier block pairs. All terms are
 // added, none subtracted (no cancellation, as the CPU twin). float32 FMA throughout.
-// gla (ChunkParams::gla): no WY backward, kernel 2 does not run: dL is zero-filled here.
+// gla (kDelta = false, ChunkParams::gla): no WY backward, kernel 2 does not run: dL = 0 and
+// beta_e = 0, so every dL term is left out (no dL tile, half the off-block products).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
@@ -40,7 +41,7 @@ struct IntraSmem {
 
 // Off-block "right" products, rows r = ty + 16 i (i = 1..3), keys 2 tx, 2 tx + 1:
 // oq = F_r sum_{j<i} c_ij sum_{s in j} dA_rs kE_s, ol likewise with dL.
-template <bool kKDA>
+template <bool kKDA, bool kDelta>
 __device__ void intra_right(const IntraSmem& s, float2 (&oq)[4], float2 (&ol)[4]) {
   const int ty = bwd_ty(), c2 = 2 * bwd_tx();
   float2 aq[4] = {}, al[4] = {};
@@ -54,18 +55,21 @@ __device__ void intra_right(const IntraSmem& s, float2 (&oq)[4], float2 (&ol)[4]
       for (int u = 0; u < 4; ++u) b[u] = lds2(s.kE + (s0 + u) * kLdS + c2);
 #pragma unroll
       for (int i = j + 1; i < 4; ++i) {
-        const float4 a = lds4(s.dA + (ty + 16 * i) * kLdC + s0), l = lds4(s.dL + (ty + 16 * i) * kLdC + s0);
+        const float4 a = lds4(s.dA + (ty + 16 * i) * kLdC + s0);
         tq[i].x = fmaf(a.x, b[0].x, fmaf(a.y, b[1].x, fmaf(a.z, b[2].x, fmaf(a.w, b[3].x, tq[i].x))));
         tq[i].y = fmaf(a.x, b[0].y, fmaf(a.y, b[1].y, fmaf(a.z, b[2].y, fmaf(a.w, b[3].y, tq[i].y))));
-        tl[i].x = fmaf(l.x, b[0].x, fmaf(l.y, b[1].x, fmaf(l.z, b[2].x, fmaf(l.w, b[3].x, tl[i].x))));
-        tl[i].y = fmaf(l.x, b[0].y, fmaf(l.y, b[1].y, fmaf(l.z, b[2].y, fmaf(l.w, b[3].y, tl[i].y))));
+        if constexpr (kDelta) {  // gla: dL = 0
+          const float4 l = lds4(s.dL + (ty + 16 * i) * kLdC + s0);
+          tl[i].x = fmaf(l.x, b[0].x, fmaf(l.y, b[1].x, fmaf(l.z, b[2].x, fmaf(l.w, b[3].x, tl[i].x))));
+          tl[i].y = fmaf(l.x, b[0].y, fmaf(l.y, b[1].y, fmaf(l.z, b[2].y, fmaf(l.w, b[3].y, tl[i].y))));
+        }
       }
     }
 #pragma unroll
     for (int i = j + 1; i < 4; ++i) {
       const float2 c = lds2(s.ct + pair_index(i, j) * kSlab + c2);
       aq[i].x = fmaf(c.x, tq[i].x, aq[i].x), aq[i].y = fmaf(c.y, tq[i].y, aq[i].y);
-      al[i].x = fmaf(c.x, tl[i].x, al[i].x), al[i].y = fmaf(c.y, tl[i].y, al[i].y);
+      if constexpr (kDelta) al[i].x = fmaf(c.x, tl[i].x, al[i].x), al[i].y = fmaf(c.y, tl[i].y, al[i].y);
     }
   }
   oq[0] = ol[0] = make_float2(0.0f, 0.0f);
@@ -80,7 +84,7 @@ __device__ void intra_right(const IntraSmem& s, float2 (&oq)[4], float2 (&ol)[4]
 
 // Off-block "left" products, rows s = ty + 16 j (j = 0..2): E_s sum_{i>j} c_ij sum_{r in i}
 // (dA_rs qF_r + beta_r dL_rs kF_r); the later-by-earlier block sums for the gate into Qs.
-template <bool kKDA>
+template <bool kKDA, bool kDelta>
 __device__ void intra_left(const IntraSmem& s, int L, float2 (&ot)[4]) {
   const int ty = bwd_ty(), c2 = 2 * bwd_tx();
   float2 E[3], kk[3], acc[3] = {};
@@ -99,9 +103,14 @@ __device__ void intra_left(const IntraSmem& s, int L, float2 (&ot)[4]) {
       const float be = s.bet[r];
 #pragma unroll
       for (int j = 0; j < i; ++j) {
-        const float a = s.dA[r * kLdC + ty + 16 * j], l = s.dL[r * kLdC + ty + 16 * j] * be;
-        t[j].x = fmaf(a, bq.x, fmaf(l, bk.x, t[j].x));
-        t[j].y = fmaf(a, bq.y, fmaf(l, bk.y, t[j].y));
+        const float a = s.dA[r * kLdC + ty + 16 * j];
+        if constexpr (kDelta) {
+          const float l = s.dL[r * kLdC + ty + 16 * j] * be;
+          t[j].x = fmaf(a, bq.x, fmaf(l, bk.x, t[j].x));
+          t[j].y = fmaf(a, bq.y, fmaf(l, bk.y, t[j].y));
+        } else {  // gla: dL = 0
+          t[j].x = fmaf(a, bq.x, t[j].x), t[j].y = fmaf(a, bq.y, t[j].y);
+        }
       }
     }
 #pragma unroll
@@ -123,7 +132,7 @@ __device__ void intra_left(const IntraSmem& s, int L, float2 (&ot)[4]) {
 }
 
 // Pairs inside block m for key dl: DQ, DK (with beta), and the running gate sums ST.
-template <bool kKDA>
+template <bool kKDA, bool kDelta>
 __device__ void intra_diag(const IntraSmem& s, int L, int m, int dl) {
   const int r0 = 16 * m, r1 = min(r0 + 16, L);
   for (int r = r0; r < r1; ++r) s.DK[r * kLdO + dl] = 0.0f, s.ST[r * kLdO + dl] = 0.0f;
@@ -132,17 +141,17 @@ __device__ void intra_diag(const IntraSmem& s, int L, int m, int dl) {
     float dq = 0.0f, dkl = 0.0f, run = 0.0f;
     for (int c = r0; c < r; ++c) {
       const float D = exp2f(gr - gate_of<kKDA>(s.g, kLdS, c, dl)), kc = s.k[c * kLdS + dl];
-      const float a = s.dA[r * kLdC + c], l = s.dL[r * kLdC + c];
+      const float a = s.dA[r * kLdC + c], l = kDelta ? s.dL[r * kLdC + c] : 0.0f;  // gla: dL = 0, beta = 0
       dq = fmaf(a * kc, D, dq);
-      dkl = fmaf(l * kc, D, dkl);
-      const float mrs = fmaf(a, qr, br * l * kr) * D;
+      if constexpr (kDelta) dkl = fmaf(l * kc, D, dkl);
+      const float mrs = (kDelta ? fmaf(a, qr, br * l * kr) : a * qr) * D;
       s.DK[c * kLdO + dl] += mrs;
       run = fmaf(mrs, kc, run);
       s.ST[(c + 1) * kLdO + dl] += run;
     }
     const float a = s.dA[r * kLdC + r];
     s.DQ[r * kLdO + dl] = fmaf(a, kr, dq);
-    s.DK[r * kLdO + dl] += fmaf(a, qr, br * dkl);
+    s.DK[r * kLdO + dl] += kDelta ? fmaf(a, qr, br * dkl) : a * qr;
   }
 }
 
@@ -158,7 +167,7 @@ __device__ void intra_gate(const IntraSmem& s, int L, int m, int dl) {
   for (int t = r1 - 1; t >= r0; --t) suf += s.RO[t * kLdO + dl], s.ST[t * kLdO + dl] += suf;
 }
 
-template <bool kKDA>
+template <bool kKDA, bool kDelta>
 __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_constant__ BwdParams bp) {
   const ChunkParams& p = bp.c;
   const ChunkInfo ck = p.chunks[blockIdx.x];
@@ -169,7 +178,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   IntraSmem s(smem);
   if constexpr (!kKDA) s.g = s.gsc;  // gate_of reads g[r] for gdn
   copy_rows_async(s.dA, kLdC, bp.dAc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  copy_rows_async(s.dL, kLdC, bp.Wc + blk * kChunk * kChunk, kChunk, p.gla ? 0 : kChunk, 0, kChunk);  // gla: dL = 0
+  if constexpr (kDelta) copy_rows_async(s.dL, kLdC, bp.Wc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
   copy_rows_async(s.q, kLdS, bp.qn + (int64_t(ck.t0) * p.H + h) * K, int64_t(p.H) * K, L, d0, kSlab);
   copy_rows_async(s.k, kLdS, bp.kn + (int64_t(ck.t0) * p.H + h) * K, int64_t(p.H) * K, L, d0, kSlab);
   copy_gates_async<kKDA>(s.g, kLdS, p, ck, hv, d0, kSlab);
@@ -179,8 +188,8 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   build_scaled<kKDA>(s.g, s.k, s.q, s.kF, s.kE, s.qF, s.ct, L);
   __syncthreads();
   float2 oq[4], ol[4], ot[4];
-  intra_right<kKDA>(s, oq, ol);
-  intra_left<kKDA>(s, L, ot);
+  intra_right<kKDA, kDelta>(s, oq, ol);
+  intra_left<kKDA, kDelta>(s, L, ot);
   __syncthreads();  // the scaled slabs are consumed: RO, CO, DQ take their place
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -193,7 +202,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   __syncthreads();
   const int m = threadIdx.x >> 5, dl = threadIdx.x & 31;
   if (threadIdx.x < 128) {
-    intra_diag<kKDA>(s, L, m, dl);
+    intra_diag<kKDA, kDelta>(s, L, m, dl);
     intra_gate(s, L, m, dl);
   }
   __syncthreads();
@@ -239,8 +248,9 @@ void launch_bwd_intra(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   const size_t smem = sizeof(float) * IntraSmem::floats;
   const dim3 grid(p.NT, p.HV, p.K / kSlab);
-  if (p.kda) launch_kernel(bwd_intra_kernel<true>, grid, dim3(kBwdThreads), smem, stream, bp);
-  else launch_kernel(bwd_intra_kernel<false>, grid, dim3(kBwdThreads), smem, stream, bp);
+  if (p.gla) launch_kernel(bwd_intra_kernel<true, false>, grid, dim3(kBwdThreads), smem, stream, bp);
+  else if (p.kda) launch_kernel(bwd_intra_kernel<true, true>, grid, dim3(kBwdThreads), smem, stream, bp);
+  else launch_kernel(bwd_intra_kernel<false, true>, grid, dim3(kBwdThreads), smem, stream, bp);
 }
 
 }  // namespace kcp::cuda

@@ -10,9 +10,13 @@
 //   products, float32 sums: the same values as TF32 on exact inputs); otherwise TF32 fragments.
 //   P = (I + Lmat)^-1: 16x16 diagonal blocks by forward substitution (float32), then block rows
 //         P_ij = -P_ii sum_{m=j}^{i-1} Lmat_im P_mj on tensor cores (TF32, or 3xTF32 when split).
+//   gla (kDelta = false, ChunkParams::gla): Aqk only. beta_e = 0 makes Lmat = 0 and P = I, so the
+//         k k^T products, the solve and P are skipped (P is not written; nothing reads it for gla).
+//         Instead the block writes the gated rows kg_r = k_r 2^(b_end - b_r), qg_r = q_r 2^(b_r)
+//         (with the L2 norm's rstd) from the tiles it has loaded: gla runs no WY stage.
 // Raw k, q rows arrive by cp.async (zero past the chunk end; gates padded with row L-1).
-// Outputs (float32, TF32-rounded when products are not split): Aqk, P [NT,HV,64,64]; rows and
-// columns >= L are zero (P: identity there).
+// Outputs (float32, TF32-rounded when products are not split): Aqk, P (not gla) [NT,HV,64,64]; rows and
+// columns >= L are zero (P: identity there). gla: kg, qg [TT,HV,K] (rows < L), as the WY stage's.
 // Covered by tests/cuda/test_cuda_stages.cpp ("kkt").
 #include "cuda/chunk_kkt.cuh"
 #include "cuda/chunk_rows.cuh"
@@ -50,7 +54,7 @@ struct KktSmem {
   }
 };
 
-template <class Tin, int KD, bool kKDA>
+template <bool kDelta, class Tin, int KD, bool kKDA>
 __device__ void load_tiles(const ChunkParams& p, const ChunkInfo& ck, int hv, const KktSmem<Tin, KD, kKDA>& s) {
   using Sm = KktSmem<Tin, KD, kKDA>;
   const int h = hv / p.G, L = ck.len;
@@ -67,8 +71,9 @@ __device__ void load_tiles(const ChunkParams& p, const ChunkInfo& ck, int hv, co
     }
   }
   load_chunk_row_scalars<kKDA>(p, ck, hv, h, s.gs, s.bet, s.rk, s.rq);
-  for (int idx = threadIdx.x; idx < kChunk * kLdL / 4; idx += kThreads)
-    reinterpret_cast<float4*>(s.Ls)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if constexpr (kDelta)
+    for (int idx = threadIdx.x; idx < kChunk * kLdL / 4; idx += kThreads)
+      reinterpret_cast<float4*>(s.Ls)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   cp_async_commit();
   cp_async_wait<0>();
 }
@@ -83,12 +88,12 @@ __device__ float block_gate_range(const float* gs, int ldg, int n, int last) {
 }
 
 // Writes Lmat (shared) and Aqk (global) entries (r, c), c <= r, from the raw dots.
-template <bool S, class Tin, int KD, bool kKDA>
+template <bool S, bool kDelta, class Tin, int KD, bool kKDA>
 __device__ void put_entry(const ChunkParams& p, const KktSmem<Tin, KD, kKDA>& s, float* aqk, int r, int c,
                           float dk, float dq) {
   float f = s.rk[c];
   if constexpr (!kKDA) f *= exp2f(s.gs[r] - s.gs[c]);
-  if (c < r) s.Ls[r * kLdL + c] = s.bet[r] * s.rk[r] * dk * f;
+  if (kDelta && c < r) s.Ls[r * kLdL + c] = s.bet[r] * s.rk[r] * dk * f;
   aqk[r * kChunk + c] = operand_store<S>(p.scale * s.rq[r] * dq * f);
 }
 
@@ -114,9 +119,10 @@ __device__ void row_block_dots16(const KktSmem<Tin, KD, false>& s, int i, float 
   }
 }
 
-// Row block i of k k^T and q k^T by TF32 products with fragments built element by element (kda: each
-// factor carries its decay through the block's anchor row n = 16 i; float32 inputs: split products).
-template <bool S, class Tin, int KD, bool kKDA>
+// Row block i of k k^T (not for gla) and q k^T by TF32 products with fragments built element by
+// element (kda: each factor carries its decay through the block's anchor row n = 16 i; float32
+// inputs: split products).
+template <bool S, bool kDelta, class Tin, int KD, bool kKDA>
 __device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, bool diag_mma, float (&ak)[8][4],
                                     float (&aq)[8][4]) {
   using Sm = KktSmem<Tin, KD, kKDA>;
@@ -129,7 +135,7 @@ __device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, bool
       const int r = n + g + 8 * (e & 1), d = k0 + t + 4 * (e >> 1);
       float f = 1.0f;
       if constexpr (kKDA) f = exp2f(s.gs[r * Sm::ldg + d] - s.gs[n * Sm::ldg + d]);
-      fk.set(e, to_float(s.ks[r * Sm::ldk + d]) * f);
+      if constexpr (kDelta) fk.set(e, to_float(s.ks[r * Sm::ldk + d]) * f);
       fq.set(e, to_float(s.qs[r * Sm::ldk + d]) * f);
     }
 #pragma unroll
@@ -142,33 +148,33 @@ __device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, bool
             return to_float(s.ks[sc * Sm::ldk + d]) * f;
           },
           k0, 8 * nt);
-      mma(ak[nt], fk, fb);
+      if constexpr (kDelta) mma(ak[nt], fk, fb);
       mma(aq[nt], fq, fb);
     }
   }
 }
 
 // This warp's row block of k k^T and q k^T (gated); entries above the diagonal and of rows >= L stay 0.
-template <bool S, class Tin, int KD, bool kKDA>
+template <bool S, bool kDelta, class Tin, int KD, bool kKDA>
 __device__ void row_block_products(const ChunkParams& p, int L, const KktSmem<Tin, KD, kKDA>& s, float* aqk, int i,
                                    bool diag_mma) {
   const int n = 16 * i, ntiles = 2 * i + 2;
   float ak[8][4] = {}, aq[8][4] = {};
   if constexpr (!kKDA && sizeof(Tin) == 2) row_block_dots16(s, i, ak, aq);
-  else row_block_dots_tf32<S>(s, i, diag_mma, ak, aq);
+  else row_block_dots_tf32<S, kDelta>(s, i, diag_mma, ak, aq);
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
     if (nt >= ntiles || (kKDA && !diag_mma && nt >= 2 * i)) continue;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = acc_row(n, e), c = acc_col(8 * nt, e);
-      if (r < L && c <= r) put_entry<S>(p, s, aqk, r, c, ak[nt][e], aq[nt][e]);
+      if (r < L && c <= r) put_entry<S, kDelta>(p, s, aqk, r, c, ak[nt][e], aq[nt][e]);
     }
   }
 }
 
 // kda diagonal block with exact per-pair exponents (used when the anchored factors could overflow).
-template <bool S, class Tin, int KD>
+template <bool S, bool kDelta, class Tin, int KD>
 __device__ void diagonal_block_pairwise(const ChunkParams& p, int L, const KktSmem<Tin, KD, true>& s, float* aqk, int i) {
   using Sm = KktSmem<Tin, KD, true>;
   const int n = 16 * i;
@@ -180,10 +186,26 @@ __device__ void diagonal_block_pairwise(const ChunkParams& p, int L, const KktSm
     float sk = 0.0f, sq = 0.0f;
     for (int d = 0; d < KD; ++d) {
       const float kc = to_float(s.ks[c * Sm::ldk + d]) * exp2f(s.gs[r * Sm::ldg + d] - s.gs[c * Sm::ldg + d]);
-      sk += to_float(s.ks[r * Sm::ldk + d]) * kc;
+      if constexpr (kDelta) sk += to_float(s.ks[r * Sm::ldk + d]) * kc;
       sq += to_float(s.qs[r * Sm::ldk + d]) * kc;
     }
-    put_entry<S>(p, s, aqk, r, c, sk, sq);
+    put_entry<S, kDelta>(p, s, aqk, r, c, sk, sq);
+  }
+}
+
+// gla: kg = k E, qg = q Gamma of the chunk's rows < L (the same expressions as the WY stage's kda
+// slabs, so the same values), from the loaded tiles (gates of rows >= L repeat row L-1).
+template <bool S, class Tin, int KD>
+__device__ void write_gated_rows(const ChunkParams& p, const ChunkInfo& ck, int hv, const KktSmem<Tin, KD, true>& s) {
+  using Sm = KktSmem<Tin, KD, true>;
+  const int L = ck.len;
+  const float* be = s.gs + (L - 1) * Sm::ldg;
+  for (int idx = threadIdx.x; idx < L * KD; idx += kThreads) {
+    const int r = idx / KD, d = idx % KD;
+    const float b = s.gs[r * Sm::ldg + d];
+    const int64_t out = (int64_t(ck.t0 + r) * p.HV + hv) * KD + d;
+    p.kg[out] = operand_store<S>(to_float(s.ks[r * Sm::ldk + d]) * s.rk[r] * exp2f(be[d] - b));
+    p.qg[out] = operand_store<S>(to_float(s.qs[r * Sm::ldk + d]) * s.rq[r] * exp2f(b));
   }
 }
 
@@ -230,7 +252,7 @@ __device__ void solve_unit_lower(const float* Ls, float* Ps, float* Xs) {
   }
 }
 
-template <class Tin, int KD, bool kKDA>
+template <class Tin, int KD, bool kKDA, bool kDelta>
 __global__ void __launch_bounds__(kThreads) chunk_kkt_kernel(const ChunkParams p) {
   constexpr bool S = kSplitProducts<Tin>;
   extern __shared__ float4 smem_f4[];
@@ -241,29 +263,32 @@ __global__ void __launch_bounds__(kThreads) chunk_kkt_kernel(const ChunkParams p
   float* aqk = p.Aqk + tile;
   for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads)  // entries never computed are 0
     reinterpret_cast<float4*>(aqk)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  load_tiles<Tin, KD, kKDA>(p, ck, hv, s);
+  load_tiles<kDelta>(p, ck, hv, s);
   __syncthreads();
+  if constexpr (!kDelta) write_gated_rows<S>(p, ck, hv, s);
   const int n = 16 * warp;
   if (n < ck.len) {
     bool diag_mma = true;
     if constexpr (kKDA) diag_mma = block_gate_range<KD>(s.gs, s.ldg, n, min(n + 15, ck.len - 1)) <= kMaxAnchorRange;
-    row_block_products<S>(p, ck.len, s, aqk, warp, diag_mma);
+    row_block_products<S, kDelta>(p, ck.len, s, aqk, warp, diag_mma);
     if constexpr (kKDA)
-      if (!diag_mma) diagonal_block_pairwise<S>(p, ck.len, s, aqk, warp);
+      if (!diag_mma) diagonal_block_pairwise<S, kDelta>(p, ck.len, s, aqk, warp);
   }
-  __syncthreads();
-  solve_unit_lower<S>(s.Ls, s.Ps, s.Xs);
-  float4* P4 = reinterpret_cast<float4*>(p.P + tile);
-  for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads) {
-    const float* src = s.Ps + (idx / 16) * kLdL + 4 * (idx % 16);
-    P4[idx] = make_float4(operand_store<S>(src[0]), operand_store<S>(src[1]), operand_store<S>(src[2]), operand_store<S>(src[3]));
+  if constexpr (kDelta) {  // gla: P = I, neither solved nor written
+    __syncthreads();
+    solve_unit_lower<S>(s.Ls, s.Ps, s.Xs);
+    float4* P4 = reinterpret_cast<float4*>(p.P + tile);
+    for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads) {
+      const float* src = s.Ps + (idx / 16) * kLdL + 4 * (idx % 16);
+      P4[idx] = make_float4(operand_store<S>(src[0]), operand_store<S>(src[1]), operand_store<S>(src[2]), operand_store<S>(src[3]));
+    }
   }
 }
 
-template <class Tin, int KD, bool kKDA>
+template <class Tin, int KD, bool kKDA, bool kDelta = true>
 void launch(const ChunkParams& p, cudaStream_t stream) {
   const size_t smem = KktSmem<Tin, KD, kKDA>::bytes;
-  launch_kernel(chunk_kkt_kernel<Tin, KD, kKDA>, dim3(p.NT, p.HV), kThreads, smem, stream, p);
+  launch_kernel(chunk_kkt_kernel<Tin, KD, kKDA, kDelta>, dim3(p.NT, p.HV), kThreads, smem, stream, p);
 }
 
 }  // namespace
@@ -274,7 +299,8 @@ void launch_chunk_kkt(const ChunkParams& p, int input_dtype, cudaStream_t stream
     using Tin = typename decltype(tag)::type;
     dispatch_key_dim(p.K, [&](auto kd) {
       constexpr int KD = decltype(kd)::value;
-      if (p.kda) launch<Tin, KD, true>(p, stream);
+      if (p.gla) launch<Tin, KD, true, false>(p, stream);
+      else if (p.kda) launch<Tin, KD, true>(p, stream);
       else launch<Tin, KD, false>(p, stream);
     });
   });

@@ -5,7 +5,8 @@
 //   stride[0] == T*stride[1] is addressed as tt*st + x*sx + d (d contiguous).
 //   Workspace shapes (TT = B*T, NT = chunks of all sequences, Kg = K for kda, 1 for gdn):
 //     gcum [TT,HV,Kg] chunk-local cumsum of the log decay in log2 units; beta_e [TT,HV];
-//     rstd_q, rstd_k [TT,H] (l2norm only); P, Aqk [NT,HV,64,64]; w, kg, qg [TT,HV,K]; u [TT,HV,V].
+//     rstd_q, rstd_k [TT,H] (l2norm only); P, Aqk [NT,HV,64,64]; w, kg, qg [TT,HV,K]; u [TT,HV,V]
+//     (gla: no P, w, u).
 // Covered by tests/cuda/test_cuda_stages.cpp.
 #pragma once
 
@@ -51,9 +52,11 @@ struct ChunkParams {
   int64_t TT = 0;
   float scale = 1;
   bool kda = false;  // per-channel gate (kda and gla)
-  // gla: kda's stages with the delta rule taken out: beta_e = 0, so Lmat = 0 and P = I (w = 0), and
-  // u = v (the WY stage's u factor is 1). The state kernel then runs S = Gamma_end S + kg^T v,
-  // o = scale qg S + Aqk v: GLA's chunked form (ALGORITHMS.md 3).
+  // gla: kda's stages with the delta rule taken out (beta_e = 0, so Lmat = 0, P = I, w = 0, u = v),
+  // run by the kda kernels' gla instantiations (template flag kDelta = false), which skip that work:
+  // kkt writes Aqk, kg, qg (no k k^T, no solve: P is not allocated), WY does not run (no w, u),
+  // the state kernel reads v where it read u and forms no w S: S = Gamma_end S + kg^T v,
+  // o = scale qg S + Aqk v, GLA's chunked form (ALGORITHMS.md 3).
   bool gla = false;
   // fused pre-processing (ALGORITHMS.md 2.1-2.2)
   bool l2norm = false, beta_sigmoid = false;
@@ -84,7 +87,8 @@ enum StateInit : int { kInitZero = 0, kInitGiven = 1, kInitIdentity = 2 };
 struct StateParams {
   ChunkParams c;
   int Vw = 0;                    // state columns: V (forward, S_ext) or K (transition M)
-  const float* u = nullptr;      // [TT,HV,Vw]; null means u = 0 (the M recurrence)
+  const float* u = nullptr;      // [TT,HV,Vw]; null means u = 0 (the M recurrence), unless u_is_v
+  bool u_is_v = false;           // gla: u = v, read from the input rows in their dtype (u null)
   int init = kInitZero;
   StateView h0;                  // read when init == kInitGiven
   StateView final_state;         // written when p != null

@@ -3,7 +3,8 @@
 //   w = P @ (beta * k * Gamma)    [L,K]   Gamma_s = 2^(b_s) (gdn: scalar per row, kda: per channel)
 //   u = P @ (beta * v)            [L,V]
 //   kda only, on the w slabs:  kg_r = k_r * 2^(b_end - b_r),  qg_r = q_r * 2^(b_r)   [L,K]
-//   gla (ChunkParams::gla): beta_e = 0 gives w = 0 and P = I, and u's factor is 1: u = v
+//   gla (ChunkParams::gla): not run. w = 0 and u = v are never formed (the state kernel reads v),
+//   and kg, qg are written by the kkt stage, which has the k, q and gate tiles loaded already.
 // k and q carry the fused L2 norm (rstd per row). Unlike FLA, w, u, kg, qg stay float32 (FLA stores
 // them in the input dtype); w, kg, qg, which only enter products later, are stored TF32-rounded when
 // products are not split. Slabs are the fastest grid index so the blocks of one chunk share P in L2.
@@ -84,7 +85,7 @@ template <bool S, class Tin, bool kKDA>
 __device__ void rhs_factors(const ChunkParams& p, const ChunkInfo& ck, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
   const int L = ck.len;
   for (int r = threadIdx.x; r < kChunk; r += kThreads)
-    s.fr[r] = sl.is_w ? (kKDA ? 0.0f : s.bet[r] * s.rk[r] * exp2f(s.gs[r])) : (p.gla ? 1.0f : s.bet[r]);
+    s.fr[r] = sl.is_w ? (kKDA ? 0.0f : s.bet[r] * s.rk[r] * exp2f(s.gs[r])) : s.bet[r];
   if constexpr (!kKDA) return;
   if (!sl.is_w) return;
   for (int d = threadIdx.x; d < sl.W; d += kThreads) s.be[d] = s.F[(L - 1) * kLdF + d];
@@ -155,7 +156,7 @@ void launch(const ChunkParams& p, cudaStream_t stream) {
 }  // namespace
 
 void launch_chunk_wy(const ChunkParams& p, int input_dtype, cudaStream_t stream) {
-  if (p.NT == 0) return;
+  if (p.NT == 0 || p.gla) return;  // gla: no w, u; kg, qg come from the kkt stage
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
     if (p.kda) launch<Tin, true>(p, stream);

@@ -2,8 +2,8 @@
 // table and the float32 workspace on the device between calls (re-uploading the table only when the
 // sequence layout changes), and launches the stages in order.
 // Workspace per call, float32: gcum TT*HV*Kg, beta TT*HV, rstd 2*TT*H (l2norm), P and Aqk
-// 2*NT*HV*64*64, w TT*HV*K and u TT*HV*V (not for the folded gdn forward with 16-bit inputs), kg and
-// qg 2*TT*HV*K (kda), and for the stage tests h NT*HV*K*V and vnew TT*HV*V.
+// 2*NT*HV*64*64 (gla: Aqk only), w TT*HV*K and u TT*HV*V (not for the folded gdn forward with 16-bit
+// inputs, nor gla), kg and qg 2*TT*HV*K (kda, gla), and for the stage tests h NT*HV*K*V and vnew TT*HV*V.
 // Covered by tests/cuda/test_cuda_forward.cpp, test_cuda_stages.cpp, test_cuda_transition.cpp.
 #include "cuda/chunkwise.h"
 
@@ -44,6 +44,8 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   expect_aligned_rows(in.q, "q"), expect_aligned_rows(in.k, "k"), expect_aligned_rows(in.v, "v");
   KCP_CHECK(in.q.stride[1] < (int64_t(1) << 24) && in.k.stride[1] < (int64_t(1) << 24),
             "cuda-chunkwise: q, k token strides must be below 2^24 elements (32-bit row offsets in a chunk)");
+  KCP_CHECK(p.variant != Variant::gla || in.v.stride[1] < (int64_t(1) << 24),  // gla: the state kernel reads v rows
+            "cuda-chunkwise: v's token stride must be below 2^24 elements for gla (32-bit row offsets in a chunk)");
   c.A_log = scalar_view(in.A_log, "A_log");
   c.dt_bias = scalar_view(in.dt_bias, "dt_bias");
   st.dtype = c.q.dt;
@@ -73,7 +75,7 @@ StateParams Pipeline::Impl::state_params(const Setup& st, const Problem& p, cons
   StateParams sp;
   sp.c = st.c;
   sp.Vw = int(p.V);
-  sp.u = st.c.u;
+  sp.u = st.c.u, sp.u_is_v = st.c.gla;  // gla: u = v, read by the state kernel from v
   sp.init = in.initial_state.empty() ? kInitZero : kInitGiven;
   if (!in.initial_state.empty()) sp.h0 = state_view(in.initial_state, p.flags.state_v_first, "initial_state");
   if (!out.final_state.empty()) sp.final_state = state_view(out.final_state, p.flags.state_v_first, "final_state");
@@ -157,10 +159,10 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
   impl_->run_front(st);
   StateParams sp;
   sp.c = st.c;
-  sp.Vw = int(p.V), sp.u = st.c.u, sp.init = kInitZero;  // S_ext: the state reached from zero
+  sp.Vw = int(p.V), sp.u = st.c.u, sp.u_is_v = st.c.gla, sp.init = kInitZero;  // S_ext: the state reached from zero
   sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");
   launch_chunk_state(sp, st.dtype, impl_->stream, false);
-  sp.Vw = int(p.K), sp.u = nullptr, sp.init = kInitIdentity;  // M: the same recurrence on I with u = 0,
+  sp.Vw = int(p.K), sp.u = nullptr, sp.u_is_v = false, sp.init = kInitIdentity;  // M: the same recurrence on I with u = 0,
   sp.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");  // kept float32-exact (3xTF32 products)
   launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
 }

@@ -1,5 +1,6 @@
 // Pipeline::backward and Pipeline::transition_backward: the forward's stages run again with h and
-// vnew kept (cumsum -> kkt + solve -> WY -> state, never the folded kernel), then the backward
+// vnew kept (cumsum -> kkt + solve -> WY -> state, never the folded kernel; gla: kkt -> Aqk, kg, qg,
+// no WY, the state from v), then the backward
 // kernels of chunk_bwd.cuh: prep -> dhu -> chunk -> finish.
 // Backward workspace, float32: qn, kn 2*TT*H*K; dh NT*HV*K*V; dvnew TT*HV*V; dqv, dkv 2*TT*HV*K;
 // dbeta_e TT*HV; da, dx, dalog 3*TT*HV*Kg; the chunk stage's dAc, Wc 2*NT*HV*64*64 and partial sums
@@ -63,16 +64,17 @@ BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int
   im.run_front(st);
   StateParams sp;
   sp.c = st.c;
-  sp.Vw = int(p.V), sp.u = st.c.u;
+  sp.Vw = int(p.V), sp.u = st.c.u, sp.u_is_v = st.c.gla;  // gla: u = v
   sp.init = in.initial_state.empty() || seq_count >= 0 ? kInitZero : kInitGiven;
   if (sp.init == kInitGiven) sp.h0 = state_view(in.initial_state, p.flags.state_v_first, "initial_state");
-  sp.h = static_cast<float*>(im.buf.h.data), sp.vnew = static_cast<float*>(im.buf.vnew.data);
+  sp.h = static_cast<float*>(im.buf.h.data);
+  sp.vnew = st.c.gla ? nullptr : static_cast<float*>(im.buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
   launch_chunk_state(sp, st.dtype, im.stream, false);
   BwdParams bp;
   bp.c = st.c;
   auto f = [](const TensorView& t) { return static_cast<float*>(t.data); };
   const BackwardBuffers& b = im.bbuf;
-  bp.h = f(im.buf.h), bp.vnew = f(im.buf.vnew), bp.qn = f(b.qn), bp.kn = f(b.kn);
+  bp.h = f(im.buf.h), bp.vnew = st.c.gla ? nullptr : f(im.buf.vnew), bp.qn = f(b.qn), bp.kn = f(b.kn);
   bp.dh = f(b.dh), bp.dvnew = f(b.dvnew), bp.dqv = f(b.dqv), bp.dkv = f(b.dkv);
   bp.dbeta_e = f(b.dbeta_e), bp.da = f(b.da), bp.dx = f(b.dx), bp.dalog = f(b.dalog);
   bp.dAc = f(b.dAc), bp.Wc = f(b.Wc), bp.part = f(b.part);

@@ -150,15 +150,18 @@ struct Pipeline::Impl {
   }
 
   // Carves the workspace (growing it when needed) and fills buf with views of it.
-  // `wy`: w and u are needed (every path but the folded forward).
+  // `wy`: w and u are needed (every path but the folded forward; never gla, whose P = I, w = 0 and
+  // u = v are neither written nor read).
   void size_workspace(const Problem& p, bool stages, bool wy) {
     const int64_t TT = p.B * p.T, NT64 = NT, Kg = p.per_channel_gate() ? p.K : 1;
     const bool kda = p.per_channel_gate(), l2 = p.flags.use_qk_l2norm_in_kernel;  // kda and gla: kg, qg
+    const bool delta = p.variant != Variant::gla;
+    wy = wy && delta;
     struct Item { TensorView* view; Shape shape; bool on; };
     const std::vector<Item> items = {
         {&buf.gcum, {TT, p.HV, Kg}, true},  {&buf.beta, {TT, p.HV}, true},
         {&buf.rstd_q, {TT, p.H}, l2},       {&buf.rstd_k, {TT, p.H}, l2},
-        {&buf.P, {NT64, p.HV, kChunk, kChunk}, true}, {&buf.Aqk, {NT64, p.HV, kChunk, kChunk}, true},
+        {&buf.P, {NT64, p.HV, kChunk, kChunk}, delta}, {&buf.Aqk, {NT64, p.HV, kChunk, kChunk}, true},
         {&buf.w, {TT, p.HV, p.K}, wy},      {&buf.u, {TT, p.HV, p.V}, wy},
         {&buf.kg, {TT, p.HV, p.K}, kda},    {&buf.qg, {TT, p.HV, p.K}, kda},
         {&buf.h, {NT64, p.HV, p.K, p.V}, stages}, {&buf.vnew, {TT, p.HV, p.V}, stages}};

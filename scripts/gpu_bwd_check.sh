@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The backward's GPU check (issues 11 and 16): the backward test cases of test_cuda (oracle sweep,
+# The backward's GPU check (issues 11 and 16): the other test cases of test_cuda first (forward,
+# stages, transitions, goldens: fwd_tests.log), the backward test cases of test_cuda (oracle sweep,
 # stages against the CPU twin, transition_backward, the gla golden gradients), `kcp check` of the
 # golden files' gradients, forward and forward+backward times with FLA's in the same call, the
 # per-stage split (KCP_CUDA_STAGE_TIMES=1), and racecheck on the stage test. Builds nothing: run
@@ -29,6 +30,10 @@ fi
 TIMED=${VARS:-gdn,kda}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 
+"$TEST" -tce='*backward*' "${filter[@]:0:1}" > "$LOGS/fwd_tests.log" 2>&1  # forward, stages, transitions, goldens
+echo "forward tests (${VARS:-all variants}): rc=$?"
+grep -E "test cases:|assertions:" "$LOGS/fwd_tests.log"
+grep -E "^\| gla_.*\.h5 \|" "$LOGS/fwd_tests.log" || true  # the gla golden outputs against FLA's
 "$TEST" -tc='*backward*' "${filter[@]}" > "$LOGS/bwd_tests.log" 2>&1
 echo "backward tests (${VARS:-all variants}): rc=$?"
 grep -E "test cases:|assertions:" "$LOGS/bwd_tests.log"
@@ -56,8 +61,8 @@ if [ -d "$FLA_PATH/fla" ]; then
 else
   echo "FLA not found at $FLA_PATH: FLA's times skipped"
 fi
-KCP_CUDA_STAGE_TIMES=1 "$KCP" "${BENCH[@]}" --backward 1 --T 8192 --warmup 1 --repeat 1 2>&1 | grep "backward stages" |
-  tee "$LOGS/bwd_stages.txt"
+KCP_CUDA_STAGE_TIMES=1 "$KCP" "${BENCH[@]}" --backward 1 --T 8192 --warmup 1 --repeat 1 2>&1 | grep "stages" | sort | uniq -c |
+  tee "$LOGS/bwd_stages.txt"  # forward and backward stage split (counts: how often each line came)
 if command -v compute-sanitizer > /dev/null; then
   compute-sanitizer --tool racecheck "$TEST" -tc='*stages match*' "${filter[@]}" > "$LOGS/bwd_racecheck.log" 2>&1
   tail -1 "$LOGS/bwd_racecheck.log"

@@ -1,5 +1,6 @@
 // make_stage_twin(): runs chunkwise_forward_trace per (sequence, value head) and scatters every
-// per-chunk matrix into the CUDA buffers' layouts (stage_twin.h).
+// per-chunk matrix into the CUDA buffers' layouts (stage_twin.h). gla has no P and no w (they stay
+// NaN: the CUDA pipeline writes neither for gla), beta_e = 0 and u = v.
 #include "tests/cuda/stage_twin.h"
 
 #include <cmath>
@@ -41,16 +42,21 @@ StageTwin make_stage_twin(const Problem& p, const Inputs& in) {
       const ref::ChunkwiseTrace<double> t = ref::chunkwise_forward_trace(p, d);
       for (int64_t c = 0; c < nt; ++c) {
         const ref::ChunkLocal<double>& loc = t.chunk[size_t(c)];
-        const int64_t len = loc.P.rows(), ci = chunk0 + c;
+        const int64_t len = loc.Aqk.rows(), ci = chunk0 + c;
+        const bool delta = loc.P.size() > 0;  // gla: no P, no w
         for (int64_t r = 0; r < len; ++r) {
           const int64_t s_in = c * C + r, tt = seq.b * p.T + seq.t0 + s_in, row = tt * p.HV + hv;
           for (int64_t i = 0; i < Kg; ++i) w.gcum.data()[row * Kg + i] = loc.gate.B(r, i) / std::log(2.0);
-          w.beta(tt, hv) = d.beta(s_in);
+          w.beta(tt, hv) = delta ? d.beta(s_in) : 0.0;  // gla: the cumsum stage writes beta_e = 0
           if (p.flags.use_qk_l2norm_in_kernel && hv % p.G() == 0)
             w.rstd_q(tt, hv / p.G()) = d.q_rstd(s_in), w.rstd_k(tt, hv / p.G()) = d.k_rstd(s_in);
-          for (int64_t s = 0; s < len; ++s) w.P(ci, hv, r, s) = loc.P(r, s), w.Aqk(ci, hv, r, s) = loc.Aqk(r, s);
-          put_row(w.w, row, loc.w.row(r)), put_row(w.u, row, loc.u.row(r));
-          if (p.variant == Variant::kda) put_row(w.kg, row, loc.kg.row(r)), put_row(w.qg, row, loc.qg.row(r));
+          for (int64_t s = 0; s < len; ++s) {
+            if (delta) w.P(ci, hv, r, s) = loc.P(r, s);
+            w.Aqk(ci, hv, r, s) = loc.Aqk(r, s);
+          }
+          if (delta) put_row(w.w, row, loc.w.row(r));
+          put_row(w.u, row, loc.u.row(r));
+          if (p.per_channel_gate()) put_row(w.kg, row, loc.kg.row(r)), put_row(w.qg, row, loc.qg.row(r));
           put_row(w.vnew, row, t.vnew[size_t(c)].row(r)), put_row(w.o, row, t.o[size_t(c)].row(r));
         }
         for (int64_t i = 0; i < p.K; ++i)

@@ -7,7 +7,9 @@
 // serves the other cases and the CP transition). Every buffer a stage writes is NaN-poisoned first and
 // must come back without NaN (every element written). Bars (validation/tolerance.h): float32
 // inputs kFloatVsDouble (3xTF32 products); 16-bit inputs kCudaTf32; the cumsum is float32 for every
-// input type: kFloatVsDouble. Skipped where no CUDA device is present.
+// input type: kFloatVsDouble. gla runs kda's kernels without the delta rule (kDelta = false): kkt
+// writes Aqk, kg and qg (checked after kkt), WY does not run, P, w, u are not allocated (so not
+// compared), and the state kernel reads v for u. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -56,6 +58,12 @@ std::vector<StageCase> stage_cases(uint64_t seed) {
   add(Variant::kda, DType::f16, [](val::CaseSpec& s) { s.T = 100, s.K = s.V = 32; });
   add(Variant::gdn, DType::f16, [](val::CaseSpec& s) { s.T = 65, s.K = 32, s.V = 64, s.initial_state = false; });
   add(Variant::kda, DType::bf16, [](val::CaseSpec& s) { s.T = 333, s.K = s.V = 128, s.flags.use_beta_sigmoid_in_kernel = true; });
+  add(Variant::gla, DType::bf16, [](val::CaseSpec& s) {  // packed, GVA, fused gate and norm
+    s.seqlens = {64, 37, 0, 90, 1, 60}, s.H = 1, s.HV = 3, s.K = 64, s.V = 64;
+    s.flags.use_gate_in_kernel = s.flags.use_qk_l2norm_in_kernel = true;
+  });
+  add(Variant::gla, DType::f32, [](val::CaseSpec& s) { s.B = 2, s.T = 130, s.K = s.V = 128; });
+  add(Variant::gla, DType::f16, [](val::CaseSpec& s) { s.T = 100, s.K = s.V = 32; });
   return v;
 }
 
@@ -98,7 +106,8 @@ TEST_CASE("each CUDA stage matches its CPU chunkwise twin on the same inputs" * 
       const test::StageTwin tw = test::make_stage_twin(p64, c.inputs());
       test::DeviceInputs din = test::upload_inputs(*gpu, c, sc.qkv);
       const cuda::StageBuffers& b = pipe.prepare_stages(p, din.views);
-      const bool l2 = p.flags.use_qk_l2norm_in_kernel, kda = p.variant == Variant::kda;
+      const bool l2 = p.flags.use_qk_l2norm_in_kernel, kda = p.per_channel_gate();  // kda and gla: kg, qg
+      const bool delta = p.variant != Variant::gla;  // gla: no P, w, u buffers
       const double bar = sc.qkv == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
 
       for (const TensorView* t : {&b.gcum, &b.beta, &b.rstd_q, &b.rstd_k}) if (!t->empty()) test::poison(*gpu, *t);
@@ -109,25 +118,33 @@ TEST_CASE("each CUDA stage matches its CPU chunkwise twin on the same inputs" * 
 
       feed(*gpu, b.gcum, tw.gcum), feed(*gpu, b.beta, tw.beta);
       if (l2) feed(*gpu, b.rstd_q, tw.rstd_q), feed(*gpu, b.rstd_k, tw.rstd_k);
-      test::poison(*gpu, b.P), test::poison(*gpu, b.Aqk);
+      CHECK(b.P.empty() == !delta);  // gla: no P, w, u allocated
+      CHECK(b.w.empty() == !delta);
+      CHECK(b.u.empty() == !delta);
+      if (delta) test::poison(*gpu, b.P);
+      else test::poison(*gpu, b.kg), test::poison(*gpu, b.qg);  // gla: the kkt stage writes kg, qg
+      test::poison(*gpu, b.Aqk);
       pipe.run_stage(cuda::Stage::kkt, p, din.views, {});
-      check_stage("kkt P", *gpu, b.P, tw.P, bar);
+      if (delta) check_stage("kkt P", *gpu, b.P, tw.P, bar);
+      else check_stage("kkt kg", *gpu, b.kg, tw.kg, bar), check_stage("kkt qg", *gpu, b.qg, tw.qg, bar);
       check_stage("kkt Aqk", *gpu, b.Aqk, tw.Aqk, bar);
 
-      feed(*gpu, b.P, tw.P);
-      for (const TensorView* t : {&b.w, &b.u, &b.kg, &b.qg}) if (!t->empty()) test::poison(*gpu, *t);
-      pipe.run_stage(cuda::Stage::wy, p, din.views, {});
-      check_stage("wy w", *gpu, b.w, tw.w, bar);
-      check_stage("wy u", *gpu, b.u, tw.u, bar);
-      if (kda) check_stage("wy kg", *gpu, b.kg, tw.kg, bar), check_stage("wy qg", *gpu, b.qg, tw.qg, bar);
+      if (delta) {  // gla: no WY stage
+        feed(*gpu, b.P, tw.P);
+        for (const TensorView* t : {&b.w, &b.u, &b.kg, &b.qg}) if (!t->empty()) test::poison(*gpu, *t);
+        pipe.run_stage(cuda::Stage::wy, p, din.views, {});
+        check_stage("wy w", *gpu, b.w, tw.w, bar), check_stage("wy u", *gpu, b.u, tw.u, bar);
+        if (kda) check_stage("wy kg", *gpu, b.kg, tw.kg, bar), check_stage("wy qg", *gpu, b.qg, tw.qg, bar);
+      }
 
-      feed(*gpu, b.w, tw.w), feed(*gpu, b.u, tw.u), feed(*gpu, b.Aqk, tw.Aqk);
+      if (delta) feed(*gpu, b.w, tw.w), feed(*gpu, b.u, tw.u);
+      feed(*gpu, b.Aqk, tw.Aqk);
       if (kda) feed(*gpu, b.kg, tw.kg), feed(*gpu, b.qg, tw.qg);
       // gdn with 16-bit inputs: the folded kernel (reads P, not w and u), with 1 and 2 column groups
       // per block, and its fused output; the others: the state kernel from w and u.
       const bool fold = !kda && sc.qkv != DType::f32;
       for (int groups : fold ? std::vector<int>{1, 2} : std::vector<int>{0}) {
-        std::printf(" state kernel: %s\n", fold ? (groups == 1 ? "folded, 1 group" : "folded, 2 groups") : "from w, u");
+        std::printf(" state kernel: %s\n", fold ? (groups == 1 ? "folded, 1 group" : "folded, 2 groups") : delta ? "from w, u" : "from v (gla)");
         pipe.set_state_groups(groups);
         test::poison(*gpu, b.h), test::poison(*gpu, b.vnew);
         test::DeviceTensor ht = test::poisoned(*gpu, DType::f32, shape_state(p));
