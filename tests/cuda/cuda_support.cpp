@@ -1,9 +1,13 @@
-// Staging helpers for the CUDA suites (see cuda_support.h).
+// Staging and checking helpers for the CUDA suites (see cuda_support.h).
 #include "tests/cuda/cuda_support.h"
 
+#include <doctest/doctest.h>
+
+#include <cstdio>
 #include <cstring>
 
 #include "cuda/backend_cuda.h"
+#include "validation/compare.h"
 
 namespace kcp::test {
 
@@ -76,6 +80,18 @@ DeviceInputs upload_inputs(Backend& be, const val::CaseData& c, DType qkv) {
   d.views.A_log = put(c.A_log, DType::f32), d.views.dt_bias = put(c.dt_bias, DType::f32);
   d.views.initial_state = put(c.h0, DType::f32);
   return d;
+}
+
+bool check_rel_l2(const std::string& what, const std::string& name, const Tensor<double>& got, const TensorView& ref,
+                  double bar) {
+  const val::Metrics m = val::compare(got.view(), ref);
+  std::printf("  %-16s rel_l2 %.3e  max_abs %.3e  (bar %.1e)  %s\n", what.c_str(), m.rel_l2, m.max_abs, bar, name.c_str());
+  INFO(what, ": rel_l2 ", m.rel_l2, ", max_abs ", m.max_abs, " at ", val::index_str(m.max_abs_at), " (", m.a_at,
+       " vs ", m.b_at, "), NaN ", m.nan_a);
+  CHECK(m.nan_a == 0);
+  CHECK(m.finite_ok());
+  CHECK(m.rel_l2 <= bar);
+  return m.rel_l2 <= bar && m.nan_a == 0 && m.finite_ok();
 }
 
 }  // namespace kcp::test

@@ -4,6 +4,7 @@
 // downloads to float64 host tensors for compare().
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/backend.h"
@@ -27,6 +28,19 @@ DeviceTensor to_device(Backend& be, const Tensor<double>& t, DType dt);         
 void upload_into(Backend& be, const TensorView& dst, const Tensor<double>& src);    // same numel
 void poison(Backend& be, const TensorView& dst);
 Tensor<double> to_host(Backend& be, const TensorView& v);
+
+// A seeded case with the dtype its q, k, v (and d_o) are staged in; name() for subcases and messages.
+struct DtypeCase {
+  val::CaseSpec spec;
+  DType qkv = DType::bf16;
+  std::string name() const { return spec.name() + " qkv=" + std::string(dtype_name(qkv)); }
+};
+
+// One result against its reference: prints rel_l2 and max_abs, checks (doctest) that every element
+// was written (outputs were NaN-poisoned), that nothing is NaN/Inf beyond the reference's, and
+// rel_l2 <= bar; returns whether all held (so a staged test can stop at its first failing stage).
+bool check_rel_l2(const std::string& what, const std::string& name, const Tensor<double>& got, const TensorView& ref,
+                  double bar);
 
 struct DeviceInputs {
   std::vector<DeviceTensor> tensors;

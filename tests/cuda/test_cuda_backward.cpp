@@ -39,23 +39,7 @@ using namespace kcp;
 
 namespace {
 
-struct BwdCase {
-  val::CaseSpec spec;
-  DType qkv = DType::bf16;
-  std::string name() const { return spec.name() + " qkv=" + std::string(dtype_name(qkv)); }
-};
-
-bool check_tensor(const std::string& what, const std::string& name, const Tensor<double>& got, const TensorView& ref,
-                  double bar) {
-  const val::Metrics m = val::compare(got.view(), ref);
-  std::printf("  %-10s rel_l2 %.3e  max_abs %.3e  (bar %.1e)  %s\n", what.c_str(), m.rel_l2, m.max_abs, bar, name.c_str());
-  INFO(what, ": rel_l2 ", m.rel_l2, ", max_abs ", m.max_abs, " at ", val::index_str(m.max_abs_at), " (", m.a_at,
-       " vs ", m.b_at, "), NaN ", m.nan_a);
-  CHECK(m.nan_a == 0);
-  CHECK(m.finite_ok());
-  CHECK(m.rel_l2 <= bar);
-  return m.rel_l2 <= bar && m.nan_a == 0;
-}
+using BwdCase = test::DtypeCase;
 
 std::vector<BwdCase> sweep(uint64_t seed) {
   struct L { int64_t B, T; std::vector<int64_t> lens; int64_t H, HV, K, V; };
@@ -160,7 +144,7 @@ TEST_CASE("cuda-chunkwise backward matches the float64 oracle" * doctest::skip(!
         if (f32)  // the forward's float32 bar, or the float32 rule where that is looser (the gate sums)
           bar = std::max(val::tol::kFloatVsDouble,
                          val::float_rule_bar(val::compare(host_grad(r32.grads, name).view(), want.view()).rel_l2, cond.of(name)));
-        check_tensor(name, bc.name(), test::to_host(*gpu, t.view), want.view(), bar);
+        test::check_rel_l2(name, bc.name(), test::to_host(*gpu, t.view), want.view(), bar);
       }
     }
   }
@@ -210,12 +194,12 @@ TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctes
         const double bar = dt == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
         const std::string nm = s.name();
         // pipeline order: the first failure names the kernel
-        if (!check_tensor("dhu:dh", nm, test::to_host(*gpu, b.dh), dh.view(), bar)) return;
-        if (!check_tensor("dhu:dvnew", nm, test::to_host(*gpu, b.dvnew), dvnew.view(), bar)) return;
-        check_tensor("chunk:dq", nm, test::to_host(*gpu, b.dqv), dqv.view(), bar);
-        check_tensor("chunk:dk", nm, test::to_host(*gpu, b.dkv), dkv.view(), bar);
-        if (p64.delta_rule()) check_tensor("chunk:dbeta", nm, test::to_host(*gpu, b.dbeta_e), dbeta.view(), bar);
-        check_tensor("chunk:da", nm, test::to_host(*gpu, b.da), da.view(), bar);
+        if (!test::check_rel_l2("dhu:dh", nm, test::to_host(*gpu, b.dh), dh.view(), bar)) return;
+        if (!test::check_rel_l2("dhu:dvnew", nm, test::to_host(*gpu, b.dvnew), dvnew.view(), bar)) return;
+        test::check_rel_l2("chunk:dq", nm, test::to_host(*gpu, b.dqv), dqv.view(), bar);
+        test::check_rel_l2("chunk:dk", nm, test::to_host(*gpu, b.dkv), dkv.view(), bar);
+        if (p64.delta_rule()) test::check_rel_l2("chunk:dbeta", nm, test::to_host(*gpu, b.dbeta_e), dbeta.view(), bar);
+        test::check_rel_l2("chunk:da", nm, test::to_host(*gpu, b.da), da.view(), bar);
       }
     }
 }
@@ -242,8 +226,8 @@ TEST_CASE("transition_backward of a range of sequences matches the oracle's (dS_
           const Tensor<double> got = test::to_host(*gpu, packed.view);
           for (int64_t i = 0; i < count; ++i) {
             const TensorView g = transition_element(got.view(), i), r = transition_element(ref.view(), first + i);
-            check_tensor("ds_ext", s.name(), to_tensor<double>(transition_s(g)), transition_s(r), bar);
-            check_tensor("m_t", s.name(), to_tensor<double>(transition_m(g)), transition_m(r), bar);
+            test::check_rel_l2("ds_ext", s.name(), to_tensor<double>(transition_s(g)), transition_s(r), bar);
+            test::check_rel_l2("m_t", s.name(), to_tensor<double>(transition_m(g)), transition_m(r), bar);
           }
         }
       }

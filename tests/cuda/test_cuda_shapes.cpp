@@ -31,11 +31,7 @@ using namespace kcp;
 
 namespace {
 
-struct ShapeCase {
-  val::CaseSpec spec;
-  DType qkv = DType::bf16;
-  std::string name() const { return spec.name() + " qkv=" + std::string(dtype_name(qkv)); }
-};
+using ShapeCase = test::DtypeCase;
 
 std::vector<ShapeCase> sweep(uint64_t seed) {
   struct L { int64_t B, T; std::vector<int64_t> lens; int64_t H, HV, K, V; };
@@ -64,18 +60,6 @@ std::vector<ShapeCase> sweep(uint64_t seed) {
   return out;
 }
 
-bool check_tensor(const std::string& what, const std::string& name, const Tensor<double>& got, const TensorView& ref,
-                  double bar) {
-  const val::Metrics m = val::compare(got.view(), ref);
-  std::printf("  %-16s rel_l2 %.3e  max_abs %.3e  (bar %.1e)  %s\n", what.c_str(), m.rel_l2, m.max_abs, bar, name.c_str());
-  INFO(what, ": rel_l2 ", m.rel_l2, ", max_abs ", m.max_abs, " at ", val::index_str(m.max_abs_at), " (", m.a_at,
-       " vs ", m.b_at, "), NaN ", m.nan_a);
-  CHECK(m.nan_a == 0);  // every element written (outputs were NaN-poisoned)
-  CHECK(m.finite_ok());
-  CHECK(m.rel_l2 <= bar);
-  return m.rel_l2 <= bar && m.nan_a == 0;
-}
-
 void check_forward(Backend& gpu, const ShapeCase& sc, const val::CaseData& c, const val::RunResult<double>& ref) {
   const Problem p = c.problem(DType::f32);
   test::DeviceInputs din = test::upload_inputs(gpu, c, sc.qkv);
@@ -83,9 +67,9 @@ void check_forward(Backend& gpu, const ShapeCase& sc, const val::CaseData& c, co
   if (sc.spec.final_state) ht = test::poisoned(gpu, DType::f32, shape_state(p));
   gpu.forward(p, din.views, {o.view, ht.view});
   const double bar = sc.qkv == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
-  check_tensor("o", sc.name(), test::to_host(gpu, o.view), ref.out.o.view(), bar);
+  test::check_rel_l2("o", sc.name(), test::to_host(gpu, o.view), ref.out.o.view(), bar);
   if (sc.spec.final_state)
-    check_tensor("final_state", sc.name(), test::to_host(gpu, ht.view), ref.out.final_state.view(), bar);
+    test::check_rel_l2("final_state", sc.name(), test::to_host(gpu, ht.view), ref.out.final_state.view(), bar);
 }
 
 // dq, dk, dv in the input dtype, the rest float32 (FLA's dtypes), as test_cuda_backward.cpp.
@@ -125,7 +109,7 @@ void check_backward(Backend& gpu, Backend& oracle, const ShapeCase& sc, const va
         if (name == n)
           bar = std::max(val::tol::kFloatVsDouble,
                          val::float_rule_bar(val::compare(b->view(), dev.second->view()).rel_l2, cond.of(name)));
-    check_tensor(name, sc.name(), test::to_host(gpu, dev.first.view), dev.second->view(), bar);
+    test::check_rel_l2(name, sc.name(), test::to_host(gpu, dev.first.view), dev.second->view(), bar);
   }
 }
 
@@ -164,7 +148,7 @@ void check_transitions(Backend& gpu, Backend& oracle, const ShapeCase& sc, const
     const Tensor<double> got = test::to_host(gpu, pk.view);
     for (int64_t i = 0; i < count; ++i) {
       const TensorView g = transition_element(got.view(), i), r = transition_element(ref.view(), first + i);
-      check_tensor(backward ? "ds_ext" : "s_ext", sc.name(), to_tensor<double>(transition_s(g)), transition_s(r), bar);
+      test::check_rel_l2(backward ? "ds_ext" : "s_ext", sc.name(), to_tensor<double>(transition_s(g)), transition_s(r), bar);
       check_transition_m(backward ? "m_t" : "m", sc.name(), to_tensor<double>(transition_m(g)), transition_m(r), bar);
     }
   }
@@ -222,9 +206,9 @@ TEST_CASE("cuda-chunkwise pads strided device views" * doctest::skip(!test::gpu_
   test::DeviceTensor ht = test::poisoned(*gpu, DType::f32, shape_state(p));
   gpu->forward(p, in, {ov, ht.view});
   const Tensor<double> o_wide = test::to_host(*gpu, o.view);
-  check_tensor("o (strided)", sc.name(), to_tensor<double>(o_wide.view().narrow(3, 0, p.V)), ref.out.o.view(),
+  test::check_rel_l2("o (strided)", sc.name(), to_tensor<double>(o_wide.view().narrow(3, 0, p.V)), ref.out.o.view(),
                val::tol::kFloatVsDouble);
-  check_tensor("final_state", sc.name(), test::to_host(*gpu, ht.view), ref.out.final_state.view(), val::tol::kFloatVsDouble);
+  test::check_rel_l2("final_state", sc.name(), test::to_host(*gpu, ht.view), ref.out.final_state.view(), val::tol::kFloatVsDouble);
   int64_t untouched = 0;  // the columns beside the view keep their poison
   for (int64_t i = 0; i < o_wide.numel(); ++i) untouched += i % wide_o.back() >= p.V && std::isnan(o_wide.data()[i]);
   CHECK(untouched == o_wide.numel() / wide_o.back() * 8);
