@@ -3,7 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <vector>
+#include <tuple>
 
 #include "validation/cases.h"
 #include "validation/compare.h"
@@ -15,35 +15,23 @@ namespace {
 
 using val::compare;
 
-// A host copy of a contiguous view in `be`'s memory, in its own dtype.
-struct HostCopy {
-  std::vector<char> bytes;
-  TensorView view;
-};
-HostCopy download(Backend& be, const TensorView& t) {
-  HostCopy h;
-  h.bytes.resize(size_t(t.numel()) * size_t(dtype_size(t.dtype)));
-  be.queue().copy(h.bytes.data(), t.data, h.bytes.size(),
-                  be.device() == Device::host ? CopyKind::host_to_host : CopyKind::device_to_host);
-  be.synchronize();
-  h.view = TensorView(h.bytes.data(), t.dtype, t.shape);
-  return h;
-}
-
 Problem in_precision(Problem p, DType compute) {
   p.compute = compute;
   return p;
 }
 
-// Judges one tensor; keeps the worst err/bar and the first failure.
+// Judges one tensor (the candidate in the timed backend's memory, stored in its own dtype); keeps the
+// worst err/bar and the first failure.
 struct Judge {
-  DType input;  // q, k, v
+  Judge(Queue& q, DType in) : queue(q), input(in) {}
+  Queue& queue;  // the timed backend's
+  DType input;   // q, k, v
   BenchVerdict v;
   double worst = 0;
   const char* worst_name = "";
   void operator()(const char* name, const TensorView& cand, const TensorView& base, const TensorView& oracle,
                   double cond = 1.0) {
-    const val::Metrics m = compare(cand, oracle);
+    const val::Metrics m = compare(download_tensor<double>(queue, cand).view(), oracle);
     const double bar = val::device_result_bar(name, input, cand.dtype, compare(base, oracle).rel_l2, cond);
     const double r = m.finite_ok() ? m.rel_l2 / bar : 1e300;
     if (r > worst) worst = r, worst_name = name;
@@ -77,8 +65,8 @@ BenchVerdict check_bench_row(Backend& be, const BenchShape& s, const Problem& p,
   val::OutputSet<float> bo = val::make_outputs<float>(p32, false);
   oracle_be->forward(p64, hin.in, ro.views());
   base_be->forward(p32, hin.in, bo.views());
-  Judge judge{s.qkv};
-  judge("o", download(be, o).view, bo.o.view(), ro.o.view());
+  Judge judge{be.queue(), s.qkv};
+  judge("o", o, bo.o.view(), ro.o.view());
   if (!backward) return judge.done();
   val::GradSet<double> rg = val::make_grads<double>(p64, hin.in);
   val::GradSet<float> bg = val::make_grads<float>(p32, hin.in);
@@ -94,7 +82,7 @@ BenchVerdict check_bench_row(Backend& be, const BenchShape& s, const Problem& p,
   for (const auto& [name, t] : items) {
     const auto& [cand, base, oracle] = t;
     if (cand.empty() || oracle.empty()) continue;
-    judge(name, download(be, cand).view, base, oracle, cond.of(name));
+    judge(name, cand, base, oracle, cond.of(name));
   }
   return judge.done();
 }
