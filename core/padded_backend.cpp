@@ -59,9 +59,7 @@ TensorView PaddedBackend::out_buf(Slot s, const TensorView& dst, const Shape& pa
 // dst = the leading corner of `padded` (nothing when the inner backend wrote dst itself).
 void PaddedBackend::unpad(const TensorView& dst, const TensorView& padded) {
   if (dst.empty() || padded.data == dst.data) return;
-  TensorView corner = padded;
-  for (int i = 0; i < dst.rank(); ++i) corner = corner.narrow(i, 0, dst.dim(i));
-  queue().copy_view(dst, corner);
+  queue().copy_view(dst, padded.leading(dst.shape));
 }
 
 // The caller's packed [count,HV,K,V+K] from the padded [count,HV,Kp,Vp+Kp]: S and M corners.

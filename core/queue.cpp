@@ -191,14 +191,11 @@ void Queue::transition_scan(const TensorView& elems, const std::vector<Transitio
 void Queue::pad_view(const TensorView& dst, const TensorView& src) {
   KCP_CHECK(dst.rank() == src.rank() && dst.rank() <= 4, "pad_view: expected views of one rank <= 4, got dst ",
             shape_str(dst.shape), ", src ", shape_str(src.shape));
-  TensorView corner = dst;
-  for (int i = 0; i < src.rank(); ++i) {
+  for (int i = 0; i < src.rank(); ++i)
     KCP_CHECK(src.dim(i) <= dst.dim(i), "pad_view: src ", shape_str(src.shape), " does not fit in dst ",
               shape_str(dst.shape));
-    corner = corner.narrow(i, 0, src.dim(i));
-  }
   fill_zero(dst);
-  copy_view(corner, src);
+  copy_view(dst.leading(src.shape), src);
 }
 
 Queue& host_queue() {

@@ -68,6 +68,17 @@ struct TensorView {
     s.shape[size_t(axis)] = len;
     return s;
   }
+  // The sub-view [0, extent[i]) on every axis, sharing memory: the leading corner a zero-padded
+  // tensor keeps its values in (same rank; every extent within this view's).
+  TensorView leading(const Shape& extent) const {
+    KCP_CHECK(extent.size() == shape.size(), "leading: rank ", extent.size(), " for a view of rank ", shape.size());
+    TensorView c = *this;
+    for (size_t i = 0; i < extent.size(); ++i) {
+      KCP_CHECK(extent[i] <= shape[i], "leading: extent ", extent[i], " > ", shape[i], " on axis ", i);
+      c = c.narrow(int(i), 0, extent[i]);
+    }
+    return c;
+  }
   // Host element read/write with conversion to/from double (slow path: harness, checks).
   double get(int64_t elem_offset) const;
   void set(int64_t elem_offset, double value) const;
