@@ -76,8 +76,7 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
       const int r = acc_row(m0, e), j = acc_col(16 * (w >> 2) + 8 * nt, e);
       s.dxu[r * kLdV + j] = c[nt][e];
       if (block0 && r < L) {
-        const float dv = bp.c.gla ? c[nt][e] : s.bet[r] * c[nt][e];  // gla: u = v, no beta
-        if (bp.dv.p) store_any(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0 + r, hv) + j0 + j, dv);
+        if (bp.dv.p) store_any(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0 + r, hv) + j0 + j, s.bet[r] * c[nt][e]);
         vp[e >> 1] = fmaf(load_any(v.p, v.dt, row_off(v, ck.t0 + r, hv) + j0 + j), c[nt][e], vp[e >> 1]);
       }
     }
@@ -135,14 +134,10 @@ __device__ void slab_dv_copy(const BwdParams& bp, const HvSmem& s, const ChunkIn
       if (r < ck.len) dv[int64_t(r) * bp.dv.st + j] = from_float<To>(s.dvn[r * kLdV + j]);
     }
   };
-  switch (bp.dv.dt) {
-    case kBF16: store(TypeTag<__nv_bfloat16>{}); break;
-    case kF16: store(TypeTag<__half>{}); break;
-    case kF64: store(TypeTag<double>{}); break;
-    default: store(TypeTag<float>{}); break;
-  }
+  with_element_type(bp.dv.dt, store);
 }
 
+// Epilogue of the h products: dqv, dkv, and the per-element gate / dbeta terms into X1, X2, Bk.
 template <int KD, bool kKDA>
 __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<HvShape<KD>::NTW>& a, const ChunkInfo& ck,
                             int hv, int d0) {

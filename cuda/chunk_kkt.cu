@@ -193,8 +193,8 @@ __device__ void diagonal_block_pairwise(const ChunkParams& p, int L, const KktSm
   }
 }
 
-// gla: kg = k E, qg = q Gamma of the chunk's rows < L (the same expressions as the WY stage's kda
-// slabs, so the same values), from the loaded tiles (gates of rows >= L repeat row L-1).
+// gla: kg = k E, qg = q Gamma of the chunk's rows < L (store_gated_kq, as the WY stage's kda slabs),
+// from the loaded tiles (gates of rows >= L repeat row L-1).
 template <bool S, class Tin, int KD>
 __device__ void write_gated_rows(const ChunkParams& p, const ChunkInfo& ck, int hv, const KktSmem<Tin, KD, true>& s) {
   using Sm = KktSmem<Tin, KD, true>;
@@ -204,8 +204,8 @@ __device__ void write_gated_rows(const ChunkParams& p, const ChunkInfo& ck, int 
     const int r = idx / KD, d = idx % KD;
     const float b = s.gs[r * Sm::ldg + d];
     const int64_t out = (int64_t(ck.t0 + r) * p.HV + hv) * KD + d;
-    p.kg[out] = operand_store<S>(to_float(s.ks[r * Sm::ldk + d]) * s.rk[r] * exp2f(be[d] - b));
-    p.qg[out] = operand_store<S>(to_float(s.qs[r * Sm::ldk + d]) * s.rq[r] * exp2f(b));
+    store_gated_kq<S>(p, out, to_float(s.ks[r * Sm::ldk + d]), to_float(s.qs[r * Sm::ldk + d]), s.rk[r], s.rq[r], b,
+                      be[d]);
   }
 }
 

@@ -2,6 +2,7 @@
 // cumsum (kda's per-channel gates are tiles, loaded by each stage), the effective beta, and the L2
 // norm's rstd of k and q (1 without the fused norm). Rows past the chunk's length L repeat the last
 // valid gate (so exp2 of differences stays finite) and leave beta/rstd unwritten (cp_async zero fill).
+// Also the gated rows the state kernel reads (kda, gla), written by WY (kda) or kkt (gla).
 // Covered by tests/cuda/test_cuda_stages.cpp (stage tests of kkt and WY).
 #pragma once
 
@@ -25,6 +26,15 @@ __device__ __forceinline__ void load_chunk_row_scalars(const ChunkParams& p, con
       rk[r] = rq[r] = 1.0f;
     }
   }
+}
+
+// One element (row r's offset `out` in [TT,HV,K], channel gate b, the chunk's last gate b_end) of
+// kg = k rk 2^(b_end - b) and qg = q rq 2^b, TF32-rounded unless products are split (S).
+template <bool S>
+__device__ __forceinline__ void store_gated_kq(const ChunkParams& p, int64_t out, float k, float q, float rk, float rq,
+                                               float b, float b_end) {
+  p.kg[out] = operand_store<S>(k * rk * exp2f(b_end - b));
+  p.qg[out] = operand_store<S>(q * rq * exp2f(b));
 }
 
 }  // namespace kcp::cuda

@@ -163,12 +163,7 @@ __device__ void finish_output(const StateParams& sp, const ChunkInfo& ck, int hv
         if (r < L) o[int64_t(r) * sp.o.st + j] = from_float<To>(ao[nt][e]);
       }
   };
-  switch (sp.o.dt) {
-    case kBF16: store(TypeTag<__nv_bfloat16>{}); break;
-    case kF16: store(TypeTag<__half>{}); break;
-    case kF64: store(TypeTag<double>{}); break;
-    default: store(TypeTag<float>{}); break;
-  }
+  with_element_type(sp.o.dt, store);
 }
 
 // gla: vnew = v (rows >= L zero) into VNt, and into sp.vnew when kept; all 256 threads, rows fastest.

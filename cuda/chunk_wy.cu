@@ -95,8 +95,8 @@ __device__ void rhs_factors(const ChunkParams& p, const ChunkInfo& ck, int hv, c
     const float b = s.F[r * kLdF + d], b_end = s.be[d];
     if (r < L) {
       const int64_t out = (int64_t(ck.t0 + r) * p.HV + hv) * p.K + sl.c0 + d;
-      p.kg[out] = operand_store<S>(to_float(s.Xr[r * WySmem<Tin, kKDA>::ldx + d]) * s.rk[r] * exp2f(b_end - b));
-      p.qg[out] = operand_store<S>(to_float(s.Qr[r * WySmem<Tin, kKDA>::ldx + d]) * s.rq[r] * exp2f(b));
+      store_gated_kq<S>(p, out, to_float(s.Xr[r * WySmem<Tin, kKDA>::ldx + d]),
+                        to_float(s.Qr[r * WySmem<Tin, kKDA>::ldx + d]), s.rk[r], s.rq[r], b, b_end);
     }
     s.F[r * kLdF + d] = r < L ? s.bet[r] * s.rk[r] * exp2f(b) : 0.0f;
   }

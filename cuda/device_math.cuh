@@ -29,6 +29,20 @@ template <class T> __device__ __forceinline__ T from_float(float x) { return T(x
 template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+template <class T> struct TypeTag { using type = T; };
+
+// Calls f(TypeTag<T>{}) with the element type of dtype code dt (float for any other code, as
+// store_any does), so an output loop converts with from_float<T> and no switch per element.
+template <class F>
+__device__ __forceinline__ void with_element_type(int dt, F&& f) {
+  switch (dt) {
+    case kBF16: f(TypeTag<__nv_bfloat16>{}); break;
+    case kF16: f(TypeTag<__half>{}); break;
+    case kF64: f(TypeTag<double>{}); break;
+    default: f(TypeTag<float>{}); break;
+  }
+}
+
 __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
   switch (dt) {
     case kF16: return __half2float(static_cast<const __half*>(p)[i]);

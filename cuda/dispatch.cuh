@@ -15,8 +15,6 @@
 
 namespace kcp::cuda {
 
-template <class T> struct TypeTag { using type = T; };
-
 template <class F>
 void dispatch_input_type(int code, F&& f) {
   switch (code) {
