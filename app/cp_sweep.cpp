@@ -108,7 +108,7 @@ std::vector<double> row_baseline(Comm& comm, BackendSlot& b, const Backend& orac
   if (b.backend->name() == oracle.name() || !b.backend->supports(c.problem(DType::f32))) return base;
   const std::vector<double> single = sweep_single_errors(*b.backend, c, ref);
   for (size_t i = 0; i < single.size(); ++i) base[i] = std::max(base[i], single[i]);
-  const std::string notes = sweep_backend_notes(ref, single);
+  const std::string notes = sweep_backend_notes(ref, single, b.backend->device());
   tally.notes += !notes.empty();
   if (!notes.empty() && comm.rank() == 0)
     std::printf("NOTE  %s float32 in one process misses the float32 rule (a backend issue, not CP): %s; %s\n",
@@ -276,9 +276,10 @@ int sweep(Comm& comm, const SweepOptions& o) {
   if (comm.rank() == 0)
     std::printf("cp-sweep: %d ranks, seed %llu, %s; bars (validation/tolerance.h): float64 rel_l2 <= %g, float32 "
                 "rel_l2 <= %g x float32 baseline + %g x cond (cond > 1 only for dg, dA_log, ddt_bias: validation/float_rule.h; "
-                "layer rows: + %g x cond)\n",
+                "kernels on the CUDA device, 3xTF32: + %g x cond; layer rows: + %g x cond)\n",
                 comm.size(), static_cast<unsigned long long>(o.seed), o.quick ? "quick" : "full", val::tol::kExactF64,
-                val::tol::kFloatRuleFactor, val::tol::kFloatRuleFloor, val::tol::kLayerFloatRuleFloor);
+                val::tol::kFloatRuleFactor, val::tol::kFloatRuleFloor,
+                val::tol::kSplitTf32FloorFactor * val::tol::kFloatRuleFloor, val::tol::kLayerFloatRuleFloor);
   std::vector<BackendSlot> backends = open_backends(comm, o, tally);
   for (const BackendSlot& b : backends)
     if (comm.rank() == 0)

@@ -2,7 +2,8 @@
 // assemble the global tensors (token parts and owned state entries are zero elsewhere, so a sum over
 // ranks is exact), and judge each tensor against the single-process float64 oracle:
 //   float64: rel_l2(CP, oracle) <= tol::kExactF64
-//   float32: rel_l2(CP, oracle) <= val::float_rule_bar(rel_l2(float32 baseline, oracle), cond) (validation/float_rule.h)
+//   float32: rel_l2(CP, oracle) <= val::float_rule_bar(rel_l2(float32 baseline, oracle), cond, device) (validation/float_rule.h;
+//            the floor of the backend's device: 3xTF32 products on the CUDA device, tolerance.h kSplitTf32FloorFactor)
 // where the baseline error is that of the single-process cpu-recurrent (or reference conv1d) in
 // float32, or of the CP row's own backend run in one process in float32 when that is larger: the
 // sweep judges what CP adds; a backend that misses the rule on its own is reported by
@@ -65,8 +66,8 @@ CpCaseResult<S> run_cp_case(Comm& comm, Backend& backend, const val::CaseData& c
 // rel_l2 against the oracle of `backend` run in one process in float32, per tensor of named() (the
 // forward's tensors only when the backend has no backward for the case).
 std::vector<double> sweep_single_errors(Backend& backend, const val::CaseData& c, const SweepReference& ref);
-// "dA_log 6.7e-06 > rule 5.4e-06" for each tensor where `single` misses the float32 rule; empty if none.
-std::string sweep_backend_notes(const SweepReference& ref, const std::vector<double>& single);
+// "dA_log 6.7e-06 > rule 5.4e-06" for each tensor where `single` misses the float32 rule of `device`; empty if none.
+std::string sweep_backend_notes(const SweepReference& ref, const std::vector<double>& single, Device device);
 
 // base_err: per tensor of named(), the float32 baseline error the row's bar is built from.
 RowVerdict sweep_cp_row(Comm& comm, Backend& backend, const val::CaseData& c, const SweepReference& ref,

@@ -18,6 +18,11 @@ double float_rule_bar(double base_err, double cond) {
   return tol::kFloatRuleFactor * base_err + tol::kFloatRuleFloor * cond;
 }
 
+double float_rule_bar(double base_err, double cond, Device device) {
+  const double floor = device == Device::cuda ? tol::kSplitTf32FloorFactor * tol::kFloatRuleFloor : tol::kFloatRuleFloor;
+  return tol::kFloatRuleFactor * base_err + floor * cond;
+}
+
 double device_result_bar(std::string_view tensor, DType input, DType stored, double base_err, double cond) {
   if (input == DType::f32 || input == DType::f64) return std::max(tol::kFloatVsDouble, float_rule_bar(base_err, cond));
   const bool gate_beta = tensor == "dg" || tensor == "dbeta" || tensor == "dA_log" || tensor == "ddt_bias";

@@ -18,6 +18,10 @@
 namespace kcp::val {
 
 double float_rule_bar(double base_err, double cond = 1.0);
+// The rule for a result computed by the backend kernels of `device`: on the CUDA device (cuda-chunkwise)
+// float32 products are 3xTF32, so the floor is tol::kSplitTf32FloorFactor times the host's (reason
+// there); host backends compute in float32 itself.
+double float_rule_bar(double base_err, double cond, Device device);
 // The same rule for a whole layer (CP sweep layer rows): floor tol::kLayerFloatRuleFloor (its reason there).
 double layer_float_rule_bar(double base_err, double cond = 1.0);
 

@@ -37,6 +37,16 @@ inline constexpr double kFloatVsDouble = 1e-4;
 // baseline that happens to be nearly exact (one float32 rounding of unit values is 6e-8).
 inline constexpr double kFloatRuleFactor = 2.0;
 inline constexpr double kFloatRuleFloor = 1e-6;
+// cuda-chunkwise runs float32 products as 3xTF32 (split operands: ~2^-21 relative per product against
+// float32's 2^-24, kCudaTf32's note below). Where its float32 results are judged by the float32 rule
+// itself (the CP sweep's rows on the GPU, validation/float_rule.h with Device::cuda) the floor is
+// scaled by that ratio, 8. On the H100 (2026-11-26, `cp-sweep` full over NCCL at N = 2 and 4, the
+// unscaled floor) the backend alone missed the rule on 34 of its float32 cases (o, ht, dk ~1.3e-6 ..
+// 3.8e-6 on the 1.2e-6 bar), and 6 CP rows, which run the same kernels again for each part's
+// transition and merge them, failed at 1.1 .. 2.7x the bar (ht 6.3e-6, o 2.0e-6, dbeta 3.3e-6 ..
+// 4.7e-6; cpu-chunkwise float32 gives ~1.3e-7 on the same rows). 8e-6 stays three orders of magnitude
+// below a CP mistake (a lost state or a halo from the wrong rank is O(1e-2 .. 1)).
+inline constexpr double kSplitTf32FloorFactor = 8.0;
 // For the gate gradients (dg sums products of the state and its gradient; dA_log and ddt_bias sum dg
 // over every token; their terms cancel) the floor is multiplied by the sum's condition number
 // (validation/float_rule.h): their float32 rounding is relative to the magnitude summed. Without it,

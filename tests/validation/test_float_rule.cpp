@@ -49,4 +49,9 @@ TEST_CASE("grad_conditioning's terms sum to the oracle's dA_log and ddt_bias") {
   CHECK(val::float_rule_bar(1e-7, 10) == doctest::Approx(val::tol::kFloatRuleFactor * 1e-7 + 10 * val::tol::kFloatRuleFloor));
   CHECK(val::layer_float_rule_bar(1e-7, 10) ==
         doctest::Approx(val::tol::kFloatRuleFactor * 1e-7 + 10 * val::tol::kLayerFloatRuleFloor));
+  // host kernels: the plain rule; CUDA kernels (3xTF32 products): the floor scaled, the factor not
+  CHECK(val::float_rule_bar(1e-7, 10, Device::host) == val::float_rule_bar(1e-7, 10));
+  CHECK(val::float_rule_bar(1e-7, 10, Device::cuda) ==
+        doctest::Approx(val::tol::kFloatRuleFactor * 1e-7 +
+                        10 * val::tol::kSplitTf32FloorFactor * val::tol::kFloatRuleFloor));
 }
