@@ -56,20 +56,23 @@ void Pipeline::Impl::size_backward_workspace(const Problem& p) {
   }
 }
 
-// Forward recompute with h and vnew, the backward workspace, and the parameter block.
-BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count) {
+// Forward recompute (with h and vnew when keep_states), the backward workspace, and the parameter block.
+BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count,
+                                         bool keep_states) {
   Impl& im = *this;
   const Setup st = im.setup(p, in, seq_first, seq_count, true);
   im.size_backward_workspace(p);
   im.run_front(st);
-  StateParams sp;
-  sp.c = st.c;
-  sp.Vw = int(p.V), sp.u = st.c.u, sp.u_is_v = st.c.gla;  // gla: u = v
-  sp.init = in.initial_state.empty() || seq_count >= 0 ? kInitZero : kInitGiven;
-  if (sp.init == kInitGiven) sp.h0 = state_view(in.initial_state, p.flags.state_v_first, "initial_state");
-  sp.h = static_cast<float*>(im.buf.h.data);
-  sp.vnew = st.c.gla ? nullptr : static_cast<float*>(im.buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
-  launch_chunk_state(sp, st.dtype, im.stream, false);
+  if (keep_states) {
+    StateParams sp;
+    sp.c = st.c;
+    sp.Vw = int(p.V), sp.u = st.c.u, sp.u_is_v = st.c.gla;  // gla: u = v
+    sp.init = in.initial_state.empty() || seq_count >= 0 ? kInitZero : kInitGiven;
+    if (sp.init == kInitGiven) sp.h0 = state_view(in.initial_state, p.flags.state_v_first, "initial_state");
+    sp.h = static_cast<float*>(im.buf.h.data);
+    sp.vnew = st.c.gla ? nullptr : static_cast<float*>(im.buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
+    launch_chunk_state(sp, st.dtype, im.stream, false);
+  }
   BwdParams bp;
   bp.c = st.c;
   auto f = [](const TensorView& t) { return static_cast<float*>(t.data); };
@@ -127,14 +130,16 @@ void Pipeline::transition_backward(const Problem& p, const Inputs& in, const Ten
             shape_str(d_o.shape));
   if (count == 0) return;
   DeviceGuard guard(impl_->device);
-  BwdParams bp = impl_->backward_setup(p, in, seq_begin, count);
+  // The chains read neither the forward states nor vnew: no state recompute (keep_states = false).
+  BwdParams bp = impl_->backward_setup(p, in, seq_begin, count, false);
   bp.d_o = rows_view<RowsView>(d_o, "d_o");
   bp.dh0 = state_view(packed.narrow(3, 0, p.V), false, "ds_ext");  // dS_ext: from zero, with do
   launch_bwd_dhu(bp, impl_->stream);  // (dh, dvnew: scratch for the chunk-local terms)
   bp.dh = nullptr, bp.dvnew = nullptr;  // only the chain's end is needed
   bp.d_o = {}, bp.init = kInitIdentity, bp.Vw = int(p.K);  // M^T: the transposed chain on I, do = 0
   bp.dh0 = state_view(packed.narrow(3, p.V, p.K), false, "m_t");
-  launch_bwd_dhu(bp, impl_->stream);
+  // Part 1 (dhu_local) without do writes only kg, which the first chain's part 1 left in place.
+  launch_bwd_dhu_serial(bp, impl_->stream);
 }
 
 }  // namespace kcp::cuda
