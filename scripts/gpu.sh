@@ -102,7 +102,9 @@ if [ -z "${SKIP_CAPTURE:-}" ] && python3 -c "import fla" 2>/dev/null; then
   # FLA's own CP judged by kcp (issue 14 item 3): one GPU per rank over NCCL where the GPUs exist
   # (scripts/gpu_fla_cp.sh alone runs 1 rank over NCCL and 2 ranks sharing a GPU over gloo).
   if [ "$gpus" -ge 2 ]; then
-    fla_cp_runs="2:nccl"; [ "$gpus" -ge 4 ] && fla_cp_runs="2:nccl 4:nccl"
+    # (4 ranks also with 1022,4,1020,4,1020,4,1022: every cut inside a 4-token sequence, so each rank's
+    # transitions cover 2 tokens and M stays far from 0)
+    fla_cp_runs="2:nccl"; [ "$gpus" -ge 4 ] && fla_cp_runs="2:nccl 4:nccl 4:nccl::1022,4,1020,4,1020,4,1022"
     run_suite fla_cp_nccl env FLA_CP_RUNS="$fla_cp_runs" OUT="$LOGS" scripts/gpu_fla_cp.sh "$BUILD"
   fi
 fi
@@ -117,9 +119,11 @@ if [ -z "${SKIP_BENCH:-}" ]; then
     "${mpi[@]}" 4 "$BUILD/kcp" cp-bench --backend cuda-chunkwise --comm mpi --ranks 1,2,4 \
       --T 32768 --H 16 --K 128 --V 128 --dtype bfloat16 ${CP_BENCH_ARGS:-} 2>&1 \
       | tee "$LOGS/cp_bench.log"
-    # One rank on its own GPU over NCCL: no host round trip in the exchange.
-    "${mpi[@]}" 1 "$BUILD/kcp" cp-bench --backend cuda-chunkwise --comm nccl --ranks 1 \
-      --T 32768 --H 16 --K 128 --V 128 --dtype bfloat16 ${CP_BENCH_ARGS:-} 2>&1 | tee "$LOGS/cp_bench_nccl.log"
+    # One GPU per rank over NCCL (issue 14 item 2: the CP phases against the local pass at N = 2, 4):
+    # ranks 1, 2, 4 as far as the GPUs go; no host round trip in the exchange.
+    nccl_ranks=1; [ "$gpus" -ge 2 ] && nccl_ranks=1,2; [ "$gpus" -ge 4 ] && nccl_ranks=1,2,4
+    "${mpi[@]}" "${nccl_ranks##*,}" "$BUILD/kcp" cp-bench --backend cuda-chunkwise --comm nccl --ranks "$nccl_ranks" \
+      --repeat 3 --T 32768 --H 16 --K 128 --V 128 --dtype bfloat16 ${CP_BENCH_ARGS:-} 2>&1 | tee "$LOGS/cp_bench_nccl.log"
   fi
 fi
 
