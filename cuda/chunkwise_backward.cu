@@ -30,7 +30,25 @@ OutScalarView out_scalar(const TensorView& t, const char* name) {
 
 }  // namespace
 
-// Carves the backward workspace (growing it when needed) into bbuf.
+// The forward buffer a backward buffer may live in: dead (no later reader) before the backward
+// buffer's first write, same shape, and present in this call; else null (own memory). In stream
+// order: front (cumsum, kkt: P, Aqk; WY: w, u, kg, qg) -> state recompute (reads w, u, kg, qg) ->
+// prep -> dhu_local (reads Aqk; first writes dkv, dvnew) -> dhu (reads w) -> hv (first writes dqv,
+// dAc) -> wy -> intra -> finish. No backward kernel reads u, kg, qg; only dhu_local reads Aqk and
+// only dhu reads w. So: dvnew in u, dAc in Aqk; kda and gla: dkv in kg, dqv in qg; gdn: dqv in w.
+// Their contents are per call (every stage rewrites them), so sharing changes no result.
+const TensorView* Pipeline::Impl::backward_alias(const TensorView* b) const {
+  const BackwardBuffers& bb = bbuf;
+  const TensorView* f = nullptr;
+  if (b == &bb.dvnew) f = &buf.u;
+  if (b == &bb.dAc) f = &buf.Aqk;
+  if (b == &bb.dkv) f = &buf.kg;
+  if (b == &bb.dqv) f = buf.qg.empty() ? &buf.w : &buf.qg;
+  return f && !f->empty() && f->numel() == b->numel() ? f : nullptr;
+}
+
+// Carves the backward workspace (growing it when needed) into bbuf; some buffers live in dead
+// forward buffers (backward_alias).
 void Pipeline::Impl::size_backward_workspace(const Problem& p) {
   Impl& im = *this;
   const int64_t TT = p.B * p.T, NT = im.NT, Kg = p.per_channel_gate() ? p.K : 1;
@@ -41,8 +59,13 @@ void Pipeline::Impl::size_backward_workspace(const Problem& p) {
       {&b.dbeta_e, {TT, p.HV}},        {&b.da, {TT, p.HV, Kg}},     {&b.dx, {TT, p.HV, Kg}},
       {&b.dalog, {TT, p.HV, Kg}},      {&b.dAc, {NT, p.HV, 64, 64}}, {&b.Wc, {NT, p.HV, 64, 64}},
       {&b.part, {TT, p.HV, kPartSlots}}};
+  std::vector<const TensorView*> alias;
   size_t total = 0;
-  for (const auto& it : items) total += round_up(sizeof(float) * size_t(shape_numel(it.second)));
+  for (const auto& it : items) {
+    *it.first = TensorView(nullptr, DType::f32, it.second, Device::cuda);  // the shape, for backward_alias
+    alias.push_back(im.backward_alias(it.first));
+    if (!alias.back()) total += round_up(sizeof(float) * size_t(shape_numel(it.second)));
+  }
   if (total > im.bws_bytes) {
     KCP_CUDA_CHECK(cudaFree(im.d_bws));
     im.d_bws = nullptr;
@@ -50,9 +73,11 @@ void Pipeline::Impl::size_backward_workspace(const Problem& p) {
     im.bws_bytes = total;
   }
   size_t off = 0;
-  for (const auto& it : items) {
-    *it.first = TensorView(static_cast<char*>(im.d_bws) + off, DType::f32, it.second, Device::cuda);
-    off += round_up(sizeof(float) * size_t(shape_numel(it.second)));
+  for (size_t i = 0; i < std::size(items); ++i) {
+    const auto& it = items[i];
+    void* data = alias[i] ? alias[i]->data : static_cast<char*>(im.d_bws) + off;
+    *it.first = TensorView(data, DType::f32, it.second, Device::cuda);
+    if (!alias[i]) off += round_up(sizeof(float) * size_t(shape_numel(it.second)));
   }
 }
 

@@ -228,6 +228,7 @@ struct Pipeline::Impl {
   // The backward (chunkwise_backward.cu): its workspace, and the forward recompute with h and vnew
   // plus the parameter block, for the sequences [seq_first, seq_first + seq_count) (count < 0: all).
   void size_backward_workspace(const Problem& p);
+  const TensorView* backward_alias(const TensorView* b) const;  // chunkwise_backward.cu
   // keep_states: the forward states h and vnew are recomputed and kept (the chunk stage reads them);
   // the transition's state-gradient chains (dhu alone) read neither.
   BwdParams backward_setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count,
