@@ -66,7 +66,8 @@ constexpr int kTensorColumn = 20;
 void report_header(const UserBar& user) {
   if (user.any()) std::printf("  user bar: %s\n", user.describe().c_str());
   std::printf("  %-13s %-*s %-4s %9s %-18s %9s %9s %12s %5s %-7s %9s %-20s %s\n", "group", kTensorColumn, "tensor",
-              "dt", "max_abs", "at (b,t,h,i,j)", "fla_ratio", "rel_l2", "cosine", "ulp", "nonfin", "bar", "over the bar", "verdict");
+              "dt", "max_abs", "at (b,t,h,i,j)", "fla_ratio", "rel_l2", "cosine", "ulp", "nonfin", "bar",
+              "over the bar", "verdict");
 }
 
 namespace {
@@ -119,8 +120,8 @@ Verdict report_tensor(const std::string& group, const std::string& tensor, const
   if (ratio_shown) std::snprintf(bar_col, sizeof bar_col, "%9.1e", bar.ratio);
   std::printf("  %-13s %-*s %-4s %9.2e %-18s %9.2e %9.2e %12.9f %5.0f %-7s %9s %-20s %s\n", group.c_str(),
               kTensorColumn, tensor.c_str(), short_dtype(stored).c_str(), m.max_abs, index_str(m.max_abs_at).c_str(),
-              m.fla_ratio, m.rel_l2, m.cosine, m.max_bf16_ulp, nonfinite_str(m).c_str(), bar_col, over_str(over, m.n).c_str(),
-              std::string(verdict_name(v)).c_str());
+              m.fla_ratio, m.rel_l2, m.cosine, m.max_bf16_ulp, nonfinite_str(m).c_str(), bar_col,
+              over_str(over, m.n).c_str(), std::string(verdict_name(v)).c_str());
   Row row = note_row(group, tensor, std::string(verdict_name(v)), "");
   row.measured = true, row.dtype = short_dtype(stored), row.m = m, row.over = over;
   row.ratio_bar = ratio_shown ? bar.ratio : 0.0;

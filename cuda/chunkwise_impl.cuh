@@ -103,8 +103,9 @@ struct Pipeline::Impl {
   size_t bws_bytes = 0;
   BackwardBuffers bbuf;
   int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
-  // A second stream for work independent of the main one (the transition's M beside S_ext: each
-  // chain alone fills half the multiprocessors); ordered against `stream` by the two events.
+  // A second stream for work independent of the main one (the transition's M beside S_ext, which
+  // pays when the two chains together fit the multiprocessors); ordered against `stream` by the two
+  // events.
   cudaStream_t side = nullptr;
   cudaEvent_t fork_ev = nullptr, join_ev = nullptr;
 
