@@ -205,7 +205,10 @@ Dump dump_assemble(const std::vector<Dump>& shards) {
     for (const Dump* d : by_tp.begin()->second) starts.push_back(dump_placement(*d).token_offset);
     std::sort(starts.begin(), starts.end());
     std::string s;
-    for (int64_t v : starts) s += (s.empty() ? "" : ",") + std::to_string(v);
+    for (int64_t v : starts) {
+      if (!s.empty()) s += ',';
+      s += std::to_string(v);
+    }
     out.attrs["assembled_token_offsets"] = s;
   }
   out.path = shards[0].path + " (assembled)";
