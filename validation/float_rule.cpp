@@ -19,8 +19,8 @@ double float_rule_bar(double base_err, double cond) {
 }
 
 double float_rule_bar(double base_err, double cond, Device device) {
-  const double floor = device == Device::cuda ? tol::kSplitTf32FloorFactor * tol::kFloatRuleFloor : tol::kFloatRuleFloor;
-  return tol::kFloatRuleFactor * base_err + floor * cond;
+  // the floor is kFloatRuleFloor * cond: scaling cond scales the floor alone
+  return float_rule_bar(base_err, device == Device::cuda ? tol::kSplitTf32FloorFactor * cond : cond);
 }
 
 double device_result_bar(std::string_view tensor, DType input, DType stored, double base_err, double cond) {
