@@ -159,18 +159,12 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
   impl_->run_front(st);
   StateParams sp;
   sp.c = st.c;
-  // S_ext and M are independent chains over the same front-stage outputs: M runs on the side stream
-  // beside S_ext. Each occupies N*HV*(columns/BV) blocks, one per multiprocessor: with few heads both
-  // fit at once (HV = 4: 2 x 32 blocks); at N*HV = 16 each fills the H100 alone and they take turns
-  // (cp-bench 2026-11-26: 4.25 ms either way).
-  StateParams sm = sp;
   sp.Vw = int(p.V), sp.u = st.c.u, sp.u_is_v = st.c.gla, sp.init = kInitZero;  // S_ext: the state reached from zero
   sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");
-  sm.Vw = int(p.K), sm.u = nullptr, sm.u_is_v = false, sm.init = kInitIdentity;  // M: the same recurrence on I with u = 0,
-  sm.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");  // kept float32-exact (3xTF32 products)
-  launch_chunk_state(sm, st.dtype, impl_->fork(), /*split=*/true);
   launch_chunk_state(sp, st.dtype, impl_->stream, false);
-  impl_->join();
+  sp.Vw = int(p.K), sp.u = nullptr, sp.u_is_v = false, sp.init = kInitIdentity;  // M: the same recurrence on I with u = 0,
+  sp.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");  // kept float32-exact (3xTF32 products)
+  launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
 }
 
 }  // namespace kcp::cuda

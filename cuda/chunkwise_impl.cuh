@@ -103,36 +103,11 @@ struct Pipeline::Impl {
   size_t bws_bytes = 0;
   BackwardBuffers bbuf;
   int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
-  // A second stream for work independent of the main one (the transition's M beside S_ext, which
-  // pays when the two chains together fit the multiprocessors); ordered against `stream` by the two
-  // events.
-  cudaStream_t side = nullptr;
-  cudaEvent_t fork_ev = nullptr, join_ev = nullptr;
 
   ~Impl() {
     for (Table& t : tables) cudaFree(t.d);  // destructor: errors cannot be reported, and the memory is gone either way
     cudaFree(d_ws);
     cudaFree(d_bws);
-    if (side) cudaStreamDestroy(side);
-    if (fork_ev) cudaEventDestroy(fork_ev);
-    if (join_ev) cudaEventDestroy(join_ev);
-  }
-
-  // The side stream, made to wait for everything enqueued on `stream` so far.
-  cudaStream_t fork() {
-    if (!side) {
-      KCP_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-      KCP_CUDA_CHECK(cudaEventCreateWithFlags(&fork_ev, cudaEventDisableTiming));
-      KCP_CUDA_CHECK(cudaEventCreateWithFlags(&join_ev, cudaEventDisableTiming));
-    }
-    KCP_CUDA_CHECK(cudaEventRecord(fork_ev, stream));
-    KCP_CUDA_CHECK(cudaStreamWaitEvent(side, fork_ev, 0));
-    return side;
-  }
-  // `stream` waits for everything enqueued on the side stream so far.
-  void join() {
-    KCP_CUDA_CHECK(cudaEventRecord(join_ev, side));
-    KCP_CUDA_CHECK(cudaStreamWaitEvent(stream, join_ev, 0));
   }
 
   // Chunk table of the sequences [first, first+count) (count < 0: all), numbered from 0 in the
