@@ -83,11 +83,14 @@ struct ChunkParams {
 };
 
 // The state recurrence (and, fused, the output) over the chunks of each sequence.
-enum StateInit : int { kInitZero = 0, kInitGiven = 1, kInitIdentity = 2 };
+// kInitTransition (chunk_state only, delta variants): columns [0, Vu) start from 0 and take u (S_ext),
+// columns [Vu, Vw) start from the identity I[row][col - Vu] with u = 0 (M): one launch for both.
+enum StateInit : int { kInitZero = 0, kInitGiven = 1, kInitIdentity = 2, kInitTransition = 3 };
 struct StateParams {
   ChunkParams c;
-  int Vw = 0;                    // state columns: V (forward, S_ext) or K (transition M)
-  const float* u = nullptr;      // [TT,HV,Vw]; null means u = 0 (the M recurrence), unless u_is_v
+  int Vw = 0;                    // state columns: V (forward, S_ext), K (transition M) or V + K (both)
+  int Vu = 0;                    // columns of u and its row width (0: Vw); with kInitTransition, V
+  const float* u = nullptr;      // [TT,HV,Vu]; null means u = 0 (the M recurrence), unless u_is_v
   bool u_is_v = false;           // gla: u = v, read from the input rows in their dtype (u null)
   int init = kInitZero;
   StateView h0;                  // read when init == kInitGiven
@@ -106,5 +109,9 @@ struct OutputParams {
 };
 
 __device__ __forceinline__ int64_t row_off(const RowsView& v, int64_t tt, int x) { return tt * v.st + int64_t(x) * v.sx; }
+
+// u's row width, and whether the state columns from v0 take u (false: the M columns, u = 0).
+__host__ __device__ __forceinline__ int u_width(const StateParams& sp) { return sp.Vu > 0 ? sp.Vu : sp.Vw; }
+__device__ __forceinline__ bool takes_u(const StateParams& sp, int v0) { return sp.u != nullptr && v0 < u_width(sp); }
 
 }  // namespace kcp::cuda

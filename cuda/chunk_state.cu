@@ -14,7 +14,8 @@
 // Fragments: w, qg, Aqk come by ldmatrix (row-major float tiles); S and vnew are written to shared
 // memory transposed ([BV][K], [BV][64]) so their B fragments come by ldmatrix too; k and 16-bit q by
 // scalar loads. Operands are stored TF32-rounded when products are not split (no conversions).
-// The same kernel gives the CP transition: S_ext with init 0, and M with u = 0, init = I, Vw = K.
+// The same kernel gives the CP transition: S_ext with init 0, and M with u = 0, init = I, Vw = K; for
+// gdn and kda both in one launch (kInitTransition: Vw = V + K columns, u for the first V).
 // It serves kda, float32 inputs and the transition; the gdn forward with 16-bit inputs runs the
 // folded kernel (chunk_state_fold.cu) instead.
 // Covered by tests/cuda/test_cuda_stages.cpp ("state"), test_cuda_forward.cpp (fused path) and
@@ -81,7 +82,7 @@ __device__ void form_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, in
   }
   float* vnew = sp.vnew ? sp.vnew + (int64_t(ck.t0) * p.HV + hv) * sp.Vw + v0 : nullptr;
   const auto* us = s.Us(st);
-  const bool has_u = Sm::kHasDelta ? sp.u != nullptr : sp.u_is_v;  // gla: u = v
+  const bool has_u = Sm::kHasDelta ? takes_u(sp, v0) : sp.u_is_v;  // gla: u = v
 #pragma unroll
   for (int nt = 0; nt < BV / 8; ++nt)
 #pragma unroll
@@ -240,6 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kernel(const StatePar
     float x = 0.0f;
     if (sp.init == kInitGiven) x = load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + row * h0.si + (v0 + col) * h0.sj);
     else if (sp.init == kInitIdentity) x = row == v0 + col ? 1.0f : 0.0f;
+    else if (sp.init == kInitTransition) x = row == v0 + col - sp.Vu ? 1.0f : 0.0f;  // M's columns only (row >= 0)
     Sr[i][j][e] = x;
   });
   ChunkInfo ck = c_begin < c_end ? p.chunks[c_begin] : ChunkInfo{};
@@ -284,6 +286,8 @@ void launch_chunk_state(const StateParams& sp, int input_dtype, cudaStream_t str
   const int sms = p.sms > 0 ? p.sms : 132;  // the pipeline reads its device's count; 132 = H100 SXM
   // 16 columns per block when 32 would leave more than half of the multiprocessors idle (K >= 64:
   // with K = 32 a 16-column state tile does not split over 8 warps).
+  KCP_CHECK(sp.init != kInitTransition || (!p.gla && sp.Vu % 32 == 0 && sp.Vu < sp.Vw),
+            "chunk_state: the joint S_ext / M launch needs the delta rule and V a multiple of 32");
   const bool narrow = p.K >= 64 && int64_t(sp.Vw / 32) * p.N * p.HV <= sms / 2;
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;

@@ -91,7 +91,7 @@ __device__ void issue_group_a(const StateParams& sp, const ChunkInfo& ck, int hv
   const int64_t row0 = int64_t(ck.t0) * p.HV + hv;  // (token, head) row of the chunk's first token
   if constexpr (Sm::kHasDelta) {
     copy_rows<4 * KD>(s.Ws(st), Sm::ldw, L, p.w + row0 * KD, p.HV * KD);
-    if (sp.u) copy_rows<4 * BV>(s.Us(st), Sm::ldu, L, sp.u + row0 * sp.Vw + v0, p.HV * sp.Vw);
+    if (takes_u(sp, v0)) copy_rows<4 * BV>(s.Us(st), Sm::ldu, L, sp.u + row0 * u_width(sp) + v0, p.HV * u_width(sp));
   } else if (sp.u_is_v) {
     copy_rows<int(sizeof(Tin)) * BV>(s.Us(st), Sm::ldu, L, static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + v0,
                                      int(p.v.st));

@@ -159,11 +159,19 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
   impl_->run_front(st);
   StateParams sp;
   sp.c = st.c;
-  sp.Vw = int(p.V), sp.u = st.c.u, sp.u_is_v = st.c.gla, sp.init = kInitZero;  // S_ext: the state reached from zero
+  if (!st.c.gla) {  // S_ext (from zero, with u) and M (from I, u = 0) as the V + K columns of one launch:
+    // the two chains run side by side instead of one after the other; 3xTF32 for both (M must stay
+    // float32-exact; S_ext only gains accuracy).
+    sp.Vw = int(p.V + p.K), sp.Vu = int(p.V), sp.u = st.c.u, sp.init = kInitTransition;
+    sp.final_state = state_view(packed, false, "transition");
+    launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
+    return;
+  }
+  sp.Vw = int(p.V), sp.u = st.c.u, sp.u_is_v = true, sp.init = kInitZero;  // gla's S_ext: the state reached from zero
   sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");
   launch_chunk_state(sp, st.dtype, impl_->stream, false);
-  sp.Vw = int(p.K), sp.u = nullptr, sp.u_is_v = false, sp.init = kInitIdentity;  // M: the same recurrence on I with u = 0,
-  sp.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");  // kept float32-exact (3xTF32 products)
+  sp.Vw = int(p.K), sp.u_is_v = false, sp.init = kInitIdentity;  // gla's M = prod Diag(Gamma_end): no update product
+  sp.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");
   launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
 }
 
