@@ -4,23 +4,26 @@
 //   kg  = kn Diag-per-row 2^(b_end - b_r)        [L,K]  -> bp.dkv  (free until the chunk stage)
 //   A_c = Aqk^T do                               [L,V]  -> bp.dvnew (dhu adds kg dh: dvnew)
 //   B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)    [K,V]  -> bp.dh[c] (dhu reads it, then stores dh[c])
-// A_c and B_c only with do (not for the transition's M^T). Register tiles of 4x4 (B_c: 8x4) over
-// 64-column slabs of V, float32 FMA.
+// A_c and B_c only with do (not for the transition's M^T), over 64-column slabs of V, on tensor cores
+// (mma.sync with split operands, 3xTF32: float32 accuracy, tile_mma.cuh).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
+#include "cuda/tile_mma.cuh"
 
 namespace kcp::cuda {
 namespace {
 
+constexpr int kLdT = 72;  // [64][64] Aqk and do tiles, read as transposed A / k-major B fragments (8 mod 32)
+
 template <int KD>
 struct LocalSmem {
-  static constexpr int ldq = KD + 4, kV = 64;
-  static constexpr int floats = kChunk * ldq + 2 * kChunk * kLdC + 64;
+  static constexpr int ldq = KD + 8, kV = 64;  // qg [64][K], read as transposed A fragments (8 mod 32)
+  static constexpr int floats = kChunk * ldq + 2 * kChunk * kLdT + 64;
   float *qg, *A, *dO, *gsc;
-  __device__ explicit LocalSmem(float* s) : qg(s), A(s + kChunk * ldq), dO(A + kChunk * kLdC), gsc(dO + kChunk * kLdC) {}
+  __device__ explicit LocalSmem(float* s) : qg(s), A(s + kChunk * ldq), dO(A + kChunk * kLdT), gsc(dO + kChunk * kLdT) {}
 };
 
 // kg to the workspace and scale qg into shared memory (rows >= L zero), 32 keys at a time: qn, kn
@@ -46,58 +49,63 @@ __device__ void local_gated_rows(const BwdParams& bp, const LocalSmem<KD>& s, co
   }
 }
 
-// A_c and B_c for the 64 value columns [j0, j0 + 64) (do of those columns in s.dO).
+// Warp tiling of an [MT x 16 rows] x [8 x 8 columns] product over the 8 warps: warp w owns the
+// m-tiles w % WM + WM i and the n-tiles (w / WM) NW + j.
+template <int MT>
+struct LocalTiling {
+  static constexpr int WM = MT < 8 ? MT : 8, WN = 8 / WM, MW = MT / WM, NW = 8 / WN;
+  __device__ static int m0(int i) { return 16 * (int(threadIdx.x >> 5) % WM + WM * i); }
+  __device__ static int n0(int j) { return 8 * ((int(threadIdx.x >> 5) / WM) * NW + j); }
+};
+
+// acc (+)= X^T dO over the rows t in [t_lo(m0), L) of this warp's tiles, X = s.A (Aqk, masked to its
+// lower triangle t >= r) or s.qg; tensor cores with split operands (3xTF32: float32 accuracy).
+template <int MT, bool kTri, int ldx>
+__device__ void local_product(const float* X, const float* dO, int L, float (&acc)[LocalTiling<MT>::MW][LocalTiling<MT>::NW][4]) {
+  using Tl = LocalTiling<MT>;
+#pragma unroll
+  for (int i = 0; i < Tl::MW; ++i) {
+    const int m0 = Tl::m0(i);
+    for (int k0 = kTri ? m0 : 0; k0 < L; k0 += 8) {  // Aqk^T: rows t < m0 are zero for the whole tile
+      const FragA<true> a = load_a<true>([&](int m, int k) { return (!kTri || k >= m) && k < L ? X[k * ldx + m] : 0.0f; }, m0, k0);
+#pragma unroll
+      for (int j = 0; j < Tl::NW; ++j)
+        mma<true>(acc[i][j], a, load_b<true>([&](int k, int n) { return dO[k * kLdT + n]; }, k0, Tl::n0(j)));
+    }
+  }
+}
+
+// Accumulator tiles to a row-major float array (row r at g + r * ld), rows < rows, columns < nc.
+template <int MT>
+__device__ void store_local(float* g, int64_t ld, int rows, int nc, const float (&acc)[LocalTiling<MT>::MW][LocalTiling<MT>::NW][4]) {
+  using Tl = LocalTiling<MT>;
+#pragma unroll
+  for (int i = 0; i < Tl::MW; ++i)
+#pragma unroll
+    for (int j = 0; j < Tl::NW; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = acc_row(Tl::m0(i), 2 * h), c = acc_col(Tl::n0(j), 0);  // c even: (c, c + 1) both < nc or both not
+        if (r < rows && c < nc) *reinterpret_cast<float2*>(g + r * ld + c) = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+      }
+}
+
+// A_c = Aqk^T do [L, 64] and B_c = scale qg^T do [K, 64] for the value columns [j0, j0 + 64) (do of
+// those columns in s.dO, zero past V and past row L).
 template <int KD>
 __device__ void local_products(const BwdParams& bp, const LocalSmem<KD>& s, const ChunkInfo& ck, int hv, int j0) {
   using S = LocalSmem<KD>;
   const ChunkParams& p = bp.c;
-  const int L = ck.len, ty = bwd_ty(), tx = bwd_tx(), c = 4 * tx;
-  const int nc = min(S::kV, p.V - j0);
-  {  // A_c rows 4 ty .. 4 ty + 3: sum_{t >= r} Aqk[t][r] do[t][:]
-    float acc[4][4] = {};
-    for (int t = 4 * ty; t < L; ++t) {
-      const float4 a = lds4(s.A + t * kLdC + 4 * ty), b = lds4(s.dO + t * kLdC + c);
-      const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const float au = t >= 4 * ty + u ? av[u] : 0.0f;  // Aqk is lower triangular (t >= r)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) acc[u][v] = fmaf(au, bv[v], acc[u][v]);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int r = 4 * ty + u;
-      if (r < L && c < nc)
-        *reinterpret_cast<float4*>(bp.dvnew + (int64_t(ck.t0 + r) * p.HV + hv) * p.V + j0 + c) =
-            make_float4(acc[u][0], acc[u][1], acc[u][2], acc[u][3]);
-    }
+  const int L = ck.len, nc = min(S::kV, p.V - j0);
+  {
+    float acc[LocalTiling<4>::MW][LocalTiling<4>::NW][4] = {};
+    local_product<4, true, kLdT>(s.A, s.dO, L, acc);
+    store_local<4>(bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V + j0, int64_t(p.HV) * p.V, L, nc, acc);
   }
-  constexpr int NU = KD >= 64 ? KD / 64 : 1;  // key row groups of 4 per thread: 4 ty + 64 u
-  float acc[NU][4][4] = {};
-  for (int r = 0; r < L; ++r) {
-    const float4 b = lds4(s.dO + r * kLdC + c);
-    const float bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-    for (int g = 0; g < NU; ++g) {
-      if (4 * ty + 64 * g >= KD) continue;
-      const float4 a = lds4(s.qg + r * S::ldq + 4 * ty + 64 * g);
-      const float av[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) acc[g][u][v] = fmaf(av[u], bv[v], acc[g][u][v]);
-    }
-  }
-  float* Bc = bp.dh + (int64_t(blockIdx.x) * p.HV + hv) * KD * p.V;
-#pragma unroll
-  for (int g = 0; g < NU; ++g)
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = 4 * ty + 64 * g + u;
-      if (i < KD && c < nc)
-        *reinterpret_cast<float4*>(Bc + int64_t(i) * p.V + j0 + c) = make_float4(acc[g][u][0], acc[g][u][1], acc[g][u][2], acc[g][u][3]);
-    }
+  constexpr int MT = KD / 16;
+  float acc[LocalTiling<MT>::MW][LocalTiling<MT>::NW][4] = {};
+  local_product<MT, false, S::ldq>(s.qg, s.dO, L, acc);
+  store_local<MT>(bp.dh + (int64_t(blockIdx.x) * p.HV + hv) * KD * p.V + j0, p.V, KD, nc, acc);
 }
 
 template <int KD, bool kKDA>
@@ -112,13 +120,13 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_dhu_local_kernel(const __grid
   local_gated_rows<KD, kKDA>(bp, s, ck, hv);
   if (!bp.d_o.p) return;
   __syncthreads();  // the staged slabs are consumed
-  copy_rows_async(s.A, kLdC, p.Aqk + (int64_t(blockIdx.x) * p.HV + hv) * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
+  copy_rows_async(s.A, kLdT, p.Aqk + (int64_t(blockIdx.x) * p.HV + hv) * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
   for (int j0 = 0; j0 < p.V; j0 += S::kV) {
     __syncthreads();
-    load_rows_any<S::kV>(s.dO, kLdC, bp.d_o, ck.t0, hv, L, j0, min(S::kV, p.V - j0));
+    load_rows_any<S::kV>(s.dO, kLdT, bp.d_o, ck.t0, hv, L, j0, min(S::kV, p.V - j0));
     cp_async_wait_all();
     for (int idx = threadIdx.x; idx < kChunk * S::kV; idx += kBwdThreads)  // columns past V
-      if (idx % S::kV >= p.V - j0) s.dO[(idx / S::kV) * kLdC + idx % S::kV] = 0.0f;
+      if (idx % S::kV >= p.V - j0) s.dO[(idx / S::kV) * kLdT + idx % S::kV] = 0.0f;
     __syncthreads();
     local_products<KD>(bp, s, ck, hv, j0);
   }
