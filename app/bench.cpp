@@ -12,6 +12,8 @@
 // --seqs N: the T tokens as N packed sequences of (nearly) equal length (cu_seqlens), e.g. 16 x 2048.
 // --segment auto|off|<tokens>: the forward's intra-card CP plan (segment/plan.h; default: the
 // backend's, i.e. KCP_CUDA_SEGMENT or automatic for cuda-chunkwise, none for host backends);
+// --transitions 1: instead, the CP transitions of the whole input as one rank's part (transition_forward:
+// S_ext and M; transition_backward: dS_ext and M^T), median ms of each, gated against cpu-chunkwise's.
 // --explain: each row ends with the plan the forward ran (Backend::explain_forward).
 // Every row is first run on input set 0 and judged against the float64 oracle (bench_check.h); a
 // row that fails prints WRONG and the failing tensor instead of times (--check 0 skips the gate and
@@ -27,6 +29,7 @@
 #include "app/bench_inputs.h"
 #include "app/cli_args.h"
 #include "app/commands.h"
+#include "core/transition.h"
 #include "segment/plan.h"
 #include "validation/registry.h"
 
@@ -137,9 +140,38 @@ Row bench_backward(Backend& be, const Problem& p, std::vector<BenchInputs>& in, 
   return {prefix + buf};
 }
 
+// The CP transitions of the whole input as one rank's part (--transitions 1): transition_forward
+// (S_ext, M) and transition_backward (dS_ext, M^T), median ms of each, gated like the other rows.
+Row bench_transitions(Backend& be, const Problem& p, std::vector<BenchInputs>& in, int warmup, int repeat,
+                      std::string prefix, const Gate& gate) {
+  if (Support sup = be.supports_backward(p); !sup) return {prefix + "unsupported: " + sup.reason + " |"};
+  const Shape shape = transition_shape(p.N, p.HV, p.K, p.V);
+  const size_t bytes = sizeof(float) * size_t(shape_numel(shape));
+  DeviceBuffer fb(be.queue(), bytes), bb(be.queue(), bytes);
+  const TensorView fwd(fb.get(), DType::f32, shape, be.device()), bwd(bb.get(), DType::f32, shape, be.device());
+  const size_t sets = in.size();
+  auto tf = [&](int i) { be.transition_forward(p, in[size_t(i) % sets].in, 0, fwd); };
+  auto tb = [&](int i) { be.transition_backward(p, in[size_t(i) % sets].in, in[size_t(i) % sets].d_o, 0, bwd); };
+  tf(0), tb(0);  // set 0, judged before anything is timed
+  const BenchVerdict v = gate.check ? check_bench_transitions(be, gate.shape, p, gate.seed, fwd, bwd)
+                                    : BenchVerdict{true, "unchecked (--check 0)"};
+  if (!v.ok) return {prefix + v.text + " |"};
+  for (int i = 0; i < warmup; ++i) tf(i), tb(i);
+  be.synchronize();
+  std::vector<double> f, b;
+  for (int i = 0; i < repeat; ++i) {
+    f.push_back(be.queue().time_ms([&] { tf(i); }));
+    b.push_back(be.queue().time_ms([&] { tb(i); }));
+  }
+  std::sort(f.begin(), f.end()), std::sort(b.begin(), b.end());
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.3f | %.3f | ", f[f.size() / 2], b[b.size() / 2]);
+  return {prefix + buf + v.text + " |"};
+}
+
 struct RunSettings {
   int warmup = 5, repeat = 50, sets = 3;
-  bool backward = false, explain = false, check = true;
+  bool backward = false, transitions = false, explain = false, check = true;
 };
 
 // [0, T] cut into `seqs` nearly equal sequences (the first T % seqs one token longer).
@@ -157,7 +189,7 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
   gate.check = rs.check, gate.shape = {var, H, K, V, dt}, gate.used_before = be.queue().device_memory_used();
   std::vector<BenchInputs> in;
   for (int s = 0; s < sets; ++s)
-    in.push_back(make_bench_inputs(be, gate.shape, 0, T, gate.seed + uint64_t(s), backward));
+    in.push_back(make_bench_inputs(be, gate.shape, 0, T, gate.seed + uint64_t(s), backward || rs.transitions));
   ProblemOptions opt;
   opt.compute = DType::f32, opt.check_finite = false;
   if (seqs > 1) opt.cu_seqlens = equal_cu(T, seqs);
@@ -168,6 +200,7 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
   std::string plan;  // appended piecewise: g++ 12 warns (-Wrestrict, a false positive) on " " + s + " |"
   if (rs.explain) plan.append(" ").append(be.explain_forward(p).empty() ? "-" : be.explain_forward(p)).append(" |");
   if (Support sup = be.supports(p); !sup) return {os.str() + "unsupported: " + sup.reason + " |"};
+  if (rs.transitions) return {bench_transitions(be, p, in, warmup, repeat, os.str(), gate).text + plan};
   DeviceBuffer o(be.queue(), size_t(T * H * V) * size_t(dtype_size(dt)));
   const Outputs out{TensorView(o.get(), dt, {1, T, H, V}, be.device()), {}};
   if (backward) return {bench_backward(be, p, in, out, warmup, repeat, os.str(), gate).text + plan};
@@ -201,7 +234,7 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
 int cmd_bench(int argc, char** argv) {
   Args a(argc, argv,
          {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets", "backward", "seqs", "segment",
-          "check"},
+          "check", "transitions"},
          {"explain"}, "bench");
   const std::string name = a.get("backend", "cuda-chunkwise");
   const DType dt = dtype_parse(a.get("dtype", "bfloat16"));
@@ -210,13 +243,14 @@ int cmd_bench(int argc, char** argv) {
   RunSettings rs;
   rs.warmup = int(a.get_int("warmup", 5)), rs.repeat = int(a.get_int("repeat", 50)), rs.sets = int(a.get_int("sets", 3));
   rs.backward = backward, rs.explain = a.has("explain"), rs.check = a.get_int("check", 1) != 0;
+  rs.transitions = a.get_int("transitions", 0) != 0;
   const int warmup = rs.warmup, repeat = rs.repeat, sets = rs.sets;
   KCP_CHECK(repeat >= 1 && sets >= 1 && warmup >= 0, "bench: --repeat and --sets must be >= 1, --warmup >= 0");
   BackendOptions bo;
   if (a.has("segment")) bo.segment = seg::parse_segment_option(a.get("segment", "auto"), "--segment");
   std::printf("kcp bench: %s, %s, %s q/k/v, float32 gates and beta, K=%lld V=%lld, B=1, median of %d after %d "
               "warm-up runs, %d rotating input sets\n",
-              name.c_str(), backward ? "forward+backward" : "forward", std::string(dtype_name(dt)).c_str(), (long long)K, (long long)V, repeat, warmup, sets);
+              name.c_str(), rs.transitions ? "CP transitions" : backward ? "forward+backward" : "forward", std::string(dtype_name(dt)).c_str(), (long long)K, (long long)V, repeat, warmup, sets);
   std::vector<Row> rows;
   for (const std::string& vs : str_list(a.get("variant", "gdn,kda")))
     for (long long T : int_list(a.get("T", "8192,32768")))
@@ -228,6 +262,12 @@ int cmd_bench(int argc, char** argv) {
           std::printf("%s\n", rows.back().text.c_str());
           std::fflush(stdout);
         }
+  if (rs.transitions) {
+    std::printf("\n| op | T | H | transition_forward ms | transition_backward ms | oracle check |%s\n"
+                "|---|---|---|---|---|---|%s\n", rs.explain ? " plan |" : "", rs.explain ? "---|" : "");
+    for (const Row& r : rows) std::printf("%s\n", r.text.c_str());
+    return 0;
+  }
   std::printf("\n| op | T | H | median ms | min ms | GB/s | GFLOP/s | LB us | LB/time | FLA ms | FLA/time | MiB held |"
               " oracle check |%s\n|---|---|---|---|---|---|---|---|---|---|---|---|---|%s\n",
               rs.explain ? " plan |" : "", rs.explain ? "---|" : "");

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <tuple>
 
+#include "core/transition.h"
 #include "validation/cases.h"
 #include "validation/compare.h"
 #include "validation/float_rule.h"
@@ -29,10 +30,11 @@ struct Judge {
   BenchVerdict v;
   double worst = 0;
   const char* worst_name = "";
+  // `rule`: the tensor whose bar applies (default: `name`'s own).
   void operator()(const char* name, const TensorView& cand, const TensorView& base, const TensorView& oracle,
-                  double cond = 1.0) {
+                  double cond = 1.0, const char* rule = nullptr) {
     const val::Metrics m = compare(download_tensor<double>(queue, cand).view(), oracle);
-    const double bar = val::device_result_bar(name, input, cand.dtype, compare(base, oracle).rel_l2, cond);
+    const double bar = val::device_result_bar(rule ? rule : name, input, cand.dtype, compare(base, oracle).rel_l2, cond);
     const double r = m.finite_ok() ? m.rel_l2 / bar : 1e300;
     if (r > worst) worst = r, worst_name = name;
     if (r > 1 && v.ok) {
@@ -83,6 +85,28 @@ BenchVerdict check_bench_row(Backend& be, const BenchShape& s, const Problem& p,
     const auto& [cand, base, oracle] = t;
     if (cand.empty() || oracle.empty()) continue;
     judge(name, cand, base, oracle, cond.of(name));
+  }
+  return judge.done();
+}
+
+BenchVerdict check_bench_transitions(Backend& be, const BenchShape& s, const Problem& p, uint64_t seed,
+                                     const TensorView& fwd, const TensorView& bwd) {
+  auto oracle_be = val::backend_create("cpu-chunkwise"), base_be = val::backend_create("cpu-recurrent");
+  const BenchInputs hin = make_bench_inputs(*oracle_be, s, 0, p.T, seed, true);
+  const Problem p64 = in_precision(p, DType::f64), p32 = in_precision(p, DType::f32);
+  const Shape shape = transition_shape(p.N, p.HV, p.K, p.V);
+  Judge judge{be.queue(), s.qkv};
+  for (const bool backward : {false, true}) {
+    Tensor<double> ro(shape);
+    Tensor<float> bo(shape);
+    if (backward) {
+      oracle_be->transition_backward(p64, hin.in, hin.d_o, 0, ro.view());
+      base_be->transition_backward(p32, hin.in, hin.d_o, 0, bo.view());
+    } else {
+      oracle_be->transition_forward(p64, hin.in, 0, ro.view());
+      base_be->transition_forward(p32, hin.in, 0, bo.view());
+    }
+    judge(backward ? "transition_bwd" : "transition_fwd", backward ? bwd : fwd, bo.view(), ro.view(), 1.0, "final_state");
   }
   return judge.done();
 }

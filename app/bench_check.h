@@ -26,4 +26,10 @@ struct BenchVerdict {
 BenchVerdict check_bench_row(Backend& be, const BenchShape& s, const Problem& p, uint64_t seed, const TensorView& o,
                              const Grads& g);
 
+// The CP transitions of every sequence of `p` ([N, HV, K, V + K] float32 in `be`'s memory: fwd = (S_ext,
+// M), bwd = (dS_ext, M^T) with the inputs' d_o) against cpu-chunkwise's in float64, each judged as a
+// float32 state ("final_state": kCudaTf32 for 16-bit inputs, the float32 rule for float32 ones).
+BenchVerdict check_bench_transitions(Backend& be, const BenchShape& s, const Problem& p, uint64_t seed,
+                                     const TensorView& fwd, const TensorView& bwd);
+
 }  // namespace kcp::app

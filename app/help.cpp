@@ -70,6 +70,8 @@ Forward (or forward+backward) time of a device backend: ms, GB/s, FLOP/s, roofli
 options:
   --backend NAME      default cuda-chunkwise
   --backward 0|1      1: time forward+backward, gradients in FLA's dtypes (default 0)
+  --transitions 0|1   1: time the CP transitions of the whole input as one rank's part instead
+                      (transition_forward: S_ext, M; transition_backward: dS_ext, M^T)
   --variant LIST      default gdn,kda
   --T LIST            default 8192,32768
   --H LIST            default 16,32 (HV = H)

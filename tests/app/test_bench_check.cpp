@@ -10,6 +10,7 @@
 #include <string>
 
 #include "app/bench_check.h"
+#include "core/transition.h"
 #include "validation/cases.h"
 #include "validation/registry.h"
 
@@ -70,6 +71,28 @@ TEST_CASE("bench gate: a correct candidate passes, one wrong tensor is named") {
         CHECK_FALSE(nan.ok);
         CHECK(nan.text.find("WRONG: dk ") == 0);
       }
+}
+
+TEST_CASE("bench gate: CP transitions, a correct pair passes, a wrong backward pair is named") {
+  auto be = val::backend_create("cpu-chunkwise");
+  const uint64_t seed = val::seed_from_env(1000);
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const BenchShape s{var, 2, 32, 32, dt};
+      const std::string name = std::string(variant_name(var)) + " " + std::string(dtype_name(dt)) + " seed " + std::to_string(seed);
+      CAPTURE(name);
+      Candidate c = run_candidate(*be, s, 150, seed, true);
+      Tensor<float> fwd(transition_shape(c.p.N, c.p.HV, c.p.K, c.p.V)), bwd(fwd.shape());
+      be->transition_forward(c.p, c.in.in, 0, fwd.view());
+      be->transition_backward(c.p, c.in.in, c.in.d_o, 0, bwd.view());
+      const BenchVerdict ok = check_bench_transitions(*be, s, c.p, seed, fwd.view(), bwd.view());
+      std::printf("bench gate transitions %s: %s\n", name.c_str(), ok.text.c_str());
+      CHECK(ok.ok);
+      for (float& x : bwd.vec()) x *= 1.03f;  // 3% off: beyond the state bars (kCudaTf32, float32 rule)
+      const BenchVerdict bad = check_bench_transitions(*be, s, c.p, seed, fwd.view(), bwd.view());
+      CHECK_FALSE(bad.ok);
+      CHECK(bad.text.find("WRONG: transition_bwd ") == 0);
+    }
 }
 
 }  // namespace kcp::app
