@@ -59,7 +59,7 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   c.beta_scale = p.flags.allow_neg_eigval ? 2.0f : 1.0f;
   c.gate = int(p.gate_formula());
   c.lower_bound = p.flags.lower_bound ? float(*p.flags.lower_bound) : 0.0f;
-  c.sms = sms;
+  c.sms = sms_assumed > 0 ? sms_assumed : sms;
   build_table(p, seq_first, seq_count);
   size_workspace(p, stages, stages || seq_count >= 0 || !state_fold_applies(c, st.dtype));
   c.N = N, c.NT = NT;
@@ -118,6 +118,11 @@ void Pipeline::set_state_groups(int groups) {
   impl_->state_groups = groups;
 }
 
+void Pipeline::set_multiprocessors(int sms) {
+  KCP_CHECK(sms >= 0, "set_multiprocessors: expected 0 (the device's count) or a positive count, got ", sms);
+  impl_->sms_assumed = sms;
+}
+
 const StageBuffers& Pipeline::prepare_stages(const Problem& p, const Inputs& in) {
   DeviceGuard guard(impl_->device);
   impl_->setup(p, in, 0, -1, true);
@@ -159,18 +164,22 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
   impl_->run_front(st);
   StateParams sp;
   sp.c = st.c;
-  if (!st.c.gla) {  // S_ext (from zero, with u) and M (from I, u = 0) as the V + K columns of one launch:
-    // the two chains run side by side instead of one after the other; 3xTF32 for both (M must stay
-    // float32-exact; S_ext only gains accuracy).
+  const int sms = st.c.sms > 0 ? st.c.sms : 132;
+  if (!st.c.gla && chunk_state_blocks(st.c, int(p.V + p.K)) <= sms) {
+    // S_ext (from zero, with u) and M (from I, u = 0) as the V + K columns of one launch that fits on
+    // the multiprocessors at once: the two chains run side by side instead of one after the other.
+    // 3xTF32 for both (M must stay float32-exact; S_ext only gains accuracy).
     sp.Vw = int(p.V + p.K), sp.Vu = int(p.V), sp.u = st.c.u, sp.init = kInitTransition;
     sp.final_state = state_view(packed, false, "transition");
     launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
     return;
   }
-  sp.Vw = int(p.V), sp.u = st.c.u, sp.u_is_v = true, sp.init = kInitZero;  // gla's S_ext: the state reached from zero
+  // Else (more blocks than one wave, or gla, whose M has no update product) one launch after the
+  // other: S_ext, the state reached from zero, with the forward's products; M on I with u = 0, 3xTF32.
+  sp.Vw = int(p.V), sp.u = st.c.u, sp.u_is_v = st.c.gla, sp.init = kInitZero;
   sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");
   launch_chunk_state(sp, st.dtype, impl_->stream, false);
-  sp.Vw = int(p.K), sp.u_is_v = false, sp.init = kInitIdentity;  // gla's M = prod Diag(Gamma_end): no update product
+  sp.Vw = int(p.K), sp.u = nullptr, sp.u_is_v = false, sp.init = kInitIdentity;
   sp.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");
   launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
 }

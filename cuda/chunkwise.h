@@ -69,6 +69,10 @@ class Pipeline {
   // Folded state kernel (gdn, 16-bit inputs): 16-column groups per block, 1 or 2; 0 (the default)
   // picks by the device's multiprocessor count. For tests, which must cover both.
   void set_state_groups(int groups);
+  // The multiprocessor count that the grid-shape choices (16 or 32 state columns per block in the
+  // state and dhu chains) assume; 0 (the default): the device's. For tests: 1 picks 32 columns
+  // wherever they divide, so small cases cover the wide blocks too.
+  void set_multiprocessors(int sms);
 
   // Gradients of L = sum(o * d_o) + sum(final_state * d_final_state) w.r.t. the inputs as passed
   // (Backend::backward): recomputes the forward's stages (buffers() then holds them, h and vnew

@@ -82,6 +82,7 @@ struct Pipeline::Impl {
   int device = 0;                // the queue's CUDA ordinal (made current by every public method)
   cudaStream_t stream = nullptr; // the queue's stream: every launch and copy goes here
   int sms = 0;                   // multiprocessors of `device`
+  int sms_assumed = 0;           // set_multiprocessors (tests): the count the grid-shape choices assume; 0: sms
   // Chunk tables of the last two sequence layouts: the segmented forward (segment/) alternates
   // between its transition's range of segments and all segments, so neither is uploaded again in the
   // steady state. d_table, NT and N are those of the layout of the current call.

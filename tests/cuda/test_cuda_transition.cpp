@@ -1,5 +1,6 @@
 // The CP primitives on the GPU: transition_forward (S_ext, M) of a range of sequences of packed
-// problems in one call, against the oracle's (cpu-recurrent, float64) per sequence; and the CUDA
+// problems in one call, against the oracle's (cpu-recurrent, float64) per sequence, through the backend
+// and through pipelines that assume 1 or 24 multiprocessors (32-column blocks); and the CUDA
 // queue's transition algebra (fold oldest/farthest first, compose, start, identity) against the host
 // queue's (the reference loops, core/queue.cpp) on the same float32 values. Bars: S_ext follows the
 // forward's precision (kFloatVsDouble for float32 inputs, kCudaTf32 for 16-bit ones, whose w and kg
@@ -13,6 +14,7 @@
 #include "core/rng.h"
 #include "core/transition.h"
 #include "cuda/backend_cuda.h"
+#include "cuda/chunkwise.h"
 #include "reference/backend_cpu.h"
 #include "tests/cuda/cuda_support.h"
 #include "validation/compare.h"
@@ -54,10 +56,17 @@ TEST_CASE("transition_forward of a range of sequences matches the oracle's (S_ex
         const double bar = dt == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
         Tensor<double> ref(transition_shape(p64.N, p64.HV, p64.K, p64.V));
         oracle->transition_forward(p64, c.inputs(), 0, ref.view());
+        // The backend as users call it (sms 0), and pipelines assuming 1 or 24 multiprocessors, which
+        // pick 32-column blocks wherever they divide (1: forward S_ext and M in two launches; 24: both
+        // in one launch at the 4-sequence range): every grid shape of the chains on these small cases.
+        for (const int sms : {0, 1, 24})
         for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 4}, {1, 2}, {3, 1}}) {
-          INFO("sequences [", first, ", ", first + count, ")");
+          INFO("sequences [", first, ", ", first + count, "), assumed multiprocessors ", sms);
           test::DeviceTensor packed = test::poisoned(*gpu, DType::f32, transition_shape(count, p32.HV, p32.K, p32.V));
-          gpu->transition_forward(p32, din.views, first, packed.view);
+          cuda::Pipeline pipe(gpu->queue());
+          pipe.set_multiprocessors(sms);
+          if (sms > 0) pipe.transition_forward(p32, din.views, first, packed.view);
+          else gpu->transition_forward(p32, din.views, first, packed.view);
           const Tensor<double> got = test::to_host(*gpu, packed.view);
           for (int64_t i = 0; i < count; ++i) {
             const TensorView g = transition_element(got.view(), i), r = transition_element(ref.view(), first + i);
