@@ -15,8 +15,8 @@
 // vnew = v): the recompute runs the forward's gla kernels (kkt: Aqk, kg, qg; no WY; the state from
 // v: no P, w, u), dhu skips w, kernel hv writes dv = dvnew and skips P^T dvnew, dXu h^T and W1, kernels wy and
 // sum do not run, intra takes dL = 0; dbeta_e is not written.
-// The same dhu kernel gives the CP transition backward: do = 0, init = I, Vw = K (M^T), and
-// init = 0 (dS_ext).
+// The same dhu kernel gives the CP transition backward: dS_ext (init 0, with do) and M^T (init I,
+// do = 0) as the V + K columns of one launch (init = kInitTransition).
 // Covered by tests/cuda/test_cuda_backward.cpp.
 #pragma once
 
@@ -48,8 +48,10 @@ struct BwdParams {
   // cotangents
   RowsView d_o;                 // [B,T,HV,V]; p null: zero (transition backward)
   StateView dht;                // gradient of the final state; p null: zero
-  int init = kInitZero;         // dhu start: kInitZero (dht or 0) or kInitIdentity (M^T)
-  int Vw = 0;                   // dhu state columns: V, or K for M^T
+  int init = kInitZero;         // dhu start: kInitZero (dht or 0), kInitIdentity (M^T) or kInitTransition
+                                // (dS_ext from 0 in columns [0, V), M^T from I in [V, V + K))
+  int Vw = 0;                   // dhu state columns: V, K for M^T, V + K for both
+  bool keep = true;             // dhu stores dh[c] and dvnew (false: only the chain's end is needed)
   // backward workspace (float32)
   float* dh = nullptr;          // [NT,HV,K,V] gradient of the state leaving each chunk (null: not kept)
   float* dvnew = nullptr;       // [TT,HV,V] (null: not kept)
@@ -70,8 +72,7 @@ struct BwdParams {
 
 // prep: qn, kn (needs rstd from the cumsum stage with the fused norm).
 void launch_bwd_prep(const BwdParams& bp, int input_dtype, cudaStream_t stream);
-// dhu: the chunk-local terms (grid (NT, HV)), then the serial recurrence (grid (N, HV, Vw/16)).
-void launch_bwd_dhu(const BwdParams& bp, cudaStream_t stream);
+// dhu: the chunk-local terms (grid (NT, HV)), then the serial recurrence (grid (N, HV, Vw/BV), BV = 16 or 32).
 void launch_bwd_dhu_local(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream);
 // chunk: kernels hv (NT, HV, 2) -> wy (NT, HV) -> intra (NT, HV, K/32) -> partial sums.

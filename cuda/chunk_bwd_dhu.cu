@@ -1,16 +1,20 @@
 // Backward stage "dhu" (FLA chunk_gated_delta_rule_bwd_dhu; CPU twin chunk_bwd_dAv +
 // chunk_state_backward), part 2 of 2: the serial recurrence. One block of 256 threads per
-// (sequence n, value head hv, 32 state columns [v0, v0+32)), walking the chunks of n last to first
-// with dh [K,32] in shared memory; the chunk-local terms come from part 1 (chunk_bwd_dhu_local.cu):
+// (sequence n, value head hv, BV = 16 or 32 state columns [v0, v0 + BV)), walking the chunks of n last
+// to first with dh [K,BV] in shared memory; the chunk-local terms come from part 1 (chunk_bwd_dhu_local.cu):
 //   dh[c]  = dh                                        (kept for the chunk stage)
-//   dvnew  = A_c + kg dh                  [L,32]       A_c = Aqk^T do,  kg_r = kn_r 2^(b_end - b_r)
+//   dvnew  = A_c + kg dh                  [L,BV]       A_c = Aqk^T do,  kg_r = kn_r 2^(b_end - b_r)
 //   dh    <- Diag(2^b_end) dh + B_c - w^T dvnew,       B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)
 // (b: the chunk-local gate cumsum in log2 units, per channel for kda; every exponent <= 0.)
-// dh starts from d_final_state (or 0), or from the identity for the CP transition's M^T (do = 0,
-// Vw = K, no A_c, B_c); after chunk 0 it is written to dh0. The next chunk's kg, w, A_c, B_c
-// arrive by cp.async while the current one is computed; register tiles, float32 FMA.
+// dh starts from d_final_state (or 0), or from the identity for the CP transition's M^T (do = 0, no
+// A_c, B_c); with kInitTransition one launch carries dS_ext (columns [0, V), from 0, with do) and M^T
+// (columns [V, V + K), from I). After chunk 0 dh is written to dh0. The next chunk's kg, w arrive by
+// cp.async and its A_c, B_c by loads into registers (each thread's accumulator positions) while the
+// current chunk is computed; the products on tensor cores (3xTF32). BV = 32 where the grid still has
+// about a block per multiprocessor (the joint transition: V + K columns), else 16.
 // gla (ChunkParams::gla): w = 0, so w is neither fetched nor multiplied.
-// Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, and end to end).
+// Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, end to end, and the
+// transitions).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
 #include "cuda/cuda_check.cuh"
@@ -21,29 +25,72 @@ namespace kcp::cuda {
 
 namespace {
 
-constexpr int kBV = 16;   // state columns per block
-constexpr int kLdB = 24;  // [rows][16] tiles read as k-major B fragments (conflict-free: 8 or 24 mod 32)
+// [rows][BV] tiles read as k-major B fragments: row stride 8 or 24 mod 32 words (conflict-free)
+template <int BV>
+constexpr int kLdB = BV == 16 ? 24 : BV + 8;
 
-template <int KD>
+template <int KD, int BV>
 struct DhuSmem {
   static constexpr int ldk = KD + 4;  // kg [64][KD]: row-major A fragments (4 mod 32)
   static constexpr int ldw = KD + 8;  // w [64][KD]: transposed A fragments (8 mod 32)
-  static constexpr int buf = kChunk * ldk + kChunk * ldw + kChunk * kLdB + KD * kLdB + KD;
-  static constexpr int floats = KD * kLdB + kChunk * kLdB + 2 * buf;
+  static constexpr int buf = kChunk * ldk + kChunk * ldw + KD;
+  static constexpr int floats = KD * kLdB<BV> + kChunk * kLdB<BV> + 2 * buf;
   float *dh, *dvn, *b0;
-  __device__ explicit DhuSmem(float* s) : dh(s), dvn(s + KD * kLdB), b0(s + KD * kLdB + kChunk * kLdB) {}
-  // buffer b (0, 1): kg, w, A_c [64][16], B_c [KD][16], b_end [KD]
+  __device__ explicit DhuSmem(float* s) : dh(s), dvn(s + KD * kLdB<BV>), b0(s + (KD + kChunk) * kLdB<BV>) {}
+  // buffer b (0, 1): kg, w, b_end [KD]
   __device__ float* kg(int b) const { return b0 + b * buf; }
   __device__ float* w(int b) const { return kg(b) + kChunk * ldk; }
-  __device__ float* ac(int b) const { return w(b) + kChunk * ldw; }
-  __device__ float* bc(int b) const { return ac(b) + kChunk * kLdB; }
-  __device__ float* ge(int b) const { return bc(b) + KD * kLdB; }
+  __device__ float* ge(int b) const { return w(b) + kChunk * ldw; }
 };
 
-// cp.async of chunk c's tiles into buffer b: kg, w (rows >= L zero), A_c, B_c (with do), b_end.
-template <int KD, bool kKDA>
-__device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD>& s, int b, int c, int hv, int v0, bool local) {
-  using S = DhuSmem<KD>;
+// Warp tiles: dvnew [64, BV]: rows 16 (w % 4), 8-column tiles (w / 4) BV/16 + j; the update
+// [KD, BV]: rows 16 (w + 8 q), every 8-column tile.
+template <int KD, int BV>
+struct DhuTiling {
+  static constexpr int NV = BV / 16, MT = KD / 16, MW = (MT + 7) / 8, NU = BV / 8;
+  __device__ static int mv() { return 16 * (int(threadIdx.x >> 5) & 3); }
+  __device__ static int nv(int j) { return 8 * ((int(threadIdx.x >> 5) >> 2) * NV + j); }
+  __device__ static int mu(int q) { return 16 * min(int(threadIdx.x >> 5) + 8 * q, MT - 1); }
+};
+
+// The chunk-local terms of one chunk, in this thread's accumulator positions (registers): A_c for
+// the dvnew tiles, B_c for the update tiles (read by each thread before the dh[c] store that reuses
+// B_c's memory: a __syncthreads lies between, and loads before a barrier are performed before it).
+template <int KD, int BV>
+struct LocalTerms {
+  float a[DhuTiling<KD, BV>::NV][4], b[DhuTiling<KD, BV>::MW][DhuTiling<KD, BV>::NU][4];
+  __device__ void load(const BwdParams& bp, int c, int hv, int v0, bool local) {
+    using Tl = DhuTiling<KD, BV>;
+    const ChunkParams& p = bp.c;
+    const ChunkInfo ck = p.chunks[c];
+    const int lt = lane_g(), c2 = 2 * lane_t();  // accumulator elements (e, e + 1) are adjacent columns
+    const float* A = bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V + v0 + c2;  // row r at A + r * HV * V
+    const float* B = bp.dh + (int64_t(c) * p.HV + hv) * KD * p.V + v0 + c2;     // row i at B + i * V
+    const int64_t lda = int64_t(p.HV) * p.V;
+#pragma unroll
+    for (int j = 0; j < Tl::NV; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = Tl::mv() + lt + 8 * h;
+        const float2 x = local && r < ck.len ? *reinterpret_cast<const float2*>(A + r * lda + Tl::nv(j)) : float2{0.0f, 0.0f};
+        a[j][2 * h] = x.x, a[j][2 * h + 1] = x.y;
+      }
+#pragma unroll
+    for (int q = 0; q < Tl::MW; ++q)
+#pragma unroll
+      for (int nt = 0; nt < Tl::NU; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float2 x = local ? *reinterpret_cast<const float2*>(B + (Tl::mu(q) + lt + 8 * h) * p.V + 8 * nt) : float2{0.0f, 0.0f};
+          b[q][nt][2 * h] = x.x, b[q][nt][2 * h + 1] = x.y;
+        }
+  }
+};
+
+// cp.async of chunk c's tiles into buffer b: kg, w (rows >= L zero), b_end.
+template <int KD, int BV, bool kKDA>
+__device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, int c, int hv) {
+  using S = DhuSmem<KD, BV>;
   const ChunkParams& p = bp.c;
   const ChunkInfo ck = p.chunks[c];
   const int L = ck.len;
@@ -52,16 +99,6 @@ __device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD>& s, int b, int 
     const int64_t o = (int64_t(ck.t0 + rr) * p.HV + hv) * KD + i;
     cp_async16(s.kg(b) + r * S::ldk + i, bp.dkv + o, r < L);
     if (!p.gla) cp_async16(s.w(b) + r * S::ldw + i, p.w + o, r < L);  // gla: w = 0
-  }
-  if (local) {
-    for (int idx = threadIdx.x; idx < kChunk * kBV / 4; idx += kBwdThreads) {
-      const int r = idx / (kBV / 4), j = 4 * (idx % (kBV / 4)), rr = r < L ? r : 0;
-      cp_async16(s.ac(b) + r * kLdB + j, bp.dvnew + (int64_t(ck.t0 + rr) * p.HV + hv) * bp.Vw + v0 + j, r < L);
-    }
-    for (int idx = threadIdx.x; idx < KD * kBV / 4; idx += kBwdThreads) {
-      const int i = idx / (kBV / 4), j = 4 * (idx % (kBV / 4));
-      cp_async16(s.bc(b) + i * kLdB + j, bp.dh + ((int64_t(c) * p.HV + hv) * KD + i) * bp.Vw + v0 + j, true);
-    }
   }
   const float* ge = p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * (kKDA ? KD : 1);
   if constexpr (kKDA) {
@@ -72,122 +109,149 @@ __device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD>& s, int b, int 
   cp_async_commit();
 }
 
-// dvnew = A_c + kg dh on tensor cores (3xTF32: float32 accuracy): warp w owns rows 16 (w % 4),
-// columns 8 (w / 4).
-template <int KD>
-__device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD>& s, int b, const ChunkInfo& ck, int hv, int v0, bool local) {
-  using S = DhuSmem<KD>;
-  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = 8 * (w >> 2);
+// dvnew = A_c + kg dh on tensor cores (3xTF32: float32 accuracy).
+template <int KD, int BV>
+__device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv, int v0,
+                          const LocalTerms<KD, BV>& lt) {
+  using S = DhuSmem<KD, BV>;
+  using Tl = DhuTiling<KD, BV>;
+  constexpr int ld = kLdB<BV>;
+  const int m0 = Tl::mv();
   const float* kg = s.kg(b);
-  float c[4];
+  float c[Tl::NV][4];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) c[e] = local ? s.ac(b)[acc_row(m0, e) * kLdB + acc_col(n0, e)] : 0.0f;
+  for (int j = 0; j < Tl::NV; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[j][e] = lt.a[j][e];
 #pragma unroll 4
   for (int k0 = 0; k0 < KD; k0 += 8) {
     const FragA<true> a = load_a<true>([&](int m, int k) { return kg[m * S::ldk + k]; }, m0, k0);
-    const FragB<true> f = load_b<true>([&](int k, int n) { return s.dh[k * kLdB + n]; }, k0, n0);
-    mma<true>(c, a, f);
+#pragma unroll
+    for (int j = 0; j < Tl::NV; ++j)
+      mma<true>(c[j], a, load_b<true>([&](int k, int n) { return s.dh[k * ld + n]; }, k0, Tl::nv(j)));
   }
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int r = acc_row(m0, e), j = acc_col(n0, e);
-    s.dvn[r * kLdB + j] = c[e];
-    if (bp.dvnew && r < ck.len) bp.dvnew[(int64_t(ck.t0 + r) * bp.c.HV + hv) * bp.Vw + v0 + j] = c[e];
-  }
+  for (int j = 0; j < Tl::NV; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = acc_row(m0, e), col = acc_col(Tl::nv(j), e);
+      s.dvn[r * ld + col] = c[j][e];
+      if (bp.dvnew && bp.keep && r < ck.len) bp.dvnew[(int64_t(ck.t0 + r) * bp.c.HV + hv) * bp.Vw + v0 + col] = c[j][e];
+    }
 }
 
-// dh <- Diag(2^b_end) dh + B_c - w^T dvnew on tensor cores (3xTF32): warp w owns the 16-row
-// tiles w, w + 8, .. of dh and both 8-column tiles.
-template <int KD, bool kKDA>
-__device__ void dhu_update(const DhuSmem<KD>& s, int b, int L, bool local) {
-  using S = DhuSmem<KD>;
-  constexpr int MT = KD / 16, MW = (MT + 7) / 8;
+// dh <- Diag(2^b_end) dh + B_c - w^T dvnew on tensor cores (3xTF32).
+template <int KD, int BV, bool kKDA>
+__device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTerms<KD, BV>& lt) {
+  using S = DhuSmem<KD, BV>;
+  using Tl = DhuTiling<KD, BV>;
+  constexpr int ld = kLdB<BV>;
   const int w = threadIdx.x >> 5;
   const float* wt = s.w(b);
-  float c[MW][2][4];
+  float c[Tl::MW][Tl::NU][4];
 #pragma unroll
-  for (int q = 0; q < MW; ++q) {
-    const int m0 = 16 * min(w + 8 * q, MT - 1);
+  for (int q = 0; q < Tl::MW; ++q) {
+    const int m0 = Tl::mu(q);
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+    for (int nt = 0; nt < Tl::NU; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = acc_row(m0, e), j = acc_col(8 * nt, e);
-        const float x = local ? s.bc(b)[i * kLdB + j] : 0.0f;
-        c[q][nt][e] = fmaf(exp2f(s.ge(b)[kKDA ? i : 0]), s.dh[i * kLdB + j], x);
+        c[q][nt][e] = fmaf(exp2f(s.ge(b)[kKDA ? i : 0]), s.dh[i * ld + j], lt.b[q][nt][e]);
       }
     for (int k0 = 0; k0 < L; k0 += 8) {
       const FragA<true> a = load_a<true>([&](int m, int k) { return -wt[k * S::ldw + m]; }, m0, k0);
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-        mma<true>(c[q][nt], a, load_b<true>([&](int k, int n) { return s.dvn[k * kLdB + n]; }, k0, 8 * nt));
+      for (int nt = 0; nt < Tl::NU; ++nt)
+        mma<true>(c[q][nt], a, load_b<true>([&](int k, int n) { return s.dvn[k * ld + n]; }, k0, 8 * nt));
     }
   }
   __syncthreads();  // every read of dh is done
 #pragma unroll
-  for (int q = 0; q < MW; ++q) {
-    if (w + 8 * q >= MT) continue;
+  for (int q = 0; q < Tl::MW; ++q) {
+    if (w + 8 * q >= Tl::MT) continue;
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+    for (int nt = 0; nt < Tl::NU; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s.dh[acc_row(16 * (w + 8 * q), e) * kLdB + acc_col(8 * nt, e)] = c[q][nt][e];
+      for (int e = 0; e < 4; ++e) s.dh[acc_row(16 * (w + 8 * q), e) * ld + acc_col(8 * nt, e)] = c[q][nt][e];
   }
 }
 
-template <int KD, bool kKDA>
+// dh at the start (the last chunk's end): d_final_state or 0; the identity for M^T's columns
+// (kInitIdentity: all Vw columns; kInitTransition: the columns from V, after dS_ext's).
+__device__ __forceinline__ float dhu_init(const BwdParams& bp, int n, int hv, int i, int col) {
+  if (bp.init == kInitIdentity) return i == col ? 1.0f : 0.0f;
+  if (bp.init == kInitTransition) return i == col - bp.c.V ? 1.0f : 0.0f;
+  if (bp.dht.p) return load_any(bp.dht.p, bp.dht.dt, n * bp.dht.sn + hv * bp.dht.shv + i * bp.dht.si + col * bp.dht.sj);
+  return 0.0f;
+}
+
+template <int KD, int BV, bool kKDA>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_constant__ BwdParams bp) {
+  constexpr int ld = kLdB<BV>;
   const ChunkParams& p = bp.c;
-  const int n = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * kBV;
+  const int n = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV;
   extern __shared__ __align__(16) float smem[];
-  const DhuSmem<KD> s(smem);
-  const bool local = bp.d_o.p != nullptr;
-  for (int idx = threadIdx.x; idx < KD * kBV; idx += kBwdThreads) {
-    const int i = idx / kBV, j = idx % kBV;
-    float x = 0.0f;
-    if (bp.init == kInitIdentity) x = i == v0 + j ? 1.0f : 0.0f;
-    else if (bp.dht.p) x = load_any(bp.dht.p, bp.dht.dt, n * bp.dht.sn + hv * bp.dht.shv + i * bp.dht.si + (v0 + j) * bp.dht.sj);
-    s.dh[i * kLdB + j] = x;
-  }
+  const DhuSmem<KD, BV> s(smem);
+  const bool local = bp.d_o.p != nullptr && v0 < p.V;  // the columns with do (the M^T columns have none)
+  for (int idx = threadIdx.x; idx < KD * BV; idx += kBwdThreads)
+    s.dh[(idx / BV) * ld + idx % BV] = dhu_init(bp, n, hv, idx / BV, v0 + idx % BV);
   const int c_hi = p.seq_chunk0[n + 1] - 1, c_lo = p.seq_chunk0[n];
-  if (c_hi >= c_lo) dhu_fetch<KD, kKDA>(bp, s, 0, c_hi, hv, v0, local);
+  LocalTerms<KD, BV> cur, nxt;
+  if (c_hi >= c_lo) {
+    dhu_fetch<KD, BV, kKDA>(bp, s, 0, c_hi, hv);
+    cur.load(bp, c_hi, hv, v0, local);
+  }
   for (int c = c_hi, b = 0; c >= c_lo; --c, b ^= 1) {
     cp_async_wait<0>();
     __syncthreads();  // buffer b has arrived; buffer b ^ 1 and dvn are free
-    if (c > c_lo) dhu_fetch<KD, kKDA>(bp, s, b ^ 1, c - 1, hv, v0, local);
+    if (c > c_lo) {
+      dhu_fetch<KD, BV, kKDA>(bp, s, b ^ 1, c - 1, hv);
+      nxt.load(bp, c - 1, hv, v0, local);
+    }
     const ChunkInfo ck = p.chunks[c];
-    if (bp.dh)
-      for (int idx = threadIdx.x; idx < KD * kBV; idx += kBwdThreads)
-        bp.dh[((int64_t(c) * p.HV + hv) * KD + idx / kBV) * bp.Vw + v0 + idx % kBV] = s.dh[(idx / kBV) * kLdB + idx % kBV];
-    dhu_dvnew<KD>(bp, s, b, ck, hv, v0, local);
+    if (bp.dh && bp.keep)
+      for (int idx = threadIdx.x; idx < KD * BV; idx += kBwdThreads)
+        bp.dh[((int64_t(c) * p.HV + hv) * KD + idx / BV) * bp.Vw + v0 + idx % BV] = s.dh[(idx / BV) * ld + idx % BV];
+    dhu_dvnew<KD, BV>(bp, s, b, ck, hv, v0, cur);
     __syncthreads();
-    dhu_update<KD, kKDA>(s, b, p.gla ? 0 : ck.len, local);  // gla: no w^T dvnew term (w = 0)
+    dhu_update<KD, BV, kKDA>(s, b, p.gla ? 0 : ck.len, cur);  // gla: no w^T dvnew term (w = 0)
+    cur = nxt;
   }
   __syncthreads();
   if (bp.dh0.p)
-    for (int idx = threadIdx.x; idx < KD * kBV; idx += kBwdThreads) {
-      const int i = idx / kBV, j = idx % kBV;
-      store_any(bp.dh0.p, bp.dh0.dt, n * bp.dh0.sn + hv * bp.dh0.shv + i * bp.dh0.si + (v0 + j) * bp.dh0.sj, s.dh[i * kLdB + j]);
+    for (int idx = threadIdx.x; idx < KD * BV; idx += kBwdThreads) {
+      const int i = idx / BV, j = idx % BV;
+      store_any(bp.dh0.p, bp.dh0.dt, n * bp.dh0.sn + hv * bp.dh0.shv + i * bp.dh0.si + (v0 + j) * bp.dh0.sj, s.dh[i * ld + j]);
     }
 }
 
 }  // namespace
 
-void launch_bwd_dhu(const BwdParams& bp, cudaStream_t stream) {
-  launch_bwd_dhu_local(bp, stream);
-  launch_bwd_dhu_serial(bp, stream);
-}
-
 void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   if (p.N == 0) return;
-  KCP_CHECK(bp.Vw % kBV == 0, "cuda-chunkwise backward: state columns ", bp.Vw, " must be a multiple of ", kBV);
-  KCP_CHECK(!bp.d_o.p || (bp.dh && bp.dvnew && bp.Vw == p.V), "cuda-chunkwise backward: dhu with do needs the dh and dvnew buffers");
+  const bool joint = bp.init == kInitTransition;
+  KCP_CHECK(bp.Vw % 16 == 0 && (!joint || (p.V % 32 == 0 && bp.Vw == p.V + p.K)),
+            "cuda-chunkwise backward: state columns ", bp.Vw, " must be a multiple of 16 (joint transition: V + K, V a multiple of 32)");
+  KCP_CHECK(!bp.d_o.p || (bp.dh && bp.dvnew && (bp.Vw == p.V || joint)),
+            "cuda-chunkwise backward: dhu with do needs the dh and dvnew buffers");
+  KCP_CHECK(!bp.keep || bp.Vw == p.V || !(bp.dh || bp.dvnew), "cuda-chunkwise backward: dh[c], dvnew kept only for V columns");
+  // 32 columns per block when that still gives about a block per multiprocessor (the chain steps of
+  // two 16-column blocks then share one block's loads and barriers), else 16.
+  const int sms = p.sms > 0 ? p.sms : 132;
+  const bool wide = bp.Vw % 32 == 0 && int64_t(bp.Vw / 32) * p.N * p.HV >= sms * 3 / 4;
   dispatch_key_dim(p.K, [&](auto kd) {
     constexpr int KD = decltype(kd)::value;
-    const size_t smem = sizeof(float) * DhuSmem<KD>::floats;
-    const dim3 grid(p.N, p.HV, bp.Vw / kBV);
-    if (p.kda) launch_kernel(bwd_dhu_kernel<KD, true>, grid, dim3(kBwdThreads), smem, stream, bp);
-    else launch_kernel(bwd_dhu_kernel<KD, false>, grid, dim3(kBwdThreads), smem, stream, bp);
+    auto run = [&](auto bv) {
+      constexpr int BV = decltype(bv)::value;
+      const size_t smem = sizeof(float) * DhuSmem<KD, BV>::floats;
+      const dim3 grid(p.N, p.HV, bp.Vw / BV);
+      if (p.kda) launch_kernel(bwd_dhu_kernel<KD, BV, true>, grid, dim3(kBwdThreads), smem, stream, bp);
+      else launch_kernel(bwd_dhu_kernel<KD, BV, false>, grid, dim3(kBwdThreads), smem, stream, bp);
+    };
+    if (wide) run(std::integral_constant<int, 32>{});
+    else run(std::integral_constant<int, 16>{});
   });
 }
 

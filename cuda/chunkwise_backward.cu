@@ -158,12 +158,11 @@ void Pipeline::transition_backward(const Problem& p, const Inputs& in, const Ten
   // The chains read neither the forward states nor vnew: no state recompute (keep_states = false).
   BwdParams bp = impl_->backward_setup(p, in, seq_begin, count, false);
   bp.d_o = rows_view<RowsView>(d_o, "d_o");
-  bp.dh0 = state_view(packed.narrow(3, 0, p.V), false, "ds_ext");  // dS_ext: from zero, with do
-  launch_bwd_dhu(bp, impl_->stream);  // (dh, dvnew: scratch for the chunk-local terms)
-  bp.dh = nullptr, bp.dvnew = nullptr;  // only the chain's end is needed
-  bp.d_o = {}, bp.init = kInitIdentity, bp.Vw = int(p.K);  // M^T: the transposed chain on I, do = 0
-  bp.dh0 = state_view(packed.narrow(3, p.V, p.K), false, "m_t");
-  // Part 1 (dhu_local) without do writes only kg, which the first chain's part 1 left in place.
+  launch_bwd_dhu_local(bp, impl_->stream);  // kg, and the dS_ext columns' A_c, B_c (into dvnew, dh)
+  // dS_ext (from 0, with do: columns [0, V)) and M^T (from I, do = 0: columns [V, V + K)) as the columns
+  // of one chain launch, of which only the end is kept.
+  bp.keep = false, bp.init = kInitTransition, bp.Vw = int(p.V + p.K);
+  bp.dh0 = state_view(packed, false, "transition");
   launch_bwd_dhu_serial(bp, impl_->stream);
 }
 

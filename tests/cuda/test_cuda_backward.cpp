@@ -2,11 +2,13 @@
 //  1. stages: after one backward, each float32 workspace buffer against its CPU chunkwise twin
 //     (reference/chunkwise_backward.cpp, float64, on the same inputs): dh and dvnew (stage dhu),
 //     dq/dk per value head, dbeta w.r.t. the effective beta (not gla) and da w.r.t. the log decay (stage chunk),
-//     in pipeline order, so the first failing buffer names the kernel;
+//     in pipeline order, so the first failing buffer names the kernel; once more with the pipeline
+//     assuming one multiprocessor (Pipeline::set_multiprocessors), which runs dhu in 32-column blocks;
 //  2. the whole gradient against the float64 oracle (cpu-recurrent) over the forward tests' sweep:
 //     lengths 1, 63, 64, 65, odd long, packed sequences, grouped value heads, every flag, q/k/v in
 //     float32, float16, bfloat16; dq, dk, dv and d_o in the input dtype, the rest float32 (FLA's dtypes);
-//  3. transition_backward (dS_ext, M^T) of a range of sequences against the oracle's.
+//  3. transition_backward (dS_ext, M^T) of a range of sequences against the oracle's (both as the
+//     columns of one chain launch), through the backend and with 32-column blocks (assumed 1 or 24 multiprocessors).
 // Every output is NaN-poisoned first: a NaN left is an unwritten element.
 // Bars (validation/tolerance.h, float_rule.h): 16-bit inputs: FLA's own bars for its chunk kernels
 // (kFlaChunkGrad for dq, dk, dv, dh0; kFlaChunkGateBeta for dg, dbeta, dA_log, ddt_bias), since the
@@ -158,12 +160,14 @@ TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctes
       val::CaseSpec s;
       s.variant = var, s.seqlens = {70, 0, 130, 1}, s.H = 1, s.HV = 2, s.K = 64, s.V = 32, s.seed = seed;
       s.flags.use_qk_l2norm_in_kernel = true;
-      SUBCASE((s.name() + " qkv=" + std::string(dtype_name(dt))).c_str()) {
+      for (const int sms : {0, 1})  // 1: the chains in 32-column blocks (Pipeline::set_multiprocessors)
+      SUBCASE((s.name() + " qkv=" + std::string(dtype_name(dt)) + (sms ? " sms=1" : "")).c_str()) {
         const val::CaseData c = test::round_case(val::make_case(s), dt);
         const Problem p64 = c.problem(DType::f64), p32 = c.problem(DType::f32);
         test::DeviceInputs din = test::upload_inputs(*gpu, c, dt);
         test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, DType::f32), dht = test::to_device(*gpu, c.dht, DType::f32);
         cuda::Pipeline pipe(gpu->queue());
+        pipe.set_multiprocessors(sms);
         pipe.backward(p32, din.views, {d_o.view, dht.view}, {});
         const cuda::BackwardBuffers& b = pipe.backward_buffers();
         const int64_t TT = p64.T, Kg = p64.per_channel_gate() ? p64.K : 1;
@@ -219,10 +223,17 @@ TEST_CASE("transition_backward of a range of sequences matches the oracle's (dS_
         const double bar = dt == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
         Tensor<double> ref(transition_shape(p64.N, p64.HV, p64.K, p64.V));
         oracle->transition_backward(p64, c.inputs(), c.d_o.view(), 0, ref.view());
+        // The backend as users call it (sms 0), and pipelines assuming 1 or 24 multiprocessors, which
+        // pick 32-column blocks wherever they divide (1: forward S_ext and M in two launches; 24: both
+        // in one launch at the 4-sequence range): every grid shape of the chains on these small cases.
+        for (const int sms : {0, 1, 24})
         for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 4}, {1, 2}, {3, 1}}) {
-          INFO("sequences [", first, ", ", first + count, ")");
+          INFO("sequences [", first, ", ", first + count, "), assumed multiprocessors ", sms);
           test::DeviceTensor packed = test::poisoned(*gpu, DType::f32, transition_shape(count, p32.HV, p32.K, p32.V));
-          gpu->transition_backward(p32, din.views, d_o.view, first, packed.view);
+          cuda::Pipeline pipe(gpu->queue());
+          pipe.set_multiprocessors(sms);
+          if (sms > 0) pipe.transition_backward(p32, din.views, d_o.view, first, packed.view);
+          else gpu->transition_backward(p32, din.views, d_o.view, first, packed.view);
           const Tensor<double> got = test::to_host(*gpu, packed.view);
           for (int64_t i = 0; i < count; ++i) {
             const TensorView g = transition_element(got.view(), i), r = transition_element(ref.view(), first + i);
