@@ -1,6 +1,7 @@
 // Pipeline::backward and Pipeline::transition_backward: the forward's stages run again with h and
-// vnew kept (cumsum -> kkt + solve -> WY -> state, never the folded kernel; gla: kkt -> Aqk, kg, qg,
-// no WY, the state from v), then the backward
+// vnew kept (cumsum -> kkt + solve -> WY -> state: the forward's state kernel, folded for gdn with
+// 16-bit inputs, which writes vnew = P Y = u - w S; WY still runs, dhu reads w; gla: kkt -> Aqk, kg,
+// qg, no WY, the state from v), then the backward
 // kernels of chunk_bwd.cuh: prep -> dhu -> chunk -> finish.
 // Backward workspace, float32: qn, kn 2*TT*H*K; dh NT*HV*K*V; dvnew TT*HV*V; dqv, dkv 2*TT*HV*K;
 // dbeta_e TT*HV; da, dx, dalog 3*TT*HV*Kg; the chunk stage's dAc, Wc 2*NT*HV*64*64 and partial sums
@@ -96,7 +97,7 @@ BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int
     if (sp.init == kInitGiven) sp.h0 = state_view(in.initial_state, p.flags.state_v_first, "initial_state");
     sp.h = static_cast<float*>(im.buf.h.data);
     sp.vnew = st.c.gla ? nullptr : static_cast<float*>(im.buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
-    launch_chunk_state(sp, st.dtype, im.stream, false);
+    im.launch_state(sp, st.dtype);  // gdn with 16-bit inputs: the folded kernel, as in the forward
   }
   BwdParams bp;
   bp.c = st.c;
