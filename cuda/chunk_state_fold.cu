@@ -16,7 +16,10 @@
 // Tiles of chunk c+1 (k, q, v columns, lower 8x8 blocks of P and Aqk, gates) load by cp.async
 // while chunk c computes; rows >= L of k, q, v are zero-filled; the upper blocks of the P and Aqk
 // tiles are zeroed once and never written.
-// Covered by tests/cuda/test_cuda_stages.cpp ("state", BV = 16 and 32) and test_cuda_forward.cpp.
+// The same kernel gives gdn's CP transition with 16-bit inputs (kInitTransition, no output): S_ext in
+// the first V state columns (from 0, with v) and M in the next K (from I, v = 0), one launch.
+// Covered by tests/cuda/test_cuda_stages.cpp ("state", BV = 16 and 32), test_cuda_forward.cpp and
+// test_cuda_transition.cpp.
 #include "cuda/chunk_state_fold.cuh"
 
 #include <type_traits>
@@ -203,7 +206,8 @@ __device__ void form_y(const FoldSmem<Tin, KD, BV>& s, int st, const ThreadPlan<
   store_tf32_t(s.Yb(), tp.op32, y);
 }
 
-// S entering the sequence: h0 where given (rows i < K), else zero.
+// S entering the sequence: h0 where given (rows i < K), the identity for the transition's M
+// columns (kInitIdentity: every column; kInitTransition: the columns from Vu), else zero.
 template <int KD, int NA>
 __device__ __forceinline__ void load_initial_state(const StateParams& sp, int n, int hv, int v0,
                                                    float (&S)[KD >= 64 ? KD / 64 : 1][NA]) {
@@ -213,7 +217,10 @@ __device__ __forceinline__ void load_initial_state(const StateParams& sp, int n,
 #pragma unroll
     for (int x = 0; x < NA; ++x) {
       const int i = 64 * mh + wg::acc_row(x), v = v0 + wg::acc_col(x);
-      S[mh][x] = sp.init == kInitGiven && i < KD ? load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + i * h0.si + v * h0.sj) : 0.0f;
+      float x0 = 0.0f;
+      if (sp.init == kInitGiven && i < KD) x0 = load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + i * h0.si + v * h0.sj);
+      else if (sp.init == kInitIdentity || sp.init == kInitTransition) x0 = i == v - (sp.init == kInitTransition ? sp.Vu : 0) ? 1.0f : 0.0f;
+      S[mh][x] = x0;
     }
 }
 
@@ -342,7 +349,7 @@ template <class Tin, int KD, int BV>
 void launch(const StateParams& sp, cudaStream_t stream) {
   using Sm = FoldSmem<Tin, KD, BV>;
   static_assert(Sm::bytes <= 227 * 1024, "folded state tiles exceed shared memory");
-  launch_kernel(chunk_state_fold_kernel<Tin, KD, BV>, dim3(sp.c.V / BV, sp.c.N * sp.c.HV), kThreads, Sm::bytes,
+  launch_kernel(chunk_state_fold_kernel<Tin, KD, BV>, dim3(sp.Vw / BV, sp.c.N * sp.c.HV), kThreads, Sm::bytes,
                 stream, sp);
 }
 
@@ -350,12 +357,16 @@ void launch(const StateParams& sp, cudaStream_t stream) {
 
 void launch_chunk_state_fold(const StateParams& sp, int input_dtype, int groups, cudaStream_t stream) {
   const ChunkParams& p = sp.c;
-  KCP_CHECK(state_fold_applies(p, input_dtype) && sp.Vw == p.V && sp.u == p.u && sp.init != kInitIdentity &&
-                p.V % 32 == 0 && groups >= 0 && groups <= 2,
-            "cuda-chunkwise: the folded state kernel serves the gdn forward with 16-bit inputs only");
+  // The forward (V columns from v, init 0 or given) or the CP transition (kInitTransition: S_ext in
+  // the V columns, M = the same chain on I with v = 0 in the next K; no o, h, vnew).
+  const bool forward = sp.Vw == p.V && sp.u == p.u && (sp.init == kInitZero || sp.init == kInitGiven);
+  const bool transition = sp.init == kInitTransition && sp.Vu == p.V && sp.Vw == p.V + p.K && !sp.o.p && !sp.h && !sp.vnew;
+  KCP_CHECK(state_fold_applies(p, input_dtype) && (forward || transition) && p.V % 32 == 0 && sp.Vw % 32 == 0 &&
+                groups >= 0 && groups <= 2,
+            "cuda-chunkwise: the folded state kernel serves the gdn forward and transition with 16-bit inputs only");
   if (p.N * p.HV == 0) return;
   const int sms = p.sms > 0 ? p.sms : 132;  // the pipeline reads its device's count; 132 = H100 SXM
-  const int G = groups ? groups : (int64_t(p.V / 16) * p.N * p.HV <= sms ? 1 : 2);
+  const int G = groups ? groups : (int64_t(sp.Vw / 16) * p.N * p.HV <= sms ? 1 : 2);
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
     if constexpr (sizeof(Tin) == 2)

@@ -87,11 +87,13 @@ __device__ __forceinline__ void copy_rows(const StateParams& sp, const ThreadPla
     cp_async16(stage + tp.kq_dst + Tp::kRowStep * 128 * i, valid ? k + dk : k0, valid);
     cp_async16(stage + Sm::bytes_k + tp.kq_dst + Tp::kRowStep * 128 * i, valid ? q + dq : q0, valid);
   }
-  const Tin* v0p = static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + v0;
+  // v's columns; none past u_width (the transition's M columns: v = 0, zero-filled from a valid address)
+  const bool has_v = v0 < u_width(sp);
+  const Tin* v0p = static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + (has_v ? v0 : 0);
   const Tin* v = v0p + tp.v_row * p.v.st + tp.v_col;
 #pragma unroll
   for (int i = 0; i < kChunk / Tp::vRowStep; ++i) {
-    const bool valid = kFull || tp.v_row + Tp::vRowStep * i < L;
+    const bool valid = has_v && (kFull || tp.v_row + Tp::vRowStep * i < L);
     cp_async16(stage + 2 * Sm::bytes_k + 2 * kTileT + 16 * threadIdx.x + 2048 * i, valid ? v + Tp::vRowStep * i * p.v.st : v0p,
                valid);
   }

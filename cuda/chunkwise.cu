@@ -161,22 +161,30 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
   if (count == 0) return;
   DeviceGuard guard(impl_->device);
   const Impl::Setup st = impl_->setup(p, in, seq_begin, count, false);
-  impl_->run_front(st);
   StateParams sp;
   sp.c = st.c;
+  sp.Vw = int(p.V + p.K), sp.Vu = int(p.V), sp.u = st.c.u, sp.init = kInitTransition;
+  sp.final_state = state_view(packed, false, "transition");
+  if (state_fold_applies(st.c, st.dtype)) {  // gdn, 16-bit inputs: the forward's folded kernel (no WY stage)
+    // on V + K columns: S_ext from 0 with v, M from I with v = 0; its precision is the forward's
+    // (S carried as 16-bit hi + lo, TF32 P Y), checked against the oracle by test_cuda_transition.
+    launch_chunk_cumsum(st.c, st.dtype, impl_->stream);
+    launch_chunk_kkt(st.c, st.dtype, impl_->stream);
+    launch_chunk_state_fold(sp, st.dtype, 0, impl_->stream);
+    return;
+  }
+  impl_->run_front(st);
   const int sms = st.c.sms > 0 ? st.c.sms : 132;
   if (!st.c.gla && chunk_state_blocks(st.c, int(p.V + p.K)) <= sms) {
     // S_ext (from zero, with u) and M (from I, u = 0) as the V + K columns of one launch that fits on
     // the multiprocessors at once: the two chains run side by side instead of one after the other.
     // 3xTF32 for both (M must stay float32-exact; S_ext only gains accuracy).
-    sp.Vw = int(p.V + p.K), sp.Vu = int(p.V), sp.u = st.c.u, sp.init = kInitTransition;
-    sp.final_state = state_view(packed, false, "transition");
     launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
     return;
   }
   // Else (more blocks than one wave, or gla, whose M has no update product) one launch after the
   // other: S_ext, the state reached from zero, with the forward's products; M on I with u = 0, 3xTF32.
-  sp.Vw = int(p.V), sp.u = st.c.u, sp.u_is_v = st.c.gla, sp.init = kInitZero;
+  sp.Vw = int(p.V), sp.Vu = 0, sp.u = st.c.u, sp.u_is_v = st.c.gla, sp.init = kInitZero;
   sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");
   launch_chunk_state(sp, st.dtype, impl_->stream, false);
   sp.Vw = int(p.K), sp.u = nullptr, sp.u_is_v = false, sp.init = kInitIdentity;

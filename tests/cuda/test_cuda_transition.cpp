@@ -2,10 +2,13 @@
 // problems in one call, against the oracle's (cpu-recurrent, float64) per sequence, through the backend
 // and through pipelines that assume 1 or 24 multiprocessors (32-column blocks); and the CUDA
 // queue's transition algebra (fold oldest/farthest first, compose, start, identity) against the host
-// queue's (the reference loops, core/queue.cpp) on the same float32 values. Bars: S_ext follows the
-// forward's precision (kFloatVsDouble for float32 inputs, kCudaTf32 for 16-bit ones, whose w and kg
-// come from TF32 stages); M's own chain is 3xTF32, so the same bars apply; the algebra is float32
-// FMA chains against float64 host loops: kFloatVsDouble. Outputs are NaN-poisoned first.
+// queue's (the reference loops, core/queue.cpp) on the same float32 values. Bars: S_ext and M follow
+// the forward's precision (kFloatVsDouble for float32 inputs; kCudaTf32 for 16-bit ones: kda's w and
+// kg come from TF32 stages and its M chain is 3xTF32; gdn's pair comes from the forward's folded
+// kernel, S carried as 16-bit hi + lo and P Y in TF32: the forward's own precision, for which
+// kCudaTf32 is set; kcp bench --transitions at T = 32768 H = 16 saw 0.21 of it, H100 2026-11-27);
+// the algebra is float32 FMA chains against float64 host loops: kFloatVsDouble. Outputs are
+// NaN-poisoned first.
 // Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
