@@ -104,7 +104,9 @@ struct Mats {
 };
 template <class S> Mats<S> mats(const TensorView& v) { return {static_cast<S*>(v.data), v.stride[0], v.stride[1]}; }
 
-constexpr int kThreads = 128, kCols = 32;
+// The fold's blocks (one per head and 32-column slice: HV * V/32 of them, 64 at HV = 16) walk a chain
+// of dependent steps: 512 threads (K/16 rows each) keep more of each step's K x K x 32 FMAs in flight.
+constexpr int kThreads = 512, kCols = 32;
 
 // One step of a transition chain for one (head, 32-column slice of S): x = M_e x + S_e, with x and
 // the next x in shared memory [K][32]; `step_out` (rows of V elements, may be null) receives the new x.
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(kThreads) fold_kernel(const S* elems, int64_t 
 }
 
 // Ranges of one scan launch (a kernel parameter: blockIdx.z picks one). The scan's steps are a
-// dependent chain (one per segment), so its blocks are 4x wider than the fold's: K/16 rows per thread.
+// dependent chain (one per segment), 512 threads like the fold: K/16 rows per thread.
 constexpr int kScanBatch = 64, kScanThreads = 512;
 struct ScanRanges {
   int64_t first[kScanBatch], count[kScanBatch];
