@@ -4,7 +4,7 @@
 //   prep   (chunk_bwd_finish.cu): qn, kn = q, k with the fused L2 norm applied        [TT,H,K]
 //   dhu    (chunk_bwd_dhu_local.cu, then chunk_bwd_dhu.cu): the chunk-local terms A_c = Aqk^T do,
 //          B_c = scale qg^T do and kg in parallel over the chunks; then per (sequence, value head,
-//          32 state columns), chunks last to first: dh[c] = gradient of the state leaving c;
+//          16 or 32 state columns), chunks last to first: dh[c] = gradient of the state leaving c;
 //          dvnew = A_c + kg dh; dh_in = Diag(gamma_end) dh + B_c - w^T dvnew; dh0 after chunk 0
 //   chunk  (chunk_bwd_chunk.cu: kernels hv, wy, intra and a sum): per (chunk, value head): dq, dk
 //          (per value head), dv, dbeta_e, da (gradient w.r.t. the per-token log decay a) from h, dh,

@@ -14,8 +14,9 @@
 // Fragments: w, qg, Aqk come by ldmatrix (row-major float tiles); S and vnew are written to shared
 // memory transposed ([BV][K], [BV][64]) so their B fragments come by ldmatrix too; k and 16-bit q by
 // scalar loads. Operands are stored TF32-rounded when products are not split (no conversions).
-// The same kernel gives the CP transition: S_ext with init 0, and M with u = 0, init = I, Vw = K; for
-// gdn and kda both in one launch (kInitTransition: Vw = V + K columns, u for the first V).
+// The same kernel gives the CP transition (but gdn's with 16-bit inputs, which the folded kernel
+// runs): S_ext with init 0, and M with u = 0, init = I, Vw = K; both in one launch where that fits in
+// one wave (kInitTransition: Vw = V + K columns, u for the first V).
 // It serves kda, float32 inputs and the transition; the gdn forward with 16-bit inputs runs the
 // folded kernel (chunk_state_fold.cu) instead.
 // Covered by tests/cuda/test_cuda_stages.cpp ("state"), test_cuda_forward.cpp (fused path) and
