@@ -178,7 +178,8 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
   if (!st.c.gla && chunk_state_blocks(st.c, int(p.V + p.K)) <= sms) {
     // S_ext (from zero, with u) and M (from I, u = 0) as the V + K columns of one launch that fits on
     // the multiprocessors at once: the two chains run side by side instead of one after the other.
-    // 3xTF32 for both (M must stay float32-exact; S_ext only gains accuracy).
+    // 3xTF32 for both (this path serves kda and float32 inputs, whose M keeps its 3xTF32 products;
+    // S_ext only gains accuracy).
     launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
     return;
   }
