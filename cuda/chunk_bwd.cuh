@@ -48,9 +48,9 @@ struct BwdParams {
   // cotangents
   RowsView d_o;                 // [B,T,HV,V]; p null: zero (transition backward)
   StateView dht;                // gradient of the final state; p null: zero
-  int init = kInitZero;         // dhu start: kInitZero (dht or 0), kInitIdentity (M^T) or kInitTransition
-                                // (dS_ext from 0 in columns [0, V), M^T from I in [V, V + K))
-  int Vw = 0;                   // dhu state columns: V, K for M^T, V + K for both
+  int init = kInitZero;         // dhu start: kInitZero (dht or 0) or kInitTransition (dS_ext from 0 in
+                                // columns [0, V), M^T from I in [V, V + K))
+  int Vw = 0;                   // dhu state columns: V, or V + K for the transition
   bool keep = true;             // dhu stores dh[c] and dvnew (false: only the chain's end is needed)
   // backward workspace (float32)
   float* dh = nullptr;          // [NT,HV,K,V] gradient of the state leaving each chunk (null: not kept)

@@ -6,9 +6,8 @@
 //   dvnew  = A_c + kg dh                  [L,BV]       A_c = Aqk^T do,  kg_r = kn_r 2^(b_end - b_r)
 //   dh    <- Diag(2^b_end) dh + B_c - w^T dvnew,       B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)
 // (b: the chunk-local gate cumsum in log2 units, per channel for kda; every exponent <= 0.)
-// dh starts from d_final_state (or 0), or from the identity for the CP transition's M^T (do = 0, no
-// A_c, B_c); with kInitTransition one launch carries dS_ext (columns [0, V), from 0, with do) and M^T
-// (columns [V, V + K), from I). After chunk 0 dh is written to dh0. The next chunk's kg, w arrive by
+// dh starts from d_final_state (or 0); for the CP transition (kInitTransition) one launch carries
+// dS_ext (columns [0, V), from 0, with do) and M^T (columns [V, V + K), from I, no A_c, B_c). After chunk 0 dh is written to dh0. The next chunk's kg, w arrive by
 // cp.async and its A_c, B_c by loads into registers (each thread's accumulator positions) while the
 // current chunk is computed; the products on tensor cores (3xTF32). BV = 32 where the grid still has
 // about a block per multiprocessor (the joint transition: V + K columns), else 16.
@@ -177,10 +176,9 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
   }
 }
 
-// dh at the start (the last chunk's end): d_final_state or 0; the identity for M^T's columns
-// (kInitIdentity: all Vw columns; kInitTransition: the columns from V, after dS_ext's).
+// dh at the start (the last chunk's end): d_final_state or 0; with kInitTransition the identity in
+// M^T's columns (from V, after dS_ext's).
 __device__ __forceinline__ float dhu_init(const BwdParams& bp, int n, int hv, int i, int col) {
-  if (bp.init == kInitIdentity) return i == col ? 1.0f : 0.0f;
   if (bp.init == kInitTransition) return i == col - bp.c.V ? 1.0f : 0.0f;
   if (bp.dht.p) return load_any(bp.dht.p, bp.dht.dt, n * bp.dht.sn + hv * bp.dht.shv + i * bp.dht.si + col * bp.dht.sj);
   return 0.0f;

@@ -83,8 +83,9 @@ struct ChunkParams {
 };
 
 // The state recurrence (and, fused, the output) over the chunks of each sequence.
-// kInitTransition (chunk_state only, delta variants): columns [0, Vu) start from 0 and take u (S_ext),
-// columns [Vu, Vw) start from the identity I[row][col - Vu] with u = 0 (M): one launch for both.
+// kInitTransition (delta variants: chunk_state, the folded kernel, and the backward's dhu with V for
+// Vu): columns [0, Vu) start from 0 and take u (S_ext), columns [Vu, Vw) start from the identity
+// I[row][col - Vu] with u = 0 (M): one launch for both.
 enum StateInit : int { kInitZero = 0, kInitGiven = 1, kInitIdentity = 2, kInitTransition = 3 };
 struct StateParams {
   ChunkParams c;

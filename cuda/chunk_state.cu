@@ -293,12 +293,9 @@ int64_t chunk_state_blocks(const ChunkParams& p, int Vw) { return int64_t(Vw / (
 void launch_chunk_state(const StateParams& sp, int input_dtype, cudaStream_t stream, bool split) {
   const ChunkParams& p = sp.c;
   if (p.N * p.HV == 0) return;
-  const int sms = p.sms > 0 ? p.sms : 132;  // the pipeline reads its device's count; 132 = H100 SXM
-  // 16 columns per block when 32 would leave more than half of the multiprocessors idle (K >= 64:
-  // with K = 32 a 16-column state tile does not split over 8 warps).
   KCP_CHECK(sp.init != kInitTransition || (!p.gla && sp.Vu % 32 == 0 && sp.Vu < sp.Vw),
             "chunk_state: the joint S_ext / M launch needs the delta rule and V a multiple of 32");
-  const bool narrow = p.K >= 64 && int64_t(sp.Vw / 32) * p.N * p.HV <= sms / 2;
+  const bool narrow = chunk_state_narrow(p, sp.Vw);
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
     dispatch_key_dim(p.K, [&](auto kd) {

@@ -206,8 +206,8 @@ __device__ void form_y(const FoldSmem<Tin, KD, BV>& s, int st, const ThreadPlan<
   store_tf32_t(s.Yb(), tp.op32, y);
 }
 
-// S entering the sequence: h0 where given (rows i < K), the identity for the transition's M
-// columns (kInitIdentity: every column; kInitTransition: the columns from Vu), else zero.
+// S entering the sequence: h0 where given (rows i < K), the identity in the transition's M columns
+// (kInitTransition: the columns from Vu), else zero.
 template <int KD, int NA>
 __device__ __forceinline__ void load_initial_state(const StateParams& sp, int n, int hv, int v0,
                                                    float (&S)[KD >= 64 ? KD / 64 : 1][NA]) {
@@ -219,7 +219,7 @@ __device__ __forceinline__ void load_initial_state(const StateParams& sp, int n,
       const int i = 64 * mh + wg::acc_row(x), v = v0 + wg::acc_col(x);
       float x0 = 0.0f;
       if (sp.init == kInitGiven && i < KD) x0 = load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + i * h0.si + v * h0.sj);
-      else if (sp.init == kInitIdentity || sp.init == kInitTransition) x0 = i == v - (sp.init == kInitTransition ? sp.Vu : 0) ? 1.0f : 0.0f;
+      else if (sp.init == kInitTransition) x0 = i == v - sp.Vu ? 1.0f : 0.0f;
       S[mh][x] = x0;
     }
 }

@@ -104,17 +104,18 @@ struct Mats {
 };
 template <class S> Mats<S> mats(const TensorView& v) { return {static_cast<S*>(v.data), v.stride[0], v.stride[1]}; }
 
-// The fold's blocks (one per head and 32-column slice: HV * V/32 of them, 64 at HV = 16) walk a chain
-// of dependent steps: 512 threads (K/16 rows each) keep more of each step's K x K x 32 FMAs in flight.
+// The fold's and the scan's blocks (one per head and 32-column slice: HV * V/32 of them, 64 at HV = 16)
+// walk a chain of dependent steps: 512 threads (K/16 rows each) keep more of each step's K x K x 32
+// FMAs in flight.
 constexpr int kThreads = 512, kCols = 32;
 
 // One step of a transition chain for one (head, 32-column slice of S): x = M_e x + S_e, with x and
 // the next x in shared memory [K][32]; `step_out` (rows of V elements, may be null) receives the new x.
-// e is the element's head [K, V+K]: S then M. Threads: the block's size (rows are spread over it).
-template <class S, int Threads>
+// e is the element's head [K, V+K]: S then M. Rows are spread over the block's kThreads threads.
+template <class S>
 __device__ void chain_step(const S* e, S* x, S* xn, S* step_out, int K, int V, int c0) {
   const int c = threadIdx.x % kCols, r0 = threadIdx.x / kCols;
-  constexpr int kRowStep = Threads / kCols;
+  constexpr int kRowStep = kThreads / kCols;
   const bool col_ok = c0 + c < V;
   const int64_t row = V + K;
   for (int i = r0; i < K; i += kRowStep) {
@@ -144,15 +145,15 @@ __global__ void __launch_bounds__(kThreads) fold_kernel(const S* elems, int64_t 
   __syncthreads();
   for (int64_t step = 0; step < count; ++step) {
     const int64_t j = reverse ? first + count - 1 - step : first + step;
-    chain_step<S, kThreads>(elems + j * elem_stride + h * head, x, xn, nullptr, K, V, c0);
+    chain_step<S>(elems + j * elem_stride + h * head, x, xn, nullptr, K, V, c0);
   }
   if (col_ok)
     for (int i = r0; i < K; i += kRowStep) out.at(h, i, c0 + c) = x[i * kCols + c];
 }
 
-// Ranges of one scan launch (a kernel parameter: blockIdx.z picks one). The scan's steps are a
-// dependent chain (one per segment), 512 threads like the fold: K/16 rows per thread.
-constexpr int kScanBatch = 64, kScanThreads = 512;
+// Ranges of one scan launch (a kernel parameter: blockIdx.z picks one); its steps are a dependent
+// chain (one per segment), on kThreads like the fold's.
+constexpr int kScanBatch = 64;
 struct ScanRanges {
   int64_t first[kScanBatch], count[kScanBatch];
 };
@@ -160,18 +161,18 @@ struct ScanRanges {
 // One block per (head, 32-column slice, range): from x = 0 through the range, the state after each
 // element written to out [E, HV, K, V] (contiguous) at that element's index.
 template <class S>
-__global__ void __launch_bounds__(kScanThreads) scan_kernel(const S* elems, int64_t elem_stride, ScanRanges r, S* out,
+__global__ void __launch_bounds__(kThreads) scan_kernel(const S* elems, int64_t elem_stride, ScanRanges r, S* out,
                                                         int K, int V) {
   extern __shared__ unsigned char smem_raw[];
   S* x = reinterpret_cast<S*>(smem_raw);
   S* xn = x + K * kCols;
   const int h = blockIdx.x, HV = gridDim.x, c0 = kCols * blockIdx.y, c = threadIdx.x % kCols, r0 = threadIdx.x / kCols;
-  constexpr int kRowStep = kScanThreads / kCols;
+  constexpr int kRowStep = kThreads / kCols;
   const int64_t head = int64_t(K) * (V + K), first = r.first[blockIdx.z], count = r.count[blockIdx.z];
   for (int i = r0; i < K; i += kRowStep) x[i * kCols + c] = S(0);
   __syncthreads();
   for (int64_t j = first; j < first + count; ++j)
-    chain_step<S, kScanThreads>(elems + j * elem_stride + h * head, x, xn, out + (j * HV + h) * int64_t(K) * V, K, V,
+    chain_step<S>(elems + j * elem_stride + h * head, x, xn, out + (j * HV + h) * int64_t(K) * V, K, V,
                                 c0);
 }
 
@@ -299,7 +300,7 @@ void launch_transition_scan(const TensorView& elems, const std::vector<Transitio
       ScanRanges sr{};
       const int n = int(std::min<size_t>(kScanBatch, ranges.size() - b));
       for (int i = 0; i < n; ++i) sr.first[i] = ranges[b + size_t(i)].first, sr.count[i] = ranges[b + size_t(i)].count;
-      launch_kernel(scan_kernel<S>, dim3(unsigned(HV), unsigned((V + kCols - 1) / kCols), unsigned(n)), kScanThreads, smem,
+      launch_kernel(scan_kernel<S>, dim3(unsigned(HV), unsigned((V + kCols - 1) / kCols), unsigned(n)), kThreads, smem,
                     stream, static_cast<const S*>(elems.data), elems.stride[0], sr, static_cast<S*>(out.data), K, V);
     }
   });

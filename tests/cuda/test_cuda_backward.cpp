@@ -223,9 +223,9 @@ TEST_CASE("transition_backward of a range of sequences matches the oracle's (dS_
         const double bar = dt == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
         Tensor<double> ref(transition_shape(p64.N, p64.HV, p64.K, p64.V));
         oracle->transition_backward(p64, c.inputs(), c.d_o.view(), 0, ref.view());
-        // The backend as users call it (sms 0), and pipelines assuming 1 or 24 multiprocessors, which
-        // pick 32-column blocks wherever they divide (1: forward S_ext and M in two launches; 24: both
-        // in one launch at the 4-sequence range): every grid shape of the chains on these small cases.
+        // The backend as users call it (sms 0), and pipelines assuming 1 or 24 multiprocessors, whose dhu
+        // takes 32-column blocks (1: every range; 24: the 4-sequence range): both grid shapes of the
+        // joint chain on these small cases.
         for (const int sms : {0, 1, 24})
         for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 4}, {1, 2}, {3, 1}}) {
           INFO("sequences [", first, ", ", first + count, "), assumed multiprocessors ", sms);
