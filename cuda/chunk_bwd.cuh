@@ -1,7 +1,7 @@
 // The chunkwise backward on the GPU (ALGORITHMS.md 4.9-4.13; CPU twin reference/chunkwise_backward.cpp),
 // its parameter block and launchers. The forward intermediates come from the forward's stages run
 // again (cumsum, kkt, WY, state with h and vnew kept); then, all float32:
-//   prep   (chunk_bwd_finish.cu): qn, kn = q, k with the fused L2 norm applied        [TT,H,K]
+//   (q and k are read with the fused L2 norm applied on load: qn = q rstd_q; chunk_bwd_tiles.cuh)
 //   dhu    (chunk_bwd_dhu_local.cu, then chunk_bwd_dhu.cu): the chunk-local terms A_c = Aqk^T do,
 //          B_c = scale qg^T do and kg in parallel over the chunks; then per (sequence, value head,
 //          16 or 32 state columns), chunks last to first: dh[c] = gradient of the state leaving c;
@@ -43,8 +43,6 @@ struct BwdParams {
   // forward intermediates (float32 workspace)
   const float* h = nullptr;     // [NT,HV,K,V] state entering each chunk
   const float* vnew = nullptr;  // [TT,HV,V] (gla: null, vnew = v)
-  float* qn = nullptr;          // [TT,H,K] q (L2-normalized with the fused norm)
-  float* kn = nullptr;          // [TT,H,K]
   // cotangents
   RowsView d_o;                 // [B,T,HV,V]; p null: zero (transition backward)
   StateView dht;                // gradient of the final state; p null: zero
@@ -70,8 +68,6 @@ struct BwdParams {
   OutScalarView dA_log, ddt_bias;
 };
 
-// prep: qn, kn (needs rstd from the cumsum stage with the fused norm).
-void launch_bwd_prep(const BwdParams& bp, int input_dtype, cudaStream_t stream);
 // dhu: the chunk-local terms (grid (NT, HV)), then the serial recurrence (grid (N, HV, Vw/BV), BV = 16 or 32).
 void launch_bwd_dhu_local(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream);

@@ -26,8 +26,8 @@ struct LocalSmem {
   __device__ explicit LocalSmem(float* s) : qg(s), A(s + kChunk * ldq), dO(A + kChunk * kLdT), gsc(dO + kChunk * kLdT) {}
 };
 
-// kg to the workspace and scale qg into shared memory (rows >= L zero), 32 keys at a time: qn, kn
-// (and kda's gates) staged by cp.async in the A / dO tiles (free until the products).
+// kg to the workspace and scale qg into shared memory (rows >= L zero), 32 keys at a time: q, k
+// (with the fused norm applied; load_qk_slabs) and kda's gates (cp.async) staged in the A / dO tiles (free until the products).
 template <int KD, bool kKDA>
 __device__ void local_gated_rows(const BwdParams& bp, const LocalSmem<KD>& s, const ChunkInfo& ck, int hv) {
   const ChunkParams& p = bp.c;
@@ -35,9 +35,8 @@ __device__ void local_gated_rows(const BwdParams& bp, const LocalSmem<KD>& s, co
   float *qs = s.A, *ks = qs + kChunk * kLdS, *gs = kKDA ? ks + kChunk * kLdS : s.gsc;
   for (int d0 = 0; d0 < KD; d0 += kSlab) {
     __syncthreads();  // the previous slab is consumed
-    copy_rows_async(qs, kLdS, bp.qn + (int64_t(ck.t0) * p.H + h) * KD, int64_t(p.H) * KD, L, d0, kSlab);
-    copy_rows_async(ks, kLdS, bp.kn + (int64_t(ck.t0) * p.H + h) * KD, int64_t(p.H) * KD, L, d0, kSlab);
-    if constexpr (kKDA) copy_gates_async<true>(gs, kLdS, p, ck, hv, d0, kSlab);
+    if constexpr (kKDA) copy_gates_async<true>(gs, kLdS, p, ck, hv, d0, kSlab);  // in flight during the q, k loads
+    load_qk_slabs(qs, ks, kLdS, p, ck.t0, h, L, d0);
     cp_async_wait_all();
     __syncthreads();
     for (int idx = threadIdx.x; idx < kChunk * kSlab; idx += kBwdThreads) {

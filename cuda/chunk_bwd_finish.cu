@@ -1,8 +1,7 @@
 // Backward stages around the chunk kernels (the fused input transforms, ALGORITHMS.md 2.1-2.2, 3.3;
 // CPU twins in reference/gates.h):
-//   prep:   qn = q * rstd_q, kn = k * rstd_k (rstd = 1 without the fused L2 norm)      [TT,H,K]
 //   qk:     dqn = sum over the G value heads of q/k head h of dqv; with the norm
-//           dq = rstd (dqn - (dqn . qn) qn), else dq = dqn (k likewise)
+//           dq = rstd (dqn - (dqn . qn) qn), qn = q rstd, else dq = dqn (k likewise)
 //   gates:  dbeta = dbeta_e, or dbeta_e * s sig (1 - sig) through the beta sigmoid;
 //           dg = gate_backward(g + dt_bias, da): log decay da; softplus -da c softplus'(x) with
 //           dA_log term da (-c softplus(x)); lower bound c dz, dz = da lb sig (1 - sig), dA_log
@@ -11,6 +10,7 @@
 //           per output element, deterministic).
 // Covered by tests/cuda/test_cuda_backward.cpp.
 #include "cuda/chunk_bwd.cuh"
+#include "cuda/chunk_bwd_tiles.cuh"
 
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
@@ -19,20 +19,6 @@ namespace kcp::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-
-template <class Tin>
-__global__ void __launch_bounds__(kThreads) bwd_prep_kernel(const BwdParams bp) {
-  const ChunkParams& p = bp.c;
-  const int64_t tt = blockIdx.x;
-  const int h = blockIdx.y;
-  const float rq = p.l2norm ? p.rstd_q[tt * p.H + h] : 1.0f, rk = p.l2norm ? p.rstd_k[tt * p.H + h] : 1.0f;
-  const Tin* q = static_cast<const Tin*>(p.q.p) + row_off(p.q, tt, h);
-  const Tin* k = static_cast<const Tin*>(p.k.p) + row_off(p.k, tt, h);
-  for (int d = threadIdx.x; d < p.K; d += kThreads) {
-    bp.qn[(tt * p.H + h) * p.K + d] = to_float(q[d]) * rq;
-    bp.kn[(tt * p.H + h) * p.K + d] = to_float(k[d]) * rk;
-  }
-}
 
 __device__ float block_sum(float x, float* red) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
@@ -45,18 +31,18 @@ __device__ float block_sum(float x, float* red) {
 }
 
 // One q/k row (token tt, head h) per block; K <= kThreads.
-__device__ void finish_row(const BwdParams& bp, const float* dxv, const float* xn, const float* rstd,
-                           const OutRowsView& out, int64_t tt, int h, float* red) {
+__device__ void finish_row(const BwdParams& bp, const float* dxv, const QkRows& xn, const OutRowsView& out, int64_t tt,
+                           int h, float* red) {
   const ChunkParams& p = bp.c;
   const int d = threadIdx.x;
   float g = 0.0f, y = 0.0f;
   if (d < p.K) {
     for (int j = 0; j < p.G; ++j) g += dxv[(tt * p.HV + h * p.G + j) * p.K + d];
-    y = xn[(tt * p.H + h) * p.K + d];
+    if (p.l2norm) y = qk_at(xn, p.H, tt, h, d);
   }
   if (p.l2norm) {
     const float dot = block_sum(g * y, red);
-    g = rstd[tt * p.H + h] * (g - dot * y);
+    g = xn.rstd[tt * p.H + h] * (g - dot * y);
   }
   if (d < p.K) store_any(out.p, out.dt, tt * out.st + int64_t(h) * out.sx + d, g);
 }
@@ -65,8 +51,8 @@ __global__ void __launch_bounds__(kThreads) bwd_qk_kernel(const BwdParams bp) {
   __shared__ float red[kThreads / 32];
   const int64_t tt = blockIdx.x;
   const int h = blockIdx.y;
-  if (bp.dq.p) finish_row(bp, bp.dqv, bp.qn, bp.c.rstd_q, bp.dq, tt, h, red);
-  if (bp.dk.p) finish_row(bp, bp.dkv, bp.kn, bp.c.rstd_k, bp.dk, tt, h, red);
+  if (bp.dq.p) finish_row(bp, bp.dqv, q_rows(bp.c), bp.dq, tt, h, red);
+  if (bp.dk.p) finish_row(bp, bp.dkv, k_rows(bp.c), bp.dk, tt, h, red);
 }
 
 // One (token, value head) per block: dbeta and the Kg gate elements.
@@ -125,16 +111,6 @@ __global__ void __launch_bounds__(kThreads) bwd_param_sum_kernel(const BwdParams
 }
 
 }  // namespace
-
-void launch_bwd_prep(const BwdParams& bp, int input_dtype, cudaStream_t stream) {
-  const ChunkParams& p = bp.c;
-  if (p.TT == 0) return;
-  dispatch_input_type(input_dtype, [&](auto tag) {
-    using Tin = typename decltype(tag)::type;
-    bwd_prep_kernel<Tin><<<dim3(unsigned(p.TT), p.H), kThreads, 0, stream>>>(bp);
-    KCP_CUDA_LAUNCH_CHECK();
-  });
-}
 
 void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;

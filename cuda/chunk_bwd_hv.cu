@@ -149,12 +149,18 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
   for (int nt = 0; nt < S::NTW; ++nt) {
     float qv[4], kv[4], gr[4], ge[4];  // all loads of this tile first (no store may alias them)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = acc_row(m0, e), d = d0 + acc_col(hb + 8 * nt, e), rr = min(r, L - 1);
+    for (int e = 0; e < 4; e += 2) {  // elements e, e + 1: keys d, d + 1 (d even) of one row
+      const int rr = min(acc_row(m0, e), L - 1), d = d0 + acc_col(hb + 8 * nt, e);
       const int64_t tt = ck.t0 + rr;
-      qv[e] = bp.qn[(tt * p.H + h) * KD + d], kv[e] = bp.kn[(tt * p.H + h) * KD + d];
-      gr[e] = kKDA ? p.gcum[(tt * p.HV + hv) * KD + d] : s.gsc[rr];
-      ge[e] = kKDA ? p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d] : s.gsc[L - 1];
+      const float2 q2 = qk_pair(q_rows(p), p.H, tt, h, d), k2 = qk_pair(k_rows(p), p.H, tt, h, d);
+      qv[e] = q2.x, qv[e + 1] = q2.y, kv[e] = k2.x, kv[e + 1] = k2.y;
+      if constexpr (kKDA) {  // gcum rows are K floats: pairs 8-byte aligned
+        const float2 g2 = *reinterpret_cast<const float2*>(p.gcum + (tt * p.HV + hv) * KD + d);
+        const float2 e2 = *reinterpret_cast<const float2*>(p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d);
+        gr[e] = g2.x, gr[e + 1] = g2.y, ge[e] = e2.x, ge[e + 1] = e2.y;
+      } else {
+        gr[e] = gr[e + 1] = s.gsc[rr], ge[e] = ge[e + 1] = s.gsc[L - 1];
+      }
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {

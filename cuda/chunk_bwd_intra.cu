@@ -179,9 +179,8 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   if constexpr (!kKDA) s.g = s.gsc;  // gate_of reads g[r] for gdn
   copy_rows_async(s.dA, kLdC, bp.dAc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
   if constexpr (kDelta) copy_rows_async(s.dL, kLdC, bp.Wc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  copy_rows_async(s.q, kLdS, bp.qn + (int64_t(ck.t0) * p.H + h) * K, int64_t(p.H) * K, L, d0, kSlab);
-  copy_rows_async(s.k, kLdS, bp.kn + (int64_t(ck.t0) * p.H + h) * K, int64_t(p.H) * K, L, d0, kSlab);
   copy_gates_async<kKDA>(s.g, kLdS, p, ck, hv, d0, kSlab);
+  load_qk_slabs(s.q, s.k, kLdS, p, ck.t0, h, L, d0);  // while the copies above are in flight
   for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
   cp_async_wait_all();
   __syncthreads();

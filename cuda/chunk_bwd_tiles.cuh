@@ -60,22 +60,128 @@ __device__ __forceinline__ void cp_async_wait_all() {
 }
 
 // The same from a [B,T,X,D] view of any dtype: rows t0 + r of head x, columns [c0, c0 + ncols)
-// (ncols <= kMaxCols), all loads of a thread issued before its stores; complete on return.
+// (ncols <= kMaxCols), each row times rscale[(t0 + r) * rstride] when rscale is given (the L2 norm's
+// rstd), all loads of a thread issued before its stores; complete on return.
 template <int kMaxCols>
 __device__ __forceinline__ void load_rows_any(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0,
-                                              int ncols) {
+                                              int ncols, const float* rscale = nullptr, int rstride = 0) {
   constexpr int kMax = kChunk * kMaxCols / kBwdThreads;
   float val[kMax];
 #pragma unroll
   for (int u = 0; u < kMax; ++u) {
     const int idx = threadIdx.x + u * kBwdThreads, r = idx / ncols, c = idx % ncols;
-    val[u] = (v.p && idx < kChunk * ncols && r < L) ? load_any(v.p, v.dt, row_off(v, t0 + r, x) + c0 + c) : 0.0f;
+    const bool in = v.p && idx < kChunk * ncols && r < L;
+    val[u] = in ? load_any(v.p, v.dt, row_off(v, t0 + r, x) + c0 + c) : 0.0f;
+    if (in && rscale) val[u] *= rscale[(t0 + r) * rstride];
   }
 #pragma unroll
   for (int u = 0; u < kMax; ++u) {
     const int idx = threadIdx.x + u * kBwdThreads;
     if (idx < kChunk * ncols) s[(idx / ncols) * lds + idx % ncols] = val[u];
   }
+}
+
+// The backward reads q and k as the forward used them: qn = q rstd_q, kn = k rstd_k with the fused
+// L2 norm, else q, k; converted on load (no float32 copy of q and k is kept: 2 TT H K floats).
+// Its value equals the forward's (the same float32 product of the same rounded input).
+struct QkRows {
+  RowsView v;  // by value: no address of a kernel parameter is taken
+  const float* rstd;  // [TT,H] or null (no fused norm)
+};
+__device__ __forceinline__ QkRows q_rows(const ChunkParams& p) { return {p.q, p.l2norm ? p.rstd_q : nullptr}; }
+__device__ __forceinline__ QkRows k_rows(const ChunkParams& p) { return {p.k, p.l2norm ? p.rstd_k : nullptr}; }
+// Element (token tt, head h, key d).
+__device__ __forceinline__ float qk_at(const QkRows& x, int H, int64_t tt, int h, int d) {
+  const float y = load_any(x.v.p, x.v.dt, row_off(x.v, tt, h) + d);
+  return x.rstd ? y * x.rstd[tt * H + h] : y;
+}
+// Two adjacent keys d, d + 1 (d even) of token tt, head h: one 4-byte load for 16-bit inputs.
+__device__ __forceinline__ float2 qk_pair(const QkRows& x, int H, int64_t tt, int h, int d) {
+  const RowsView& v = x.v;
+  const int64_t i = row_off(v, tt, h) + d;
+  float2 y;
+  if (v.dt == kBF16 && (i & 1) == 0) {  // the common case; others element by element
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(v.p) + i);
+    y = make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+  } else {
+    y = make_float2(load_any(v.p, v.dt, i), load_any(v.p, v.dt, i + 1));
+  }
+  if (x.rstd) {
+    const float r = x.rstd[tt * H + h];
+    y.x *= r, y.y *= r;
+  }
+  return y;
+}
+
+// 16-byte groups of E elements of a [B,T,X,D] view: usable when the base, both strides and the
+// column offset keep every group 16-byte aligned.
+__device__ __forceinline__ bool rows_vec16(const RowsView& v, int E) {
+  return (reinterpret_cast<uintptr_t>(v.p) & 15) == 0 && v.st % E == 0 && v.sx % E == 0;
+}
+
+// One thread's 8 keys of one row of q or k, loaded (16 bytes of 16-bit inputs, 32 of float32) and
+// then converted, so that a caller can issue all its loads before any store.
+struct QkGroup {
+  uint4 raw[2] = {};
+  float sc = 1.0f;
+};
+__device__ __forceinline__ void qk_group_load(QkGroup& g, const QkRows& x, int H, int64_t tt, int h, int d) {
+  const RowsView& v = x.v;
+  const int64_t off = row_off(v, tt, h) + d;
+  if (v.dt == kF32) {
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const float*>(v.p) + off);
+    g.raw[0] = p[0], g.raw[1] = p[1];
+  } else {
+    g.raw[0] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(v.p) + off);
+  }
+  if (x.rstd) g.sc = x.rstd[tt * H + h];
+}
+__device__ __forceinline__ void qk_group_store(const QkGroup& g, int dt, float* o) {
+  float y[8];
+  if (dt == kF32) {
+    const float* f = reinterpret_cast<const float*>(g.raw);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) y[e] = f[e];
+  } else {
+    const uint32_t w[4] = {g.raw[0].x, g.raw[0].y, g.raw[0].z, g.raw[0].w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const uint16_t lo = uint16_t(w[e] & 0xffffu), hi = uint16_t(w[e] >> 16);
+      if (dt == kBF16) {
+        y[2 * e] = __uint_as_float(uint32_t(lo) << 16), y[2 * e + 1] = __uint_as_float(uint32_t(hi) << 16);
+      } else {
+        y[2 * e] = __half2float(__ushort_as_half(lo)), y[2 * e + 1] = __half2float(__ushort_as_half(hi));
+      }
+    }
+  }
+  *reinterpret_cast<float4*>(o) = make_float4(y[0] * g.sc, y[1] * g.sc, y[2] * g.sc, y[3] * g.sc);
+  *reinterpret_cast<float4*>(o + 4) = make_float4(y[4] * g.sc, y[5] * g.sc, y[6] * g.sc, y[7] * g.sc);
+}
+
+// Rows [0, 64) x keys [c0, c0 + kSlab) of q (unless sq is null) and of k of chunk t0, head h
+// (QkRows: the fused norm applied) into sq, sk [r * lds + c], rows >= L zero. Every load of a thread
+// is issued before its stores (one global round trip per call, overlapping copies already in
+// flight): 16-byte loads (one 8-key group of a row per thread and tensor) where the views allow,
+// which the forward's expect_aligned_rows guarantees for 16-bit and float32 inputs of one dtype;
+// else element by element. c0 % 8 == 0; lds % 4 == 0.
+__device__ __forceinline__ void load_qk_slabs(float* sq, float* sk, int lds, const ChunkParams& p, int64_t t0, int h,
+                                              int L, int c0) {
+  static_assert(kBwdThreads == kChunk * kSlab / 8, "one 8-key group of q and of k per thread");
+  const QkRows xq = q_rows(p), xk = k_rows(p);
+  const int dt = p.q.dt, E = dt == kF32 ? 4 : 8;
+  if (p.k.dt != dt || (dt != kBF16 && dt != kF16 && dt != kF32) || !rows_vec16(p.q, E) || !rows_vec16(p.k, E)) {
+    if (sq) load_rows_any<kSlab>(sq, lds, p.q, t0, h, L, c0, kSlab, xq.rstd ? xq.rstd + h : nullptr, p.H);
+    load_rows_any<kSlab>(sk, lds, p.k, t0, h, L, c0, kSlab, xk.rstd ? xk.rstd + h : nullptr, p.H);
+    return;
+  }
+  const int r = int(threadIdx.x) >> 2, c = 8 * (int(threadIdx.x) & 3);  // row r, keys c0 + c .. + 7
+  QkGroup gq, gk;  // zero for rows >= L
+  if (r < L) {
+    if (sq) qk_group_load(gq, xq, p.H, t0 + r, h, c0 + c);
+    qk_group_load(gk, xk, p.H, t0 + r, h, c0 + c);
+  }
+  if (sq) qk_group_store(gq, dt, sq + r * lds + c);
+  qk_group_store(gk, dt, sk + r * lds + c);
 }
 
 // The chunk's gate cumsum by cp.async: gdn into gs[64] (one per row), kda columns [c0, c0 + ncols)

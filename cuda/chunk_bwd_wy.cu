@@ -99,8 +99,8 @@ __device__ void wy_gram(const BwdParams& bp, const WySmem& s, const ChunkInfo& c
   float acc[4][4] = {};
   for (int d0 = 0; d0 < KD; d0 += kSlab) {
     __syncthreads();
-    copy_rows_async(s.k, kLdS, bp.kn + (int64_t(ck.t0) * p.H + h) * KD, int64_t(p.H) * KD, L, d0, kSlab);
     if constexpr (kKDA) copy_gates_async<true>(s.g, kLdS, p, ck, hv, d0, kSlab);
+    load_qk_slabs(nullptr, s.k, kLdS, p, ck.t0, h, L, d0);
     cp_async_wait_all();
     __syncthreads();
     if constexpr (kKDA) {

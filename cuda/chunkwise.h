@@ -37,7 +37,6 @@ struct StageBuffers {
 
 // Float32 device buffers of the backward (cuda/chunk_bwd.cuh), valid after backward().
 struct BackwardBuffers {
-  TensorView qn, kn;          // [TT,H,K] q, k after the fused L2 norm
   TensorView dh;              // [NT,HV,K,V] gradient of the state leaving each chunk
   TensorView dvnew;           // [TT,HV,V]
   TensorView dqv, dkv;        // [TT,HV,K] dq, dk per value head (before the group sum and L2 norm)

@@ -2,8 +2,8 @@
 // vnew kept (cumsum -> kkt + solve -> WY -> state: the forward's state kernel, folded for gdn with
 // 16-bit inputs, which writes vnew = P Y = u - w S; WY still runs, dhu reads w; gla: kkt -> Aqk, kg,
 // qg, no WY, the state from v), then the backward
-// kernels of chunk_bwd.cuh: prep -> dhu -> chunk -> finish.
-// Backward workspace, float32: qn, kn 2*TT*H*K; dh NT*HV*K*V; dvnew TT*HV*V; dqv, dkv 2*TT*HV*K;
+// kernels of chunk_bwd.cuh: dhu -> chunk -> finish.
+// Backward workspace, float32: dh NT*HV*K*V; dvnew TT*HV*V; dqv, dkv 2*TT*HV*K;
 // dbeta_e TT*HV; da, dx, dalog 3*TT*HV*Kg; the chunk stage's dAc, Wc 2*NT*HV*64*64 and partial sums
 // TT*HV*8 (on top of the forward's stage buffers with h and vnew).
 // Covered by tests/cuda/test_cuda_backward.cpp.
@@ -34,7 +34,7 @@ OutScalarView out_scalar(const TensorView& t, const char* name) {
 // The forward buffer a backward buffer may live in: dead (no later reader) before the backward
 // buffer's first write, same shape, and present in this call; else null (own memory). In stream
 // order: front (cumsum, kkt: P, Aqk; WY: w, u, kg, qg) -> state recompute (reads w, u, kg, qg) ->
-// prep -> dhu_local (reads Aqk; first writes dkv, dvnew) -> dhu (reads w) -> hv (first writes dqv,
+// dhu_local (reads Aqk; first writes dkv, dvnew) -> dhu (reads w) -> hv (first writes dqv,
 // dAc) -> wy -> intra -> finish. No backward kernel reads u, kg, qg; only dhu_local reads Aqk and
 // only dhu reads w. So: dvnew in u, dAc in Aqk; kda and gla: dkv in kg, dqv in qg; gdn: dqv in w.
 // Their contents are per call (every stage rewrites them), so sharing changes no result.
@@ -55,7 +55,7 @@ void Pipeline::Impl::size_backward_workspace(const Problem& p) {
   const int64_t TT = p.B * p.T, NT = im.NT, Kg = p.per_channel_gate() ? p.K : 1;
   BackwardBuffers& b = im.bbuf;
   const std::pair<TensorView*, Shape> items[] = {
-      {&b.qn, {TT, p.H, p.K}},         {&b.kn, {TT, p.H, p.K}},     {&b.dh, {NT, p.HV, p.K, p.V}},
+      {&b.dh, {NT, p.HV, p.K, p.V}},
       {&b.dvnew, {TT, p.HV, p.V}},     {&b.dqv, {TT, p.HV, p.K}},   {&b.dkv, {TT, p.HV, p.K}},
       {&b.dbeta_e, {TT, p.HV}},        {&b.da, {TT, p.HV, Kg}},     {&b.dx, {TT, p.HV, Kg}},
       {&b.dalog, {TT, p.HV, Kg}},      {&b.dAc, {NT, p.HV, 64, 64}}, {&b.Wc, {NT, p.HV, 64, 64}},
@@ -103,12 +103,11 @@ BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int
   bp.c = st.c;
   auto f = [](const TensorView& t) { return static_cast<float*>(t.data); };
   const BackwardBuffers& b = im.bbuf;
-  bp.h = f(im.buf.h), bp.vnew = st.c.gla ? nullptr : f(im.buf.vnew), bp.qn = f(b.qn), bp.kn = f(b.kn);
+  bp.h = f(im.buf.h), bp.vnew = st.c.gla ? nullptr : f(im.buf.vnew);
   bp.dh = f(b.dh), bp.dvnew = f(b.dvnew), bp.dqv = f(b.dqv), bp.dkv = f(b.dkv);
   bp.dbeta_e = f(b.dbeta_e), bp.da = f(b.da), bp.dx = f(b.dx), bp.dalog = f(b.dalog);
   bp.dAc = f(b.dAc), bp.Wc = f(b.Wc), bp.part = f(b.part);
   bp.Vw = int(p.V);
-  launch_bwd_prep(bp, st.dtype, im.stream);
   return bp;
 }
 
@@ -142,7 +141,7 @@ void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d,
   }
   launch_bwd_finish(bp, impl_->stream);
   timer.mark();
-  static const char* const kNames[] = {"recompute+prep", "dhu-local", "dhu", "chunk-hv", "chunk-wy", "chunk-intra", "sum+finish"};
+  static const char* const kNames[] = {"recompute", "dhu-local", "dhu", "chunk-hv", "chunk-wy", "chunk-intra", "sum+finish"};
   timer.report("backward", kNames);
 }
 
