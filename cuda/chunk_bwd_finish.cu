@@ -1,8 +1,9 @@
 // Backward stages around the chunk kernels (the fused input transforms, ALGORITHMS.md 2.1-2.2, 3.3;
 // CPU twins in reference/gates.h):
 //   qk:     dqn = sum over the G value heads of q/k head h of dqv; with the norm
-//           dq = rstd (dqn - (dqn . qn) qn), qn = q rstd, else dq = dqn (k likewise)
-//   gates:  dbeta = dbeta_e, or dbeta_e * s sig (1 - sig) through the beta sigmoid;
+//           dq = rstd (dqn - (dqn . qn) qn), qn = q rstd, else dq = dqn (k likewise); one warp per row
+//   gates:  one thread per gate element (gdn: per (token, value head)); the row's first also does
+//           dbeta = dbeta_e, or dbeta_e * s sig (1 - sig) through the beta sigmoid;
 //           dg = gate_backward(g + dt_bias, da): log decay da; softplus -da c softplus'(x) with
 //           dA_log term da (-c softplus(x)); lower bound c dz, dz = da lb sig (1 - sig), dA_log
 //           term dz z (c = exp(A_log) or 1, z = c x)
@@ -19,9 +20,15 @@ namespace kcp::cuda {
 namespace {
 
 constexpr int kThreads = 128;
+constexpr int kMaxK = 128;  // the largest K of kKeyDims
+
+__device__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
 
 __device__ float block_sum(float x, float* red) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  x = warp_sum(x);
   __syncthreads();
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
   __syncthreads();
@@ -30,38 +37,57 @@ __device__ float block_sum(float x, float* red) {
   return t;
 }
 
-// One q/k row (token tt, head h) per block; K <= kThreads.
+// dq (or dk) of one q/k row (token tt, head h), one warp: lane owns keys lane + 32 i (K <= kMaxK).
+// The G value heads are summed in order j = 0, 1, ...; the norm's dot product over the warp.
 __device__ void finish_row(const BwdParams& bp, const float* dxv, const QkRows& xn, const OutRowsView& out, int64_t tt,
-                           int h, float* red) {
+                           int h) {
   const ChunkParams& p = bp.c;
-  const int d = threadIdx.x;
-  float g = 0.0f, y = 0.0f;
-  if (d < p.K) {
-    for (int j = 0; j < p.G; ++j) g += dxv[(tt * p.HV + h * p.G + j) * p.K + d];
-    if (p.l2norm) y = qk_at(xn, p.H, tt, h, d);
+  const int lane = int(threadIdx.x) & 31;
+  float g[kMaxK / 32], y[kMaxK / 32], dot = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kMaxK / 32; ++i) {
+    const int d = lane + 32 * i;
+    g[i] = 0.0f, y[i] = 0.0f;
+    if (d < p.K) {
+      for (int j = 0; j < p.G; ++j) g[i] += dxv[(tt * p.HV + h * p.G + j) * p.K + d];
+      if (p.l2norm) y[i] = qk_at(xn, p.H, tt, h, d);
+    }
+    dot = fmaf(g[i], y[i], dot);
   }
   if (p.l2norm) {
-    const float dot = block_sum(g * y, red);
-    g = xn.rstd[tt * p.H + h] * (g - dot * y);
+    dot = warp_sum(dot);
+    const float r = xn.rstd[tt * p.H + h];
+#pragma unroll
+    for (int i = 0; i < kMaxK / 32; ++i) g[i] = r * (g[i] - dot * y[i]);
   }
-  if (d < p.K) store_any(out.p, out.dt, tt * out.st + int64_t(h) * out.sx + d, g);
+#pragma unroll
+  for (int i = 0; i < kMaxK / 32; ++i)
+    if (lane + 32 * i < p.K) store_any(out.p, out.dt, tt * out.st + int64_t(h) * out.sx + lane + 32 * i, g[i]);
 }
 
+// One warp per (token, head) row: dq and dk.
 __global__ void __launch_bounds__(kThreads) bwd_qk_kernel(const BwdParams bp) {
-  __shared__ float red[kThreads / 32];
-  const int64_t tt = blockIdx.x;
-  const int h = blockIdx.y;
-  if (bp.dq.p) finish_row(bp, bp.dqv, q_rows(bp.c), bp.dq, tt, h, red);
-  if (bp.dk.p) finish_row(bp, bp.dkv, k_rows(bp.c), bp.dk, tt, h, red);
+  const ChunkParams& p = bp.c;
+  const int64_t row = int64_t(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
+  if (row >= p.TT * p.H) return;  // whole warps
+  const int64_t tt = row / p.H;
+  const int h = int(row % p.H);
+  if (bp.dq.p) finish_row(bp, bp.dqv, q_rows(p), bp.dq, tt, h);
+  if (bp.dk.p) finish_row(bp, bp.dkv, k_rows(p), bp.dk, tt, h);
 }
 
-// One (token, value head) per block: dbeta and the Kg gate elements.
+// One thread per gate element (token, value head, d < Kg; Kg divides kThreads): a block covers
+// kThreads / Kg (token, value head) rows, so that gdn's one element per row fills the block; dbeta
+// by the row's d = 0 thread.
 __global__ void __launch_bounds__(kThreads) bwd_gate_kernel(const BwdParams bp) {
   const ChunkParams& p = bp.c;
-  const int64_t tt = blockIdx.x;
-  const int hv = blockIdx.y, Kg = p.kda ? p.K : 1;
-  if (threadIdx.x == 0 && bp.dbeta.p) {
-    float db = bp.dbeta_e[tt * p.HV + hv];
+  const int Kg = p.kda ? p.K : 1, d = int(threadIdx.x) % Kg;
+  const int64_t row = int64_t(blockIdx.x) * (kThreads / Kg) + int(threadIdx.x) / Kg;
+  if (row >= p.TT * p.HV) return;
+  const int64_t tt = row / p.HV;
+  const int hv = int(row % p.HV);
+  if (d == 0 && bp.dbeta.p) {
+    float db = bp.dbeta_e[row];
     if (p.beta_sigmoid) {
       const float s = sigmoid_f(load_any(p.beta.p, p.beta.dt, row_off(p.beta, tt, hv)));
       db *= p.beta_scale * s * (1.0f - s);
@@ -69,25 +95,23 @@ __global__ void __launch_bounds__(kThreads) bwd_gate_kernel(const BwdParams bp) 
     store_any(bp.dbeta.p, bp.dbeta.dt, row_off(bp.dbeta, tt, hv), db);
   }
   const float rate = p.A_log.p ? expf(load_any(p.A_log.p, p.A_log.dt, hv * p.A_log.s)) : 1.0f;
-  for (int d = threadIdx.x; d < Kg; d += kThreads) {
-    const int64_t e = (tt * p.HV + hv) * Kg + d;
-    const float da = bp.da[e];
-    float dx = da, dal = 0.0f;
-    if (p.gate != kGateLogDecay) {
-      const float bias = p.dt_bias.p ? load_any(p.dt_bias.p, p.dt_bias.dt, (int64_t(hv) * Kg + d) * p.dt_bias.s) : 0.0f;
-      const float x = load_any(p.g.p, p.g.dt, row_off(p.g, tt, hv) + d) + bias;
-      if (p.gate == kGateSoftplus) {
-        dal = da * (-rate * softplus_f(x));
-        dx = -da * rate * (x > 20.0f ? 1.0f : sigmoid_f(x));
-      } else {
-        const float z = rate * x, s = sigmoid_f(z), dz = da * p.lower_bound * s * (1.0f - s);
-        dal = p.A_log.p ? dz * z : 0.0f;
-        dx = rate * dz;
-      }
-      bp.dx[e] = dx, bp.dalog[e] = dal;
+  const int64_t e = row * Kg + d;
+  const float da = bp.da[e];
+  float dx = da, dal = 0.0f;
+  if (p.gate != kGateLogDecay) {
+    const float bias = p.dt_bias.p ? load_any(p.dt_bias.p, p.dt_bias.dt, (int64_t(hv) * Kg + d) * p.dt_bias.s) : 0.0f;
+    const float x = load_any(p.g.p, p.g.dt, row_off(p.g, tt, hv) + d) + bias;
+    if (p.gate == kGateSoftplus) {
+      dal = da * (-rate * softplus_f(x));
+      dx = -da * rate * (x > 20.0f ? 1.0f : sigmoid_f(x));
+    } else {
+      const float z = rate * x, s = sigmoid_f(z), dz = da * p.lower_bound * s * (1.0f - s);
+      dal = p.A_log.p ? dz * z : 0.0f;
+      dx = rate * dz;
     }
-    if (bp.dg.p) store_any(bp.dg.p, bp.dg.dt, row_off(bp.dg, tt, hv) + d, dx);
+    bp.dx[e] = dx, bp.dalog[e] = dal;
   }
+  if (bp.dg.p) store_any(bp.dg.p, bp.dg.dt, row_off(bp.dg, tt, hv) + d, dx);
 }
 
 // blockIdx.x < HV: dA_log[hv] over (tt, d); else ddt_bias[hv*Kg + d] over tt.
@@ -115,12 +139,15 @@ __global__ void __launch_bounds__(kThreads) bwd_param_sum_kernel(const BwdParams
 void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   if (p.TT == 0) return;
-  KCP_CHECK(p.K <= kThreads, "cuda-chunkwise backward: K = ", p.K, " above ", kThreads);
+  const int Kg = p.kda ? p.K : 1;
+  KCP_CHECK(p.K <= kMaxK && kThreads % Kg == 0, "cuda-chunkwise backward: K = ", p.K, " (at most ", kMaxK,
+            ", a divisor of ", kThreads, ")");
+  const auto blocks = [](int64_t n, int per) { return dim3(unsigned((n + per - 1) / per)); };
   if (bp.dq.p || bp.dk.p) {
-    bwd_qk_kernel<<<dim3(unsigned(p.TT), p.H), kThreads, 0, stream>>>(bp);
+    bwd_qk_kernel<<<blocks(p.TT * p.H, kThreads / 32), kThreads, 0, stream>>>(bp);
     KCP_CUDA_LAUNCH_CHECK();
   }
-  bwd_gate_kernel<<<dim3(unsigned(p.TT), p.HV), kThreads, 0, stream>>>(bp);
+  bwd_gate_kernel<<<blocks(p.TT * p.HV, kThreads / Kg), kThreads, 0, stream>>>(bp);
   KCP_CUDA_LAUNCH_CHECK();
   if (p.gate == kGateLogDecay) return;
   if (bp.dA_log.p) {
@@ -128,7 +155,7 @@ void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream) {
     KCP_CUDA_LAUNCH_CHECK();
   }
   if (bp.ddt_bias.p) {
-    bwd_param_sum_kernel<<<p.HV * (p.kda ? p.K : 1), kThreads, 0, stream>>>(bp, 0);
+    bwd_param_sum_kernel<<<p.HV * Kg, kThreads, 0, stream>>>(bp, 0);
     KCP_CUDA_LAUNCH_CHECK();
   }
 }
