@@ -3,7 +3,7 @@
 // (sequence n, value head hv, BV = 16 or 32 state columns [v0, v0 + BV)), walking the chunks of n last
 // to first with dh [K,BV] in shared memory; the chunk-local terms come from part 1 (chunk_bwd_dhu_local.cu):
 //   dh[c]  = dh                                        (kept for the chunk stage)
-//   dvnew  = A_c + kg dh                  [L,BV]       A_c = Aqk^T do,  kg_r = kn_r 2^(b_end - b_r)
+//   dvnew  = A_c + kg dh                  [L,BV]       A_c = Aqk^T do,  kg_r = kn_r 2^(b_end - b_r), kn = k rstd_k
 //   dh    <- Diag(2^b_end) dh + B_c - w^T dvnew,       B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)
 // (b: the chunk-local gate cumsum in log2 units, per channel for kda; every exponent <= 0.)
 // dh starts from d_final_state (or 0); for the CP transition (kInitTransition) one launch carries
@@ -237,8 +237,7 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream) {
   KCP_CHECK(!bp.keep || bp.Vw == p.V || !(bp.dh || bp.dvnew), "cuda-chunkwise backward: dh[c], dvnew kept only for V columns");
   // 32 columns per block when that still gives about a block per multiprocessor (the chain steps of
   // two 16-column blocks then share one block's loads and barriers), else 16.
-  const int sms = p.sms > 0 ? p.sms : 132;
-  const bool wide = bp.Vw % 32 == 0 && int64_t(bp.Vw / 32) * p.N * p.HV >= sms * 3 / 4;
+  const bool wide = bp.Vw % 32 == 0 && int64_t(bp.Vw / 32) * p.N * p.HV >= multiprocessors(p) * 3 / 4;
   dispatch_key_dim(p.K, [&](auto kd) {
     constexpr int KD = decltype(kd)::value;
     auto run = [&](auto bv) {

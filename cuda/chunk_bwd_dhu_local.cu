@@ -2,6 +2,7 @@
 // parallel over the chunks (CPU twins chunk_bwd_dAv's dv_loc and chunk_state_backward's qg^T do).
 // Grid (chunks, HV), 256 threads; per chunk, b the gate cumsum (log2 units), L rows:
 //   kg  = kn Diag-per-row 2^(b_end - b_r)        [L,K]  -> bp.dkv  (free until the chunk stage)
+//         (kn = k rstd_k, qn = q rstd_q: the fused L2 norm applied on load, load_qk_slabs)
 //   A_c = Aqk^T do                               [L,V]  -> bp.dvnew (dhu adds kg dh: dvnew)
 //   B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)    [K,V]  -> bp.dh[c] (dhu reads it, then stores dh[c])
 // A_c and B_c only with do (not for the transition's M^T), over 64-column slabs of V, on tensor cores

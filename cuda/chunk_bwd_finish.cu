@@ -15,12 +15,13 @@
 
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
+#include "cuda/key_dims.h"
 
 namespace kcp::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kMaxK = 128;  // the largest K of kKeyDims
+constexpr int kMaxK = kMaxKeyDim;  // the largest K the kernels are built for
 
 __device__ float warp_sum(float x) {
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);

@@ -82,6 +82,10 @@ struct ChunkParams {
   float* qg = nullptr;
 };
 
+// The multiprocessor count the grid-shape choices assume: the pipeline's (its device's, or the
+// tests' set_multiprocessors), or 132 (H100 SXM) where a caller left it 0.
+inline int multiprocessors(const ChunkParams& p) { return p.sms > 0 ? p.sms : 132; }
+
 // The state recurrence (and, fused, the output) over the chunks of each sequence.
 // kInitTransition (delta variants: chunk_state, the folded kernel, and the backward's dhu with V for
 // Vu): columns [0, Vu) start from 0 and take u (S_ext), columns [Vu, Vw) start from the identity

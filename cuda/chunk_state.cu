@@ -284,8 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kernel(const StatePar
 // 16 columns per block when 32 would leave more than half of the multiprocessors idle (K >= 64:
 // with K = 32 a 16-column state tile does not split over 8 warps).
 bool chunk_state_narrow(const ChunkParams& p, int Vw) {
-  const int sms = p.sms > 0 ? p.sms : 132;  // the pipeline reads its device's count; 132 = H100 SXM
-  return p.K >= 64 && int64_t(Vw / 32) * p.N * p.HV <= sms / 2;
+  return p.K >= 64 && int64_t(Vw / 32) * p.N * p.HV <= multiprocessors(p) / 2;
 }
 
 int64_t chunk_state_blocks(const ChunkParams& p, int Vw) { return int64_t(Vw / (chunk_state_narrow(p, Vw) ? 16 : 32)) * p.N * p.HV; }

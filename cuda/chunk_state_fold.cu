@@ -365,8 +365,7 @@ void launch_chunk_state_fold(const StateParams& sp, int input_dtype, int groups,
                 groups >= 0 && groups <= 2,
             "cuda-chunkwise: the folded state kernel serves the gdn forward and transition with 16-bit inputs only");
   if (p.N * p.HV == 0) return;
-  const int sms = p.sms > 0 ? p.sms : 132;  // the pipeline reads its device's count; 132 = H100 SXM
-  const int G = groups ? groups : (int64_t(sp.Vw / 16) * p.N * p.HV <= sms ? 1 : 2);
+  const int G = groups ? groups : (int64_t(sp.Vw / 16) * p.N * p.HV <= multiprocessors(p) ? 1 : 2);
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
     if constexpr (sizeof(Tin) == 2)

@@ -174,8 +174,7 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
     return;
   }
   impl_->run_front(st);
-  const int sms = st.c.sms > 0 ? st.c.sms : 132;
-  if (!st.c.gla && chunk_state_blocks(st.c, int(p.V + p.K)) <= sms) {
+  if (!st.c.gla && chunk_state_blocks(st.c, int(p.V + p.K)) <= multiprocessors(st.c)) {
     // S_ext (from zero, with u) and M (from I, u = 0) as the V + K columns of one launch that fits on
     // the multiprocessors at once: the two chains run side by side instead of one after the other.
     // 3xTF32 for both (this path serves kda and float32 inputs, whose M keeps its 3xTF32 products;

@@ -5,6 +5,11 @@
 namespace kcp::cuda {
 
 inline constexpr int kKeyDims[] = {32, 64, 128};  // K
+inline constexpr int kMaxKeyDim = [] {
+  int m = 0;
+  for (int k : kKeyDims) m = k > m ? k : m;
+  return m;
+}();
 inline constexpr int kValueTile = 32;             // V must be a multiple of this (the state kernel's tile)
 
 inline bool key_dim_supported(long long K) {
