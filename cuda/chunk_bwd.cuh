@@ -68,6 +68,16 @@ struct BwdParams {
   OutScalarView dA_log, ddt_bias;
 };
 
+// The backward's products split into 3xTF32 (float32 accuracy, tile_mma.cuh) when an input it reads
+// is float32 (q, k, v, do) or when it computes a CP transition (M^T stays float32-accurate, as the
+// forward's M); with 16-bit inputs one TF32 product, the forward's rule: operands that are not
+// inputs (P, h, dh, vnew, dvnew, the gated k and q) are rounded to TF32 (validation/tolerance.h
+// kCudaTf32), finer than FLA, which stores them in bf16.
+inline bool bwd_split_products(const BwdParams& bp) {
+  return bp.c.q.dt == kF32 || bp.c.k.dt == kF32 || bp.c.v.dt == kF32 || (bp.d_o.p && bp.d_o.dt == kF32) ||
+         bp.init == kInitTransition;
+}
+
 // dhu: the chunk-local terms (grid (NT, HV)), then the serial recurrence (grid (N, HV, Vw/BV), BV = 16 or 32).
 void launch_bwd_dhu_local(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream);

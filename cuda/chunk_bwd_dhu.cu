@@ -9,7 +9,8 @@
 // dh starts from d_final_state (or 0); for the CP transition (kInitTransition) one launch carries
 // dS_ext (columns [0, V), from 0, with do) and M^T (columns [V, V + K), from I, no A_c, B_c). After chunk 0 dh is written to dh0. The next chunk's kg, w arrive by
 // cp.async and its A_c, B_c by loads into registers (each thread's accumulator positions) while the
-// current chunk is computed; the products on tensor cores (3xTF32). BV = 32 where the grid still has
+// current chunk is computed; the products on tensor cores (3xTF32 where bwd_split_products says so,
+// else one TF32 product: dh stays float32, only its operand copy is rounded). BV = 32 where the grid still has
 // about a block per multiprocessor (the joint transition: V + K columns), else 16.
 // gla (ChunkParams::gla): w = 0, so w is neither fetched nor multiplied.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, end to end, and the
@@ -108,8 +109,8 @@ __device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
   cp_async_commit();
 }
 
-// dvnew = A_c + kg dh on tensor cores (3xTF32: float32 accuracy).
-template <int KD, int BV>
+// dvnew = A_c + kg dh on tensor cores (3xTF32 when kSp).
+template <int KD, int BV, bool kSp>
 __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv, int v0,
                           const LocalTerms<KD, BV>& lt) {
   using S = DhuSmem<KD, BV>;
@@ -124,10 +125,10 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
     for (int e = 0; e < 4; ++e) c[j][e] = lt.a[j][e];
 #pragma unroll 4
   for (int k0 = 0; k0 < KD; k0 += 8) {
-    const FragA<true> a = load_a<true>([&](int m, int k) { return kg[m * S::ldk + k]; }, m0, k0);
+    const FragA<kSp> a = ldm_a_row<kSp>(kg, S::ldk, m0, k0, false);  // row-major, ldk = 4 mod 32
 #pragma unroll
     for (int j = 0; j < Tl::NV; ++j)
-      mma<true>(c[j], a, load_b<true>([&](int k, int n) { return s.dh[k * ld + n]; }, k0, Tl::nv(j)));
+      mma<kSp>(c[j], a, load_b<kSp>([&](int k, int n) { return s.dh[k * ld + n]; }, k0, Tl::nv(j)));
   }
 #pragma unroll
   for (int j = 0; j < Tl::NV; ++j)
@@ -139,8 +140,8 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
     }
 }
 
-// dh <- Diag(2^b_end) dh + B_c - w^T dvnew on tensor cores (3xTF32).
-template <int KD, int BV, bool kKDA>
+// dh <- Diag(2^b_end) dh + B_c - w^T dvnew on tensor cores (3xTF32 when kSp).
+template <int KD, int BV, bool kKDA, bool kSp>
 __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTerms<KD, BV>& lt) {
   using S = DhuSmem<KD, BV>;
   using Tl = DhuTiling<KD, BV>;
@@ -159,10 +160,10 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
         c[q][nt][e] = fmaf(exp2f(s.ge(b)[kKDA ? i : 0]), s.dh[i * ld + j], lt.b[q][nt][e]);
       }
     for (int k0 = 0; k0 < L; k0 += 8) {
-      const FragA<true> a = load_a<true>([&](int m, int k) { return -wt[k * S::ldw + m]; }, m0, k0);
+      const FragA<kSp> a = load_a<kSp>([&](int m, int k) { return -wt[k * S::ldw + m]; }, m0, k0);
 #pragma unroll
       for (int nt = 0; nt < Tl::NU; ++nt)
-        mma<true>(c[q][nt], a, load_b<true>([&](int k, int n) { return s.dvn[k * ld + n]; }, k0, 8 * nt));
+        mma<kSp>(c[q][nt], a, load_b<kSp>([&](int k, int n) { return s.dvn[k * ld + n]; }, k0, 8 * nt));
     }
   }
   __syncthreads();  // every read of dh is done
@@ -184,7 +185,7 @@ __device__ __forceinline__ float dhu_init(const BwdParams& bp, int n, int hv, in
   return 0.0f;
 }
 
-template <int KD, int BV, bool kKDA>
+template <int KD, int BV, bool kKDA, bool kSplit>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_constant__ BwdParams bp) {
   constexpr int ld = kLdB<BV>;
   const ChunkParams& p = bp.c;
@@ -211,9 +212,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
     if (bp.dh && bp.keep)
       for (int idx = threadIdx.x; idx < KD * BV; idx += kBwdThreads)
         bp.dh[((int64_t(c) * p.HV + hv) * KD + idx / BV) * bp.Vw + v0 + idx % BV] = s.dh[(idx / BV) * ld + idx % BV];
-    dhu_dvnew<KD, BV>(bp, s, b, ck, hv, v0, cur);
+    dhu_dvnew<KD, BV, kSplit>(bp, s, b, ck, hv, v0, cur);
     __syncthreads();
-    dhu_update<KD, BV, kKDA>(s, b, p.gla ? 0 : ck.len, cur);  // gla: no w^T dvnew term (w = 0)
+    dhu_update<KD, BV, kKDA, kSplit>(s, b, p.gla ? 0 : ck.len, cur);  // gla: no w^T dvnew term (w = 0)
     cur = nxt;
   }
   __syncthreads();
@@ -239,16 +240,19 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream) {
   // two 16-column blocks then share one block's loads and barriers), else 16.
   const bool wide = bp.Vw % 32 == 0 && int64_t(bp.Vw / 32) * p.N * p.HV >= multiprocessors(p) * 3 / 4;
   dispatch_key_dim(p.K, [&](auto kd) {
-    constexpr int KD = decltype(kd)::value;
-    auto run = [&](auto bv) {
-      constexpr int BV = decltype(bv)::value;
-      const size_t smem = sizeof(float) * DhuSmem<KD, BV>::floats;
-      const dim3 grid(p.N, p.HV, bp.Vw / BV);
-      if (p.kda) launch_kernel(bwd_dhu_kernel<KD, BV, true>, grid, dim3(kBwdThreads), smem, stream, bp);
-      else launch_kernel(bwd_dhu_kernel<KD, BV, false>, grid, dim3(kBwdThreads), smem, stream, bp);
-    };
-    if (wide) run(std::integral_constant<int, 32>{});
-    else run(std::integral_constant<int, 16>{});
+    dispatch_bool(bwd_split_products(bp), [&](auto split) {
+      constexpr int KD = decltype(kd)::value;
+      constexpr bool kS = decltype(split)::value;
+      auto run = [&](auto bv) {
+        constexpr int BV = decltype(bv)::value;
+        const size_t smem = sizeof(float) * DhuSmem<KD, BV>::floats;
+        const dim3 grid(p.N, p.HV, bp.Vw / BV);
+        if (p.kda) launch_kernel(bwd_dhu_kernel<KD, BV, true, kS>, grid, dim3(kBwdThreads), smem, stream, bp);
+        else launch_kernel(bwd_dhu_kernel<KD, BV, false, kS>, grid, dim3(kBwdThreads), smem, stream, bp);
+      };
+      if (wide) run(std::integral_constant<int, 32>{});
+      else run(std::integral_constant<int, 16>{});
+    });
   });
 }
 

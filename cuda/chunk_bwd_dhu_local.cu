@@ -6,7 +6,7 @@
 //   A_c = Aqk^T do                               [L,V]  -> bp.dvnew (dhu adds kg dh: dvnew)
 //   B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)    [K,V]  -> bp.dh[c] (dhu reads it, then stores dh[c])
 // A_c and B_c only with do (not for the transition's M^T), over 64-column slabs of V, on tensor cores
-// (mma.sync with split operands, 3xTF32: float32 accuracy, tile_mma.cuh).
+// (mma.sync; split operands, 3xTF32, where bwd_split_products says so, else one TF32 product).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
@@ -59,18 +59,18 @@ struct LocalTiling {
 };
 
 // acc (+)= X^T dO over the rows t in [t_lo(m0), L) of this warp's tiles, X = s.A (Aqk, masked to its
-// lower triangle t >= r) or s.qg; tensor cores with split operands (3xTF32: float32 accuracy).
-template <int MT, bool kTri, int ldx>
+// lower triangle t >= r) or s.qg; tensor cores, split operands (3xTF32) when S.
+template <int MT, bool kTri, int ldx, bool S>
 __device__ void local_product(const float* X, const float* dO, int L, float (&acc)[LocalTiling<MT>::MW][LocalTiling<MT>::NW][4]) {
   using Tl = LocalTiling<MT>;
 #pragma unroll
   for (int i = 0; i < Tl::MW; ++i) {
     const int m0 = Tl::m0(i);
     for (int k0 = kTri ? m0 : 0; k0 < L; k0 += 8) {  // Aqk^T: rows t < m0 are zero for the whole tile
-      const FragA<true> a = load_a<true>([&](int m, int k) { return (!kTri || k >= m) && k < L ? X[k * ldx + m] : 0.0f; }, m0, k0);
+      const FragA<S> a = load_a<S>([&](int m, int k) { return (!kTri || k >= m) && k < L ? X[k * ldx + m] : 0.0f; }, m0, k0);
 #pragma unroll
       for (int j = 0; j < Tl::NW; ++j)
-        mma<true>(acc[i][j], a, load_b<true>([&](int k, int n) { return dO[k * kLdT + n]; }, k0, Tl::n0(j)));
+        mma<S>(acc[i][j], a, load_b<S>([&](int k, int n) { return dO[k * kLdT + n]; }, k0, Tl::n0(j)));
     }
   }
 }
@@ -92,23 +92,23 @@ __device__ void store_local(float* g, int64_t ld, int rows, int nc, const float 
 
 // A_c = Aqk^T do [L, 64] and B_c = scale qg^T do [K, 64] for the value columns [j0, j0 + 64) (do of
 // those columns in s.dO, zero past V and past row L).
-template <int KD>
+template <int KD, bool kSplit>
 __device__ void local_products(const BwdParams& bp, const LocalSmem<KD>& s, const ChunkInfo& ck, int hv, int j0) {
   using S = LocalSmem<KD>;
   const ChunkParams& p = bp.c;
   const int L = ck.len, nc = min(S::kV, p.V - j0);
   {
     float acc[LocalTiling<4>::MW][LocalTiling<4>::NW][4] = {};
-    local_product<4, true, kLdT>(s.A, s.dO, L, acc);
+    local_product<4, true, kLdT, kSplit>(s.A, s.dO, L, acc);
     store_local<4>(bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V + j0, int64_t(p.HV) * p.V, L, nc, acc);
   }
   constexpr int MT = KD / 16;
   float acc[LocalTiling<MT>::MW][LocalTiling<MT>::NW][4] = {};
-  local_product<MT, false, S::ldq>(s.qg, s.dO, L, acc);
+  local_product<MT, false, S::ldq, kSplit>(s.qg, s.dO, L, acc);
   store_local<MT>(bp.dh + (int64_t(blockIdx.x) * p.HV + hv) * KD * p.V + j0, p.V, KD, nc, acc);
 }
 
-template <int KD, bool kKDA>
+template <int KD, bool kKDA, bool kSplit>
 __global__ void __launch_bounds__(kBwdThreads) bwd_dhu_local_kernel(const __grid_constant__ BwdParams bp) {
   using S = LocalSmem<KD>;
   const ChunkParams& p = bp.c;
@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_dhu_local_kernel(const __grid
     for (int idx = threadIdx.x; idx < kChunk * S::kV; idx += kBwdThreads)  // columns past V
       if (idx % S::kV >= p.V - j0) s.dO[(idx / S::kV) * kLdT + idx % S::kV] = 0.0f;
     __syncthreads();
-    local_products<KD>(bp, s, ck, hv, j0);
+    local_products<KD, kSplit>(bp, s, ck, hv, j0);
   }
 }
 
@@ -138,10 +138,13 @@ void launch_bwd_dhu_local(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   if (p.NT == 0) return;
   dispatch_key_dim(p.K, [&](auto kd) {
-    constexpr int KD = decltype(kd)::value;
-    const size_t smem = sizeof(float) * LocalSmem<KD>::floats;
-    if (p.kda) launch_kernel(bwd_dhu_local_kernel<KD, true>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
-    else launch_kernel(bwd_dhu_local_kernel<KD, false>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+    dispatch_bool(bwd_split_products(bp), [&](auto split) {
+      constexpr int KD = decltype(kd)::value;
+      constexpr bool kS = decltype(split)::value;
+      const size_t smem = sizeof(float) * LocalSmem<KD>::floats;
+      if (p.kda) launch_kernel(bwd_dhu_local_kernel<KD, true, kS>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+      else launch_kernel(bwd_dhu_local_kernel<KD, false, kS>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+    });
   });
 }
 

@@ -10,8 +10,8 @@
 // gla (kDelta = false): vnew = v is read from v; P = I and beta_e = 0, so dXu = dvnew, dv = dvnew (a copy), and the xw and
 // dbeta terms vanish (beta factors): no P, no P^T dvnew, no dXu h^T, no W1 (kernel wy does not run,
 // kernel intra takes dL = 0), no dbeta partials; with K <= 64 block 1 (no key rows) is not launched.
-// Every product on tensor cores, mma.sync m16n8k8 with split operands (3xTF32, tile_mma.cuh): float32
-// accuracy whatever the input dtype. Warp w owns rows 16 (w % 4) and half of the columns.
+// Every product on tensor cores, mma.sync m16n8k8: split operands (3xTF32, tile_mma.cuh) where
+// bwd_split_products says so (float32 inputs), else one TF32 product (chunk_bwd.cuh). Warp w owns rows 16 (w % 4) and half of the columns.
 // Epilogue per (row r, key d), gamma = 2^b_r[d], e = 2^(b_end[d] - b_r[d]):
 //   dq = gamma scale doh;  dk = e vdh + beta gamma xw  (-> dqv, dkv; the intra parts are added later)
 //   da_t[d] = sum_{r>=t} (q dq + beta k gamma xw)_r + sum_{r<t} (k e vdh)_r + 2^b_end rowsum(h dh)
@@ -59,14 +59,15 @@ __device__ HvSmem carve_hv(float* s) {
 // dXu = P^T dvnew for one slab (tensor cores; P stored transposed, s.P[r][s] = P'_sr): warp w owns
 // rows 16 (w % 4), columns 16 (w / 4) .. + 15. Block 0 also stores dv = beta dXu and adds v . dXu to
 // vp (rows g and g + 8 of the warp's tile).
+template <bool S>
 __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0, bool block0, float (&vp)[2]) {
   const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), L = ck.len;
   float c[2][4] = {};
   for (int k0 = m0; k0 < L; k0 += 8) {  // P'_sr = 0 for s < r
-    const FragA<true> a = load_a<true>([&](int m, int k) { return s.P[m * kLdC + k]; }, m0, k0);
+    const FragA<S> a = load_a<S>([&](int m, int k) { return s.P[m * kLdC + k]; }, m0, k0);
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
-      mma<true>(c[nt], a, load_b<true>([&](int k, int n) { return s.dvn[k * kLdV + n]; }, k0, 16 * (w >> 2) + 8 * nt));
+      mma<S>(c[nt], a, load_b<S>([&](int k, int n) { return s.dvn[k * kLdV + n]; }, k0, 16 * (w >> 2) + 8 * nt));
   }
   const RowsView& v = bp.c.v;
 #pragma unroll
@@ -87,37 +88,48 @@ struct HvAcc {
   float doh[NTW][4], xw[NTW][4], vdh[NTW][4], X[4][4];
 };
 
-// One slab of the products (tensor cores, 3xTF32): the three h products (kH) and dA (kX = 0,
+// One slab of the products (tensor cores, TF32 or 3xTF32 by S): the three h products (kH) and dA (kX = 0,
 // a = do) or W1 (kX = 1, a = dvnew). Warp w: rows 16 (w % 4); h columns (w / 4) KW/2 + 8 nt,
 // X columns 32 (w / 4) + 8 nt. gla (kDelta = false): no xw = dXu h^T, no W1.
-template <int KW, bool kH, int kX, bool kDelta>
+template <int KW, bool kH, int kX, bool kDelta, bool S>
 __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a) {
   constexpr int NTW = KW / 16;
+  static_assert(NTW % 2 == 0, "B fragments come in pairs of 8-column tiles");
   constexpr bool kXp = kDelta || kX == 0;  // the X product is needed
   const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), hb = (w >> 2) * (KW / 2), xb = 32 * (w >> 2);
-  auto rows = [&](const float* t) { return [t](int m, int k) { return t[m * kLdV + k]; }; };
-  auto cols = [&](const float* t) { return [t](int k, int n) { return t[n * kLdV + k]; }; };
+  // Fragments by ldmatrix: the slabs are row-major [64][kLdV] (A: rows of do, dvnew, dXu, vnew) and
+  // h, dh, vnew are n-major for B (h^T, dh^T, vnew^T), kLdV = 4 mod 32 words: conflict-free.
 #pragma unroll 1
   for (int k0 = 0; k0 < kSlab; k0 += 8) {
-    FragA<true> ax;
-    if constexpr (kXp) ax = load_a<true>(rows(kX == 0 ? s.dO : s.dvn), m0, k0);
+    FragA<S> ax;
+    if constexpr (kXp) ax = ldm_a_row<S>(kX == 0 ? s.dO : s.dvn, kLdV, m0, k0, false);
     if constexpr (kH) {
-      FragA<true> ado, axu;
+      FragA<S> ado, axu;
       if constexpr (kX == 0 && kXp) ado = ax;
-      else ado = load_a<true>(rows(s.dO), m0, k0);
-      if constexpr (kDelta) axu = load_a<true>(rows(s.dxu), m0, k0);
-      const FragA<true> avn = load_a<true>(rows(s.vn), m0, k0);
+      else ado = ldm_a_row<S>(s.dO, kLdV, m0, k0, false);
+      if constexpr (kDelta) axu = ldm_a_row<S>(s.dxu, kLdV, m0, k0, false);
+      const FragA<S> avn = ldm_a_row<S>(s.vn, kLdV, m0, k0, false);
 #pragma unroll
-      for (int nt = 0; nt < NTW; ++nt) {
-        const FragB<true> bh = load_b<true>(cols(s.h), k0, hb + 8 * nt), bdh = load_b<true>(cols(s.dh), k0, hb + 8 * nt);
-        mma<true>(a.doh[nt], ado, bh);
-        if constexpr (kDelta) mma<true>(a.xw[nt], axu, bh);
-        mma<true>(a.vdh[nt], avn, bdh);
+      for (int nt = 0; nt < NTW; nt += 2) {
+        FragB<S> bh[2], bdh[2];
+        ldm_b_nk2<S>(bh[0], bh[1], s.h, kLdV, k0, hb + 8 * nt, false);
+        ldm_b_nk2<S>(bdh[0], bdh[1], s.dh, kLdV, k0, hb + 8 * nt, false);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          mma<S>(a.doh[nt + u], ado, bh[u]);
+          if constexpr (kDelta) mma<S>(a.xw[nt + u], axu, bh[u]);
+          mma<S>(a.vdh[nt + u], avn, bdh[u]);
+        }
       }
     }
     if constexpr (kXp)
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) mma<true>(a.X[nt], ax, load_b<true>(cols(s.vn), k0, xb + 8 * nt));
+      for (int nt = 0; nt < 4; nt += 2) {
+        FragB<S> b[2];
+        ldm_b_nk2<S>(b[0], b[1], s.vn, kLdV, k0, xb + 8 * nt, false);
+        mma<S>(a.X[nt], ax, b[0]);
+        mma<S>(a.X[nt + 1], ax, b[1]);
+      }
   }
 }
 
@@ -222,7 +234,7 @@ __device__ void hv_gate(const BwdParams& bp, const HvSmem& s, const ChunkInfo& c
   }
 }
 
-template <int KD, bool kKDA, bool kDelta>
+template <int KD, bool kKDA, bool kDelta, bool kSplit>
 __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_constant__ BwdParams bp) {
   using S = HvShape<KD>;
   const ChunkParams& p = bp.c;
@@ -267,7 +279,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
     cp_async_wait_all();
     __syncthreads();
     if (has_h) {
-      if constexpr (kDelta) slab_dxu(bp, s, ck, hv, j0, z == 0, vp);
+      if constexpr (kDelta) slab_dxu<kSplit>(bp, s, ck, hv, j0, z == 0, vp);
       else if (z == 0) slab_dv_copy(bp, s, ck, hv, j0);
       if (threadIdx.x < S::KW) {
         float acc = s.hdh[threadIdx.x];
@@ -276,9 +288,9 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
       }
       __syncthreads();
     }
-    if (z == 0) slab_products<S::KW, true, 0, kDelta>(s, a);
-    else if (has_h) slab_products<S::KW, true, 1, kDelta>(s, a);
-    else if constexpr (kDelta) slab_products<S::KW, false, 1, kDelta>(s, a);
+    if (z == 0) slab_products<S::KW, true, 0, kDelta, kSplit>(s, a);
+    else if (has_h) slab_products<S::KW, true, 1, kDelta, kSplit>(s, a);
+    else if constexpr (kDelta) slab_products<S::KW, false, 1, kDelta, kSplit>(s, a);
   }
   // dA (block 0, lower triangle with the diagonal, scaled) or W1 (block 1) to the workspace
   float* X = (z == 0 ? bp.dAc : bp.Wc) + blk * kChunk * kChunk;
@@ -320,12 +332,15 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_con
 void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   dispatch_key_dim(p.K, [&](auto kd) {
-    constexpr int KD = decltype(kd)::value;
-    const size_t smem = sizeof(float) * HvShape<KD>::floats;
-    if (p.gla)  // no block without key rows (it would only write W1 and zero partials)
-      launch_kernel(bwd_hv_kernel<KD, true, false>, dim3(p.NT, p.HV, HvShape<KD>::NH), dim3(kBwdThreads), smem, stream, bp);
-    else if (p.kda) launch_kernel(bwd_hv_kernel<KD, true, true>, dim3(p.NT, p.HV, 2), dim3(kBwdThreads), smem, stream, bp);
-    else launch_kernel(bwd_hv_kernel<KD, false, true>, dim3(p.NT, p.HV, 2), dim3(kBwdThreads), smem, stream, bp);
+    dispatch_bool(bwd_split_products(bp), [&](auto split) {
+      constexpr int KD = decltype(kd)::value;
+      constexpr bool kS = decltype(split)::value;
+      const size_t smem = sizeof(float) * HvShape<KD>::floats;
+      if (p.gla)  // no block without key rows (it would only write W1 and zero partials)
+        launch_kernel(bwd_hv_kernel<KD, true, false, kS>, dim3(p.NT, p.HV, HvShape<KD>::NH), dim3(kBwdThreads), smem, stream, bp);
+      else if (p.kda) launch_kernel(bwd_hv_kernel<KD, true, true, kS>, dim3(p.NT, p.HV, 2), dim3(kBwdThreads), smem, stream, bp);
+      else launch_kernel(bwd_hv_kernel<KD, false, true, kS>, dim3(p.NT, p.HV, 2), dim3(kBwdThreads), smem, stream, bp);
+    });
   });
 }
 

@@ -36,4 +36,11 @@ void dispatch_key_dim(int K, F&& f) {
   }
 }
 
+// A run-time yes/no as a compile-time one (the backward's split products, chunk_bwd.cuh).
+template <class F>
+void dispatch_bool(bool b, F&& f) {
+  if (b) f(std::true_type{});
+  else f(std::false_type{});
+}
+
 }  // namespace kcp::cuda

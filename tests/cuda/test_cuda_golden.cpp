@@ -4,9 +4,10 @@
 // (/fla_chunk) against the same oracle, measured by FLA's err_ratio (fla_ratio). q, k, v go to the
 // device in the file's input dtype and o is written in it, as in FLA's run; gates, beta, states in
 // float32. The bar comes from the file itself, case by case.
-// The same bar for the gradients of the gla files (issue 16: dq, dk, dv, dg, dinitial_state, tensor by
-// tensor; dq, dk, dv and do in the input dtype, the rest float32, as FLA's chunk_gla). The gdn / kda
-// golden gradients are judged by `kcp check` (validation/policy.h).
+// The same bar for the gradients of every gdn / kda / gla file (issues 11 and 16: dq, dk, dv, dg,
+// dbeta, dinitial_state, dA_log, ddt_bias where FLA's run has them, tensor by tensor), each written
+// in the dtype FLA returned it in (the dataset's source dtype), do in the input dtype: 16-bit files
+// run the backward's 16-bit path (one TF32 product per operand pair, chunk_bwd.cuh).
 // Each file prints both errors. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
@@ -110,7 +111,7 @@ TEST_CASE("cuda-chunkwise forward is at least as accurate as FLA on every golden
   CHECK(judged > 0);
 }
 
-TEST_CASE("cuda-chunkwise gla backward is at least as accurate as FLA on the gla golden files" *
+TEST_CASE("cuda-chunkwise backward is at least as accurate as FLA on every golden file" *
           doctest::skip(!test::gpu_present())) {
   auto gpu = cuda::make_cuda_backend();
   auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
@@ -118,7 +119,7 @@ TEST_CASE("cuda-chunkwise gla backward is at least as accurate as FLA on the gla
   int judged = 0;
   for (const std::string& f : golden_files()) {
     const io::Dump d = io::dump_read(f);
-    if (d.op != "gla") continue;
+    if (d.op != "gdn" && d.op != "kda" && d.op != "gla") continue;
     const std::string file = std::filesystem::path(f).filename().string();
     SUBCASE(file.c_str()) {
       const io::OpCall call = io::dump_op_call(d, DType::f64);
@@ -131,25 +132,29 @@ TEST_CASE("cuda-chunkwise gla backward is at least as accurate as FLA on the gla
       std::vector<test::DeviceTensor> cot;
       const Cotangents dc{stage(*gpu, cot, call.cotangents.d_o, call.input_dtype),
                           stage(*gpu, cot, call.cotangents.d_final_state, DType::f32)};
-      std::vector<std::pair<std::string, test::DeviceTensor>> out;
-      out.reserve(5);
-      Grads gr;
-      auto put = [&](const char* name, DType dt, const Shape& shape, TensorView& v) {
-        out.emplace_back(name, test::poisoned(*gpu, dt, shape));
-        v = out.back().second.view;
-      };
-      put("dq", call.input_dtype, shape_qk(p), gr.dq), put("dk", call.input_dtype, shape_qk(p), gr.dk);
-      put("dv", call.input_dtype, shape_v(p), gr.dv), put("dg", DType::f32, shape_g(p), gr.dg);
-      if (!st.in.initial_state.empty()) put("dinitial_state", DType::f32, shape_state(p), gr.d_initial_state);
-      gpu->backward(p, st.in, dc, gr);
       const io::DumpGroup* fla = d.group("fla_chunk");
       REQUIRE(fla != nullptr);
-      for (auto& [name, t] : out) {
+      std::vector<std::pair<std::string, test::DeviceTensor>> out;
+      out.reserve(8);
+      Grads gr;
+      auto put = [&](const char* name, const Shape& shape, TensorView& v, bool wanted) {
+        if (!wanted) return;
         const io::DumpDataset* ds = fla->find(name);
         INFO(file, ": ", name);
-        REQUIRE(ds != nullptr);  // every gradient is judged
+        REQUIRE(ds != nullptr);  // every gradient the call has is judged
+        out.emplace_back(name, test::poisoned(*gpu, ds->source, shape));
+        v = out.back().second.view;
+      };
+      put("dq", shape_qk(p), gr.dq, true), put("dk", shape_qk(p), gr.dk, true), put("dv", shape_v(p), gr.dv, true);
+      put("dg", shape_g(p), gr.dg, true), put("dbeta", shape_beta(p), gr.dbeta, p.delta_rule());
+      put("dinitial_state", shape_state(p), gr.d_initial_state, !st.in.initial_state.empty());
+      put("dA_log", {p.HV}, gr.dA_log, !st.in.A_log.empty());
+      put("ddt_bias", shape_dt_bias(p), gr.ddt_bias, !st.in.dt_bias.empty());
+      gpu->backward(p, st.in, dc, gr);
+      for (auto& [name, t] : out) {
+        INFO(file, ": ", name);
         REQUIRE(ref.count(name) == 1);
-        judge(file, name, ds->data.view(), test::to_host(*gpu, t.view), ref.at(name).view());
+        judge(file, name, fla->find(name)->data.view(), test::to_host(*gpu, t.view), ref.at(name).view());
         ++judged;
       }
     }
