@@ -77,16 +77,24 @@ __global__ void __launch_bounds__(kThreads) bwd_qk_kernel(const BwdParams bp) {
   if (bp.dk.p) finish_row(bp, bp.dkv, k_rows(p), bp.dk, tt, h);
 }
 
-// One thread per gate element (token, value head, d < Kg; Kg divides kThreads): a block covers
-// kThreads / Kg (token, value head) rows, so that gdn's one element per row fills the block; dbeta
-// by the row's d = 0 thread.
+// One thread per gate element (token, value head, d < Kg; Kg divides kThreads). gdn (Kg = 1): a
+// block covers kThreads (token, value head) rows in memory order; kda: grid (token blocks, HV), a
+// block covers kThreads / Kg tokens of one value head (the head from the block index, not from a
+// 64-bit division per element). dbeta by the row's d = 0 thread.
 __global__ void __launch_bounds__(kThreads) bwd_gate_kernel(const BwdParams bp) {
   const ChunkParams& p = bp.c;
   const int Kg = p.kda ? p.K : 1, d = int(threadIdx.x) % Kg;
-  const int64_t row = int64_t(blockIdx.x) * (kThreads / Kg) + int(threadIdx.x) / Kg;
-  if (row >= p.TT * p.HV) return;
-  const int64_t tt = row / p.HV;
-  const int hv = int(row % p.HV);
+  int64_t tt;
+  int hv;
+  if (p.kda) {
+    tt = int64_t(blockIdx.x) * (kThreads / Kg) + int(threadIdx.x) / Kg, hv = int(blockIdx.y);
+    if (tt >= p.TT) return;
+  } else {
+    const int64_t r = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+    if (r >= p.TT * p.HV) return;
+    tt = r / p.HV, hv = int(r % p.HV);
+  }
+  const int64_t row = tt * p.HV + hv;
   if (d == 0 && bp.dbeta.p) {
     float db = bp.dbeta_e[row];
     if (p.beta_sigmoid) {
@@ -148,7 +156,8 @@ void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream) {
     bwd_qk_kernel<<<blocks(p.TT * p.H, kThreads / 32), kThreads, 0, stream>>>(bp);
     KCP_CUDA_LAUNCH_CHECK();
   }
-  bwd_gate_kernel<<<blocks(p.TT * p.HV, kThreads / Kg), kThreads, 0, stream>>>(bp);
+  const dim3 gate_grid = p.kda ? dim3(blocks(p.TT, kThreads / Kg).x, unsigned(p.HV)) : blocks(p.TT * p.HV, kThreads);
+  bwd_gate_kernel<<<gate_grid, kThreads, 0, stream>>>(bp);
   KCP_CUDA_LAUNCH_CHECK();
   if (p.gate == kGateLogDecay) return;
   if (bp.dA_log.p) {
