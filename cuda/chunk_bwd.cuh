@@ -35,7 +35,7 @@ struct OutScalarView {  // writable [X] (dA_log, ddt_bias)
 __device__ __forceinline__ int64_t row_off(const OutRowsView& v, int64_t tt, int x) { return tt * v.st + int64_t(x) * v.sx; }
 
 // Slots of BwdParams::part: the dbeta partials of the two blocks of kernel 1, the gdn da partials
-// of kernel 1 (2) and of kernel 3 (one per 32 keys, up to 4).
+// of kernel 1 (2) and of kernel 3 (gdn's: one; kda/gla's kernel writes da itself).
 constexpr int kPartSlots = 8, kPartDbetaHv = 0, kPartDaHv = 2, kPartDaIntra = 4;
 
 struct BwdParams {
@@ -87,6 +87,7 @@ void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_wy(const BwdParams& bp, cudaStream_t stream);  // gla: nothing (no WY backward)
 void launch_bwd_wy_kernel(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_intra(const BwdParams& bp, cudaStream_t stream);
+void launch_bwd_intra_gdn(const BwdParams& bp, cudaStream_t stream);  // gdn's kernel (one slot of da partials)
 void launch_bwd_chunk_sum(const BwdParams& bp, cudaStream_t stream);  // gla: nothing to sum
 // finish: the fused input transforms backward and the gradients in their dtypes.
 void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream);

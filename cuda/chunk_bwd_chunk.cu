@@ -4,7 +4,8 @@
 //   hv    (chunk_bwd_hv.cu,    grid (chunks, HV, 2)):    products over V with h, dh, do, vnew, dvnew;
 //         dq, dk inter + WY parts, dv, the inter gate terms; dA and W1 = dvnew vnew^T to the workspace
 //   wy    (chunk_bwd_wy.cu,    grid (chunks, HV)):       gated k gram G, dP, T = P^T dP, dL; dbeta_e = dL . G
-//   intra (chunk_bwd_intra.cu, grid (chunks, HV, K/32)): the intra products through dA, dL; the intra gate terms
+//   intra (chunk_bwd_intra.cu, grid (chunks, HV, K/32); gdn: chunk_bwd_intra_gdn.cu, grid (chunks, HV)):
+//         the intra products through dA, dL; the intra gate terms
 //   sum   (here, one thread per (token, value head)):    dbeta_e += kernel hv's partials; gdn: da = sum of
 //         the partials of kernels hv and intra, in a fixed order (deterministic, no atomics).
 // gla (ChunkParams::gla, no delta rule): kernel hv gives dv = dvnew, kernel wy and the sum do not run
@@ -19,15 +20,13 @@ namespace {
 
 constexpr int kSumThreads = 256;
 
-__global__ void __launch_bounds__(kSumThreads) bwd_chunk_sum_kernel(const BwdParams bp, int n_intra) {
+__global__ void __launch_bounds__(kSumThreads) bwd_chunk_sum_kernel(const BwdParams bp) {
   const int64_t e = int64_t(blockIdx.x) * kSumThreads + threadIdx.x;
   if (e >= bp.c.TT * bp.c.HV) return;
   const float* pt = bp.part + e * kPartSlots;
   bp.dbeta_e[e] = bp.dbeta_e[e] + pt[kPartDbetaHv] + pt[kPartDbetaHv + 1];
   if (bp.c.kda) return;
-  float da = pt[kPartDaHv] + pt[kPartDaHv + 1];
-  for (int z = 0; z < n_intra; ++z) da += pt[kPartDaIntra + z];
-  bp.da[e] = da;
+  bp.da[e] = pt[kPartDaHv] + pt[kPartDaHv + 1] + pt[kPartDaIntra];
 }
 
 }  // namespace
@@ -36,8 +35,7 @@ void launch_bwd_chunk_sum(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   const int64_t n = p.TT * p.HV;
   if (n == 0 || p.gla) return;  // gla: no dbeta; da is per channel (written by kernels hv and intra)
-  launch_kernel(bwd_chunk_sum_kernel, dim3(unsigned((n + kSumThreads - 1) / kSumThreads)), dim3(kSumThreads), 0, stream, bp,
-                p.K / 32);
+  launch_kernel(bwd_chunk_sum_kernel, dim3(unsigned((n + kSumThreads - 1) / kSumThreads)), dim3(kSumThreads), 0, stream, bp);
 }
 
 void launch_bwd_chunk(const BwdParams& bp, cudaStream_t stream) {

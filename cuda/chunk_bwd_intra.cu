@@ -1,10 +1,11 @@
-// Backward stage "chunk", kernel 3 of 3: the intra-chunk products through dAqk and dL (CPU twin
-// chunk_intra_backward) and the intra part of the gate gradient (chunk_intra's da). Grid (chunks,
+// Backward stage "chunk", kernel 3 of 3 for kda and gla (a gate per key; gdn: chunk_bwd_intra_gdn.cu):
+// the intra-chunk products through dAqk and dL (CPU twin chunk_intra_backward) and the intra part of
+// the gate gradient (chunk_intra's da). Grid (chunks,
 // HV, K/32), 256 threads, 32 keys [d0, d0 + 32) per block; dA (kernel 1) and dL (kernel 2) as
 // 64x64 tiles, q, k, gates as [64][32] slabs, D_rs = 2^(b_r - b_s):
 //   dq_r += sum_{s<=r} dA_rs k_s D_rs
 //   dk_r += beta_r sum_{s<r} dL_rs k_s D_rs + sum_{t>=r} (dA_tr q_t + dL_tr beta_t k_t) D_tr
-//   da_t += sum_{r>=t>s} Z_rs,  Z_rs = (dA_rs q_r + dL_rs beta_r k_r) k_s D_rs   (per key; gdn: summed)
+//   da_t += sum_{r>=t>s} Z_rs,  Z_rs = (dA_rs q_r + dL_rs beta_r k_r) k_s D_rs   (per key)
 // Pairs in different 16-row blocks run as products of the scaled slabs (chunk_bwd_tiles.cuh:
 // D_rs = F_r c_ij E_s), by row blocks ("right", output row r) and column blocks ("left", output
 // row s); pairs inside a block with exact exponents, one thread per (block, key). The gate sum
@@ -26,22 +27,22 @@ namespace {
 constexpr int kLdO = 33;  // [64][32] per-key result tiles
 
 struct IntraSmem {
-  float *dA, *dL, *q, *k, *g, *qF, *kF, *kE, *RO, *CO, *DQ, *DK, *ST, *Qs, *ct, *bet, *gsc;
+  float *dA, *dL, *q, *k, *g, *qF, *kF, *kE, *RO, *CO, *DQ, *DK, *ST, *Qs, *ct, *bet;
   static constexpr int kTile = kChunk * kLdC, kSl = kChunk * kLdS, kOut = kChunk * kLdO;
-  static constexpr int floats = 2 * kTile + 6 * kSl + 2 * kOut + 2 * 16 * kSlab + kPairs * kSlab + 128;
+  static constexpr int floats = 2 * kTile + 6 * kSl + 2 * kOut + 2 * 16 * kSlab + kPairs * kSlab + 64;
   __device__ explicit IntraSmem(float* s) {
     dA = s, dL = s + kTile, s += 2 * kTile;
     q = s, k = s + kSl, g = s + 2 * kSl, qF = s + 3 * kSl, kF = s + 4 * kSl, kE = s + 5 * kSl;
     RO = qF, CO = qF + kOut, DQ = qF + 2 * kOut;  // after the off-block products (3 kOut <= 3 kSl)
     s += 6 * kSl;
     DK = s, ST = s + kOut, s += 2 * kOut;
-    Qs = s, ct = s + 2 * 16 * kSlab, bet = ct + kPairs * kSlab, gsc = bet + 64;
+    Qs = s, ct = s + 2 * 16 * kSlab, bet = ct + kPairs * kSlab;
   }
 };
 
 // Off-block "right" products, rows r = ty + 16 i (i = 1..3), keys 2 tx, 2 tx + 1:
 // oq = F_r sum_{j<i} c_ij sum_{s in j} dA_rs kE_s, ol likewise with dL.
-template <bool kKDA, bool kDelta>
+template <bool kDelta>
 __device__ void intra_right(const IntraSmem& s, float2 (&oq)[4], float2 (&ol)[4]) {
   const int ty = bwd_ty(), c2 = 2 * bwd_tx();
   float2 aq[4] = {}, al[4] = {};
@@ -76,23 +77,23 @@ __device__ void intra_right(const IntraSmem& s, float2 (&oq)[4], float2 (&ol)[4]
 #pragma unroll
   for (int i = 1; i < 4; ++i) {
     const int r = ty + 16 * i;
-    const float fx = exp2f(gate_of<kKDA>(s.g, kLdS, r, c2) - gate_of<kKDA>(s.g, kLdS, 16 * i, c2));
-    const float fy = exp2f(gate_of<kKDA>(s.g, kLdS, r, c2 + 1) - gate_of<kKDA>(s.g, kLdS, 16 * i, c2 + 1));
+    const float fx = exp2f(gate_of<true>(s.g, kLdS, r, c2) - gate_of<true>(s.g, kLdS, 16 * i, c2));
+    const float fy = exp2f(gate_of<true>(s.g, kLdS, r, c2 + 1) - gate_of<true>(s.g, kLdS, 16 * i, c2 + 1));
     oq[i] = make_float2(fx * aq[i].x, fy * aq[i].y), ol[i] = make_float2(fx * al[i].x, fy * al[i].y);
   }
 }
 
 // Off-block "left" products, rows s = ty + 16 j (j = 0..2): E_s sum_{i>j} c_ij sum_{r in i}
 // (dA_rs qF_r + beta_r dL_rs kF_r); the later-by-earlier block sums for the gate into Qs.
-template <bool kKDA, bool kDelta>
+template <bool kDelta>
 __device__ void intra_left(const IntraSmem& s, int L, float2 (&ot)[4]) {
   const int ty = bwd_ty(), c2 = 2 * bwd_tx();
   float2 E[3], kk[3], acc[3] = {};
 #pragma unroll
   for (int j = 0; j < 3; ++j) {
     const int r = ty + 16 * j, a = min(16 * j + 15, L - 1);
-    E[j].x = exp2f(gate_of<kKDA>(s.g, kLdS, a, c2) - gate_of<kKDA>(s.g, kLdS, r, c2));
-    E[j].y = exp2f(gate_of<kKDA>(s.g, kLdS, a, c2 + 1) - gate_of<kKDA>(s.g, kLdS, r, c2 + 1));
+    E[j].x = exp2f(gate_of<true>(s.g, kLdS, a, c2) - gate_of<true>(s.g, kLdS, r, c2));
+    E[j].y = exp2f(gate_of<true>(s.g, kLdS, a, c2 + 1) - gate_of<true>(s.g, kLdS, r, c2 + 1));
     kk[j] = lds2(s.k + r * kLdS + c2);
   }
 #pragma unroll
@@ -132,15 +133,15 @@ __device__ void intra_left(const IntraSmem& s, int L, float2 (&ot)[4]) {
 }
 
 // Pairs inside block m for key dl: DQ, DK (with beta), and the running gate sums ST.
-template <bool kKDA, bool kDelta>
+template <bool kDelta>
 __device__ void intra_diag(const IntraSmem& s, int L, int m, int dl) {
   const int r0 = 16 * m, r1 = min(r0 + 16, L);
   for (int r = r0; r < r1; ++r) s.DK[r * kLdO + dl] = 0.0f, s.ST[r * kLdO + dl] = 0.0f;
   for (int r = r0; r < r1; ++r) {
-    const float qr = s.q[r * kLdS + dl], kr = s.k[r * kLdS + dl], gr = gate_of<kKDA>(s.g, kLdS, r, dl), br = s.bet[r];
+    const float qr = s.q[r * kLdS + dl], kr = s.k[r * kLdS + dl], gr = gate_of<true>(s.g, kLdS, r, dl), br = s.bet[r];
     float dq = 0.0f, dkl = 0.0f, run = 0.0f;
     for (int c = r0; c < r; ++c) {
-      const float D = exp2f(gr - gate_of<kKDA>(s.g, kLdS, c, dl)), kc = s.k[c * kLdS + dl];
+      const float D = exp2f(gr - gate_of<true>(s.g, kLdS, c, dl)), kc = s.k[c * kLdS + dl];
       const float a = s.dA[r * kLdC + c], l = kDelta ? s.dL[r * kLdC + c] : 0.0f;  // gla: dL = 0, beta = 0
       dq = fmaf(a * kc, D, dq);
       if constexpr (kDelta) dkl = fmaf(l * kc, D, dkl);
@@ -167,7 +168,7 @@ __device__ void intra_gate(const IntraSmem& s, int L, int m, int dl) {
   for (int t = r1 - 1; t >= r0; --t) suf += s.RO[t * kLdO + dl], s.ST[t * kLdO + dl] += suf;
 }
 
-template <bool kKDA, bool kDelta>
+template <bool kDelta>
 __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_constant__ BwdParams bp) {
   const ChunkParams& p = bp.c;
   const ChunkInfo ck = p.chunks[blockIdx.x];
@@ -176,19 +177,18 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
   extern __shared__ __align__(16) float smem[];
   IntraSmem s(smem);
-  if constexpr (!kKDA) s.g = s.gsc;  // gate_of reads g[r] for gdn
   copy_rows_async(s.dA, kLdC, bp.dAc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
   if constexpr (kDelta) copy_rows_async(s.dL, kLdC, bp.Wc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  copy_gates_async<kKDA>(s.g, kLdS, p, ck, hv, d0, kSlab);
+  copy_gates_async<true>(s.g, kLdS, p, ck, hv, d0, kSlab);
   load_qk_slabs(s.q, s.k, kLdS, p, ck.t0, h, L, d0);  // while the copies above are in flight
   for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
   cp_async_wait_all();
   __syncthreads();
-  build_scaled<kKDA>(s.g, s.k, s.q, s.kF, s.kE, s.qF, s.ct, L);
+  build_scaled<true>(s.g, s.k, s.q, s.kF, s.kE, s.qF, s.ct, L);
   __syncthreads();
   float2 oq[4], ol[4], ot[4];
-  intra_right<kKDA, kDelta>(s, oq, ol);
-  intra_left<kKDA, kDelta>(s, L, ot);
+  intra_right<kDelta>(s, oq, ol);
+  intra_left<kDelta>(s, L, ot);
   __syncthreads();  // the scaled slabs are consumed: RO, CO, DQ take their place
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -201,25 +201,19 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   __syncthreads();
   const int m = threadIdx.x >> 5, dl = threadIdx.x & 31;
   if (threadIdx.x < 128) {
-    intra_diag<kKDA, kDelta>(s, L, m, dl);
+    intra_diag<kDelta>(s, L, m, dl);
     intra_gate(s, L, m, dl);
   }
   __syncthreads();
-  if constexpr (kKDA) {
-    if (threadIdx.x < 128) {  // read-modify-write of da: all loads first
-      float x[16];
-      const int r0 = 16 * m, nr = min(16, L - r0);
+  if (threadIdx.x < 128) {  // read-modify-write of da (per key): all loads first
+    float x[16];
+    const int r0 = 16 * m, nr = min(16, L - r0);
 #pragma unroll
-      for (int u = 0; u < 16; ++u)
-        x[u] = u < nr ? bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] : 0.0f;
+    for (int u = 0; u < 16; ++u)
+      x[u] = u < nr ? bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] : 0.0f;
 #pragma unroll
-      for (int u = 0; u < 16; ++u)
-        if (u < nr) bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] = x[u] + s.ST[(r0 + u) * kLdO + dl];
-    }
-  } else if (threadIdx.x < L) {
-    float x = 0.0f;
-    for (int c = 0; c < kSlab; ++c) x += s.ST[threadIdx.x * kLdO + c];
-    bp.part[(int64_t(ck.t0 + threadIdx.x) * p.HV + hv) * kPartSlots + kPartDaIntra + z] = x;
+    for (int u = 0; u < 16; ++u)
+      if (u < nr) bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] = x[u] + s.ST[(r0 + u) * kLdO + dl];
   }
   float2 gq[4], gk[4];  // read-modify-write of dqv, dkv: all loads first
 #pragma unroll
@@ -245,11 +239,11 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
 
 void launch_bwd_intra(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
+  if (!p.kda && !p.gla) return launch_bwd_intra_gdn(bp, stream);  // a scalar gate: products on tensor cores
   const size_t smem = sizeof(float) * IntraSmem::floats;
   const dim3 grid(p.NT, p.HV, p.K / kSlab);
-  if (p.gla) launch_kernel(bwd_intra_kernel<true, false>, grid, dim3(kBwdThreads), smem, stream, bp);
-  else if (p.kda) launch_kernel(bwd_intra_kernel<true, true>, grid, dim3(kBwdThreads), smem, stream, bp);
-  else launch_kernel(bwd_intra_kernel<false, true>, grid, dim3(kBwdThreads), smem, stream, bp);
+  if (p.gla) launch_kernel(bwd_intra_kernel<false>, grid, dim3(kBwdThreads), smem, stream, bp);
+  else launch_kernel(bwd_intra_kernel<true>, grid, dim3(kBwdThreads), smem, stream, bp);
 }
 
 }  // namespace kcp::cuda
