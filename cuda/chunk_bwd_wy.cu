@@ -7,7 +7,8 @@
 //   dP  = strict_lower(W1 (I + Lmat)^T),  Lmat = Diag(beta) G,  W1 = dvnew vnew^T (kernel 1)
 //   T   = P^T dP;   dL = -strict_lower(T P^T)   (P unit lower triangular, from kkt)
 //   dbeta_e = sum_s dL_rs G_rs                  (kernel 1's partials are added by the sum kernel)
-// dL replaces W1 in the workspace (bp.Wc) for kernel 3. float32 FMA throughout.
+// dL replaces W1 in the workspace (bp.Wc) for kernel 3. The gram in float32 FMA; dP, T and dL as
+// 64x64 products on tensor cores (3xTF32 where bwd_split_products says so, else one TF32 product).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
@@ -31,20 +32,27 @@ struct WySmem {
   }
 };
 
-// c += A B^T on 64x64 tiles: acc[i][j] += sum_m A[ty+16i][m] B[tx+16j][m] (rows of kLdC floats).
+// c += A B^T on 64x64 tiles (rows of kLdC floats, 4 mod 32: ldmatrix fragments without bank
+// conflicts), on tensor cores (3xTF32 when S): warp w owns rows 16 (w % 4) and the 8-column tiles
+// 4 (w / 4) + j; acc[j][e] is element e of tile j (tile_mma.cuh: acc_row, acc_col).
+template <bool S>
 __device__ __forceinline__ void tile_nt(float (&acc)[4][4], const float* A, const float* B) {
-  const int ty = bwd_ty(), tx = bwd_tx();
-#pragma unroll 4
-  for (int m = 0; m < kChunk; m += 4) {
-    float4 a[4], b[4];
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = 32 * (w >> 2);
+#pragma unroll 2
+  for (int k0 = 0; k0 < kChunk; k0 += 8) {
+    const FragA<S> a = ldm_a_row<S>(A, kLdC, m0, k0, false);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = lds4(A + (ty + 16 * i) * kLdC + m), b[i] = lds4(B + (tx + 16 * i) * kLdC + m);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[i][j] = dot4(a[i], b[j], acc[i][j]);
+    for (int j = 0; j < 4; j += 2) {
+      FragB<S> b[2];
+      ldm_b_nk2<S>(b[0], b[1], B, kLdC, k0, n0 + 8 * j, false);
+      mma<S>(acc[j], a, b[0]);
+      mma<S>(acc[j + 1], a, b[1]);
+    }
   }
 }
+// Row and column of element e of tile j of tile_nt's accumulators.
+__device__ __forceinline__ int nt_row(int e) { return acc_row(16 * ((threadIdx.x >> 5) & 3), e); }
+__device__ __forceinline__ int nt_col(int j, int e) { return acc_col(32 * (threadIdx.x >> 7) + 8 * j, e); }
 
 // One 32-key slab of the gram into acc (rows ty + 16 i, columns tx + 16 j, j <= i).
 template <bool kKDA>
@@ -120,11 +128,11 @@ __device__ void wy_gram(const BwdParams& bp, const WySmem& s, const ChunkInfo& c
     }
 }
 
-template <int KD, bool kKDA>
+template <int KD, bool kKDA, bool kSplit>
 __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_constant__ BwdParams bp) {
   const ChunkParams& p = bp.c;
   const ChunkInfo ck = p.chunks[blockIdx.x];
-  const int hv = blockIdx.y, L = ck.len, ty = bwd_ty(), tx = bwd_tx();
+  const int hv = blockIdx.y, L = ck.len;
   const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
   extern __shared__ __align__(16) float smem[];
   const WySmem s(smem);
@@ -142,40 +150,42 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_con
   }
   __syncthreads();
   float acc[4][4] = {};
-  tile_nt(acc, s.W, s.G);  // sum_t W1_rt G_st
+  tile_nt<kSplit>(acc, s.W, s.G);  // sum_t W1_rt G_st
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int j = 0; j < 4; ++j)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {  // dP, stored transposed
-      const int r = ty + 16 * i, c = tx + 16 * j;
-      s.X[c * kLdC + r] = c < r ? s.W[r * kLdC + c] + s.bet[c] * acc[i][j] : 0.0f;
-      acc[i][j] = 0.0f;
+    for (int e = 0; e < 4; ++e) {  // dP, stored transposed
+      const int r = nt_row(e), c = nt_col(j, e);
+      s.X[c * kLdC + r] = c < r ? s.W[r * kLdC + c] + s.bet[c] * acc[j][e] : 0.0f;
+      acc[j][e] = 0.0f;
     }
   __syncthreads();
-  tile_nt(acc, s.PT, s.X);  // T_rs = sum_m P'_mr dP_ms
+  tile_nt<kSplit>(acc, s.PT, s.X);  // T_rs = sum_m P'_mr dP_ms
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int j = 0; j < 4; ++j)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) s.W[(ty + 16 * i) * kLdC + tx + 16 * j] = acc[i][j], acc[i][j] = 0.0f;
+    for (int e = 0; e < 4; ++e) s.W[nt_row(e) * kLdC + nt_col(j, e)] = acc[j][e], acc[j][e] = 0.0f;
   __syncthreads();
-  tile_nt(acc, s.W, s.P);  // (T P'^T)_rs = sum_m T_rm P'_sm
-  float db[4] = {};
+  tile_nt<kSplit>(acc, s.W, s.P);  // (T P'^T)_rs = sum_m T_rm P'_sm
+  float db[2] = {};  // rows nt_row(0), nt_row(2)
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+  for (int j = 0; j < 4; ++j)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = ty + 16 * i, c = tx + 16 * j;
-      const float dl = (c < r && r < L) ? -acc[i][j] : 0.0f;
+    for (int e = 0; e < 4; ++e) {
+      const int r = nt_row(e), c = nt_col(j, e);
+      const float dl = (c < r && r < L) ? -acc[j][e] : 0.0f;
       Wg[r * kChunk + c] = dl;
-      db[i] = fmaf(dl, s.G[r * kLdC + c], db[i]);
+      db[e >> 1] = fmaf(dl, s.G[r * kLdC + c], db[e >> 1]);
     }
-#pragma unroll
-  for (int i = 0; i < 4; ++i) s.red[(ty + 16 * i) * 17 + tx] = db[i];
+  {  // 8 partials per row: the two warps of a row block, lanes t
+    const int q = 4 * (threadIdx.x >> 7) + lane_t();
+    s.red[nt_row(0) * 17 + q] = db[0], s.red[nt_row(2) * 17 + q] = db[1];
+  }
   __syncthreads();
   if (threadIdx.x < L) {
     float x = 0.0f;
-    for (int u = 0; u < 16; ++u) x += s.red[threadIdx.x * 17 + u];
+    for (int u = 0; u < 8; ++u) x += s.red[threadIdx.x * 17 + u];
     bp.dbeta_e[int64_t(ck.t0 + threadIdx.x) * p.HV + hv] = x;
   }
 }
@@ -185,10 +195,13 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_con
 void launch_bwd_wy_kernel(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   dispatch_key_dim(p.K, [&](auto kd) {
-    constexpr int KD = decltype(kd)::value;
-    const size_t smem = sizeof(float) * WySmem::floats;
-    if (p.kda) launch_kernel(bwd_wy_kernel<KD, true>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
-    else launch_kernel(bwd_wy_kernel<KD, false>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+    dispatch_bool(bwd_split_products(bp), [&](auto split) {
+      constexpr int KD = decltype(kd)::value;
+      constexpr bool kS = decltype(split)::value;
+      const size_t smem = sizeof(float) * WySmem::floats;
+      if (p.kda) launch_kernel(bwd_wy_kernel<KD, true, kS>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+      else launch_kernel(bwd_wy_kernel<KD, false, kS>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+    });
   });
 }
 
