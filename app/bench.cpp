@@ -15,6 +15,9 @@
 // --transitions 1: instead, the CP transitions of the whole input as one rank's part (transition_forward:
 // S_ext and M; transition_backward: dS_ext and M^T), median ms of each, gated against cpu-chunkwise's.
 // --explain: each row ends with the plan the forward ran (Backend::explain_forward).
+// --fused 1 (gdn, kda): the input transforms in the kernel (L2 norm of q, k, beta sigmoid, the softplus
+// gate with A_log and dt_bias: Kimi Linear's KDA call; bench_inputs.h), with dA_log and ddt_bias; no
+// FLA figure is printed for these rows (the recorded ones are for plain gates).
 // Every row is first run on input set 0 and judged against the float64 oracle (bench_check.h); a
 // row that fails prints WRONG and the failing tensor instead of times (--check 0 skips the gate and
 // says "unchecked"). MiB held: device memory the row holds (inputs, outputs, gradients, workspaces).
@@ -52,7 +55,9 @@ std::vector<std::string> str_list(const std::string& s) {
 
 // FLA's Triton forward+backward on the same H100 (issue 11, FLA bc3b101d, bf16, K = V = 128).
 // The recorded FLA figures are for one sequence, K = V = 128, bf16 q/k/v: other rows print none.
-bool fla_shape(const Problem& p, DType qkv) { return p.N == 1 && p.K == 128 && p.V == 128 && qkv == DType::bf16; }
+bool fla_shape(const Problem& p, DType qkv) {
+  return p.N == 1 && p.K == 128 && p.V == 128 && qkv == DType::bf16 && !p.flags.use_gate_in_kernel;  // not --fused
+}
 
 double fla_fwd_bwd_ms(Variant var, int64_t T, int64_t H) {
   if (H != 16) return 0;
@@ -66,9 +71,11 @@ struct BwdBuffers {
   std::vector<DeviceBuffer> bufs;
   Grads g;
 };
-BwdBuffers make_bwd_buffers(Backend& be, Variant var, int64_t T, int64_t H, int64_t K, int64_t V, DType dt) {
+BwdBuffers make_bwd_buffers(Backend& be, const Problem& p, DType dt) {
+  const Variant var = p.variant;
+  const int64_t T = p.T, H = p.H, K = p.K, V = p.V;
   BwdBuffers b;
-  b.bufs.reserve(5);
+  b.bufs.reserve(7);
   auto put = [&](DType t, Shape sh) {
     b.bufs.emplace_back(be.queue(), size_t(shape_numel(sh)) * size_t(dtype_size(t)));
     return TensorView(b.bufs.back().get(), t, std::move(sh), be.device());
@@ -76,6 +83,7 @@ BwdBuffers make_bwd_buffers(Backend& be, Variant var, int64_t T, int64_t H, int6
   b.g.dq = put(dt, {1, T, H, K}), b.g.dk = put(dt, {1, T, H, K}), b.g.dv = put(dt, {1, T, H, V});
   b.g.dg = put(DType::f32, var == Variant::gdn ? Shape{1, T, H} : Shape{1, T, H, K});
   if (var != Variant::gla) b.g.dbeta = put(DType::f32, {1, T, H});  // gla has no beta
+  if (p.flags.use_gate_in_kernel) b.g.dA_log = put(DType::f32, {p.HV}), b.g.ddt_bias = put(DType::f32, shape_dt_bias(p));
   return b;
 }
 
@@ -115,7 +123,7 @@ struct Gate {
 Row bench_backward(Backend& be, const Problem& p, std::vector<BenchInputs>& in, const Outputs& out, int warmup,
                    int repeat, std::string prefix, const Gate& gate) {
   if (Support sup = be.supports_backward(p); !sup) return {prefix + "unsupported: " + sup.reason + " |"};
-  BwdBuffers gb = make_bwd_buffers(be, p.variant, p.T, p.H, p.K, p.V, in[0].in.q.dtype);
+  BwdBuffers gb = make_bwd_buffers(be, p, in[0].in.q.dtype);
   const size_t sets = in.size();
   auto run = [&](int i) {
     const BenchInputs& x = in[size_t(i) % sets];
@@ -171,7 +179,7 @@ Row bench_transitions(Backend& be, const Problem& p, std::vector<BenchInputs>& i
 
 struct RunSettings {
   int warmup = 5, repeat = 50, sets = 3;
-  bool backward = false, transitions = false, explain = false, check = true;
+  bool backward = false, transitions = false, explain = false, check = true, fused = false;
 };
 
 // [0, T] cut into `seqs` nearly equal sequences (the first T % seqs one token longer).
@@ -186,14 +194,14 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
   const int warmup = rs.warmup, repeat = rs.repeat, sets = rs.sets;
   const bool backward = rs.backward;
   Gate gate;
-  gate.check = rs.check, gate.shape = {var, H, K, V, dt}, gate.used_before = be.queue().device_memory_used();
+  gate.check = rs.check, gate.shape = {var, H, K, V, dt, rs.fused}, gate.used_before = be.queue().device_memory_used();
   std::vector<BenchInputs> in;
   for (int s = 0; s < sets; ++s)
     in.push_back(make_bench_inputs(be, gate.shape, 0, T, gate.seed + uint64_t(s), backward || rs.transitions));
   ProblemOptions opt;
   opt.compute = DType::f32, opt.check_finite = false;
   if (seqs > 1) opt.cu_seqlens = equal_cu(T, seqs);
-  const Problem p = make_problem(var, in[0].in, Flags{}, opt);
+  const Problem p = make_problem(var, in[0].in, gate.shape.flags(), opt);
   std::ostringstream os;
   os << "| " << variant_name(var) << " | " << (seqs > 1 ? detail::concat(seqs, "x", T / seqs) : std::to_string(T))
      << " | " << H << " | ";
@@ -234,7 +242,7 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
 int cmd_bench(int argc, char** argv) {
   Args a(argc, argv,
          {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets", "backward", "seqs", "segment",
-          "check", "transitions"},
+          "check", "transitions", "fused"},
          {"explain"}, "bench");
   const std::string name = a.get("backend", "cuda-chunkwise");
   const DType dt = dtype_parse(a.get("dtype", "bfloat16"));
@@ -244,13 +252,16 @@ int cmd_bench(int argc, char** argv) {
   rs.warmup = int(a.get_int("warmup", 5)), rs.repeat = int(a.get_int("repeat", 50)), rs.sets = int(a.get_int("sets", 3));
   rs.backward = backward, rs.explain = a.has("explain"), rs.check = a.get_int("check", 1) != 0;
   rs.transitions = a.get_int("transitions", 0) != 0;
+  rs.fused = a.get_int("fused", 0) != 0;
   const int warmup = rs.warmup, repeat = rs.repeat, sets = rs.sets;
   KCP_CHECK(repeat >= 1 && sets >= 1 && warmup >= 0, "bench: --repeat and --sets must be >= 1, --warmup >= 0");
   BackendOptions bo;
   if (a.has("segment")) bo.segment = seg::parse_segment_option(a.get("segment", "auto"), "--segment");
-  std::printf("kcp bench: %s, %s, %s q/k/v, float32 gates and beta, K=%lld V=%lld, B=1, median of %d after %d "
+  std::printf("kcp bench: %s, %s, %s q/k/v, float32 gates and beta%s, K=%lld V=%lld, B=1, median of %d after %d "
               "warm-up runs, %d rotating input sets\n",
-              name.c_str(), rs.transitions ? "CP transitions" : backward ? "forward+backward" : "forward", std::string(dtype_name(dt)).c_str(), (long long)K, (long long)V, repeat, warmup, sets);
+              name.c_str(), rs.transitions ? "CP transitions" : backward ? "forward+backward" : "forward", std::string(dtype_name(dt)).c_str(),
+              rs.fused ? " (fused: L2 norm, beta sigmoid, softplus gate with A_log and dt_bias in the kernel)" : "",
+              (long long)K, (long long)V, repeat, warmup, sets);
   std::vector<Row> rows;
   for (const std::string& vs : str_list(a.get("variant", "gdn,kda")))
     for (long long T : int_list(a.get("T", "8192,32768")))

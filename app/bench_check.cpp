@@ -80,7 +80,9 @@ BenchVerdict check_bench_row(Backend& be, const BenchShape& s, const Problem& p,
       {"dk", {g.dk, bg.dk.view(), rg.dk.view()}},
       {"dv", {g.dv, bg.dv.view(), rg.dv.view()}},
       {"dg", {g.dg, bg.dg.view(), rg.dg.view()}},
-      {"dbeta", {g.dbeta, bg.dbeta.view(), rg.dbeta.view()}}};
+      {"dbeta", {g.dbeta, bg.dbeta.view(), rg.dbeta.view()}},
+      {"dA_log", {g.dA_log, bg.dA_log.view(), rg.dA_log.view()}},
+      {"ddt_bias", {g.ddt_bias, bg.ddt_bias.view(), rg.ddt_bias.view()}}};
   for (const auto& [name, t] : items) {
     const auto& [cand, base, oracle] = t;
     if (cand.empty() || oracle.empty()) continue;

@@ -6,7 +6,8 @@
 // per tensor, with rel_l2 errors; the oracle is cpu-chunkwise in float64 (equal to the float64 recurrence to
 // ~1e-10, tests/reference), the float32 baseline cpu-recurrent in float32, both on the host on the
 // same regenerated inputs (bench_inputs.h draws identical values on any backend). Forward: o;
-// forward+backward: o and every gradient the row computes (dq, dk, dv, dg, dbeta).
+// forward+backward: o and every gradient the row computes (dq, dk, dv, dg, dbeta; with --fused also
+// dA_log and ddt_bias).
 // Covered by tests/app/test_bench_check.cpp (a correct host candidate passes, a perturbed one fails).
 #pragma once
 

@@ -44,18 +44,32 @@ TensorView put(Backend& be, BenchInputs& out, const std::vector<float>& x, DType
 
 }  // namespace
 
+Flags BenchShape::flags() const {
+  KCP_CHECK(!fused || variant != Variant::gla, "bench: --fused 1 is for gdn and kda (the gate formulas with A_log, dt_bias)");
+  Flags f;
+  f.use_qk_l2norm_in_kernel = f.use_beta_sigmoid_in_kernel = f.use_gate_in_kernel = fused;
+  return f;
+}
+
 BenchInputs make_bench_inputs(Backend& be, const BenchShape& s, int64_t t0, int64_t T, uint64_t seed, bool with_do) {
   const int64_t H = s.H, K = s.K, V = s.V, gw = s.variant == Variant::gdn ? 1 : K;
   BenchInputs b;
   std::vector<float> q = draw(t0 * H * K, T * H * K, seed, 1, true), k = draw(t0 * H * K, T * H * K, seed, 2, true);
-  l2normalize_rows(q, K), l2normalize_rows(k, K);
+  if (!s.fused) l2normalize_rows(q, K), l2normalize_rows(k, K);  // fused: the kernel normalizes
   b.in.q = put(be, b, q, s.qkv, {1, T, H, K});
   b.in.k = put(be, b, k, s.qkv, {1, T, H, K});
   b.in.v = put(be, b, draw(t0 * H * V, T * H * V, seed, 3, true), s.qkv, {1, T, H, V});
-  b.in.g = put(be, b, draw(t0 * H * gw, T * H * gw, seed, 4, false, -0.3, -0.001), DType::f32,
-               s.variant == Variant::gdn ? Shape{1, T, H} : Shape{1, T, H, K});
-  if (s.variant != Variant::gla)
-    b.in.beta = put(be, b, draw(t0 * H, T * H, seed, 5, false, 0.0, 1.0), DType::f32, {1, T, H});
+  const Shape gs = s.variant == Variant::gdn ? Shape{1, T, H} : Shape{1, T, H, K};
+  if (s.fused) {  // raw gate, its parameters (per head, not per token: the same on every rank), beta logits
+    b.in.g = put(be, b, draw(t0 * H * gw, T * H * gw, seed, 4, false, -1.0, 1.0), DType::f32, gs);
+    b.in.A_log = put(be, b, draw(0, H, seed, 7, false, -1.0, 0.0), DType::f32, {H});
+    b.in.dt_bias = put(be, b, draw(0, H * gw, seed, 8, false, -4.0, -3.0), DType::f32, {H * gw});
+    b.in.beta = put(be, b, draw(t0 * H, T * H, seed, 5, true), DType::f32, {1, T, H});
+  } else {
+    b.in.g = put(be, b, draw(t0 * H * gw, T * H * gw, seed, 4, false, -0.3, -0.001), DType::f32, gs);
+    if (s.variant != Variant::gla)
+      b.in.beta = put(be, b, draw(t0 * H, T * H, seed, 5, false, 0.0, 1.0), DType::f32, {1, T, H});
+  }
   if (with_do) b.d_o = put(be, b, draw(t0 * H * V, T * H * V, seed, 6, true), s.qkv, {1, T, H, V});
   return b;
 }

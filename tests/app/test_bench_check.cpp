@@ -1,6 +1,7 @@
 // kcp bench's correctness gate (app/bench_check.h): a correct candidate passes, and a candidate with
 // one wrong tensor (scaled by a few percent, or one NaN) is reported WRONG with that tensor's name,
-// forward and forward+backward, float32 and bfloat16 inputs. The candidate is cpu-chunkwise in
+// forward and forward+backward, float32 and bfloat16 inputs; the fused rows (--fused 1) judge dA_log and
+// ddt_bias too. The candidate is cpu-chunkwise in
 // float32 on the bench's own inputs, so the gate is exercised exactly as on a GPU, on the host.
 #include <doctest/doctest.h>
 
@@ -29,7 +30,7 @@ Candidate run_candidate(Backend& be, const BenchShape& s, int64_t T, uint64_t se
   c.in = make_bench_inputs(be, s, 0, T, seed, backward);
   ProblemOptions opt;
   opt.compute = DType::f32;
-  c.p = make_problem(s.variant, c.in.in, Flags{}, opt);
+  c.p = make_problem(s.variant, c.in.in, s.flags(), opt);
   c.out = val::make_outputs<float>(c.p, false);
   be.forward(c.p, c.in.in, c.out.views());
   if (backward) {
@@ -71,6 +72,31 @@ TEST_CASE("bench gate: a correct candidate passes, one wrong tensor is named") {
         CHECK_FALSE(nan.ok);
         CHECK(nan.text.find("WRONG: dk ") == 0);
       }
+}
+
+TEST_CASE("bench gate: fused input transforms, the gate parameters' gradients are judged") {
+  auto be = val::backend_create("cpu-chunkwise");
+  const uint64_t seed = val::seed_from_env(1000);
+  for (Variant var : {Variant::gdn, Variant::kda})
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const BenchShape s{var, 2, 32, 32, dt, true};
+      const std::string name = std::string(variant_name(var)) + " " + std::string(dtype_name(dt)) + " fused seed " + std::to_string(seed);
+      CAPTURE(name);
+      Candidate c = run_candidate(*be, s, 150, seed, true);
+      REQUIRE(c.p.flags.use_gate_in_kernel);
+      REQUIRE(!c.grads.dA_log.vec().empty());
+      const BenchVerdict ok = judge(*be, s, seed, c, true);
+      std::printf("bench gate %s: %s\n", name.c_str(), ok.text.c_str());
+      CHECK(ok.ok);
+      for (const char* which : {"dA_log", "ddt_bias"}) {
+        std::vector<float>& x = std::string(which) == "dA_log" ? c.grads.dA_log.vec() : c.grads.ddt_bias.vec();
+        for (float& e : x) e *= 1.03f;  // 3% off: beyond FLA's gate bar (2%)
+        const BenchVerdict bad = judge(*be, s, seed, c, true);
+        CHECK_FALSE(bad.ok);
+        CHECK(bad.text.find(std::string("WRONG: ") + which + " ") == 0);
+        for (float& e : x) e /= 1.03f;
+      }
+    }
 }
 
 TEST_CASE("bench gate: CP transitions, a correct pair passes, a wrong backward pair is named") {
