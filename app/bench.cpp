@@ -83,7 +83,8 @@ BwdBuffers make_bwd_buffers(Backend& be, const Problem& p, DType dt) {
   b.g.dq = put(dt, {1, T, H, K}), b.g.dk = put(dt, {1, T, H, K}), b.g.dv = put(dt, {1, T, H, V});
   b.g.dg = put(DType::f32, var == Variant::gdn ? Shape{1, T, H} : Shape{1, T, H, K});
   if (var != Variant::gla) b.g.dbeta = put(DType::f32, {1, T, H});  // gla has no beta
-  if (p.flags.use_gate_in_kernel) b.g.dA_log = put(DType::f32, {p.HV}), b.g.ddt_bias = put(DType::f32, shape_dt_bias(p));
+  if (p.flags.use_gate_in_kernel)  // --fused: the gate parameters' gradients, float32
+    b.g.dA_log = put(DType::f32, {p.HV}), b.g.ddt_bias = put(DType::f32, shape_dt_bias(p));
   return b;
 }
 
@@ -259,8 +260,8 @@ int cmd_bench(int argc, char** argv) {
   if (a.has("segment")) bo.segment = seg::parse_segment_option(a.get("segment", "auto"), "--segment");
   std::printf("kcp bench: %s, %s, %s q/k/v, float32 gates and beta%s, K=%lld V=%lld, B=1, median of %d after %d "
               "warm-up runs, %d rotating input sets\n",
-              name.c_str(), rs.transitions ? "CP transitions" : backward ? "forward+backward" : "forward", std::string(dtype_name(dt)).c_str(),
-              rs.fused ? " (fused: L2 norm, beta sigmoid, softplus gate with A_log and dt_bias in the kernel)" : "",
+              name.c_str(), rs.transitions ? "CP transitions" : backward ? "forward+backward" : "forward",
+              std::string(dtype_name(dt)).c_str(), rs.fused ? " (fused: L2 norm, beta sigmoid, softplus gate with A_log and dt_bias in the kernel)" : "",
               (long long)K, (long long)V, repeat, warmup, sets);
   std::vector<Row> rows;
   for (const std::string& vs : str_list(a.get("variant", "gdn,kda")))

@@ -11,7 +11,8 @@
 // dbeta terms vanish (beta factors): no P, no P^T dvnew, no dXu h^T, no W1 (kernel wy does not run,
 // kernel intra takes dL = 0), no dbeta partials; with K <= 64 block 1 (no key rows) is not launched.
 // Every product on tensor cores, mma.sync m16n8k8: split operands (3xTF32, tile_mma.cuh) where
-// bwd_split_products says so (float32 inputs), else one TF32 product (chunk_bwd.cuh). Warp w owns rows 16 (w % 4) and half of the columns.
+// bwd_split_products says so (float32 inputs), else one TF32 product (chunk_bwd.cuh). Warp w owns
+// rows 16 (w % 4) and half of the columns.
 // Epilogue per (row r, key d), gamma = 2^b_r[d], e = 2^(b_end[d] - b_r[d]):
 //   dq = gamma scale doh;  dk = e vdh + beta gamma xw  (-> dqv, dkv; the intra parts are added later)
 //   da_t[d] = sum_{r>=t} (q dq + beta k gamma xw)_r + sum_{r<t} (k e vdh)_r + 2^b_end rowsum(h dh)
