@@ -69,10 +69,11 @@ struct BwdParams {
 };
 
 // The backward's products split into 3xTF32 (float32 accuracy, tile_mma.cuh) when an input it reads
-// is float32 (q, k, v, do) or when it computes a CP transition (M^T stays float32-accurate, as the
-// forward's M); with 16-bit inputs one TF32 product, the forward's rule: operands that are not
-// inputs (P, h, dh, vnew, dvnew, the gated k and q) are rounded to TF32 (validation/tolerance.h
-// kCudaTf32), finer than FLA, which stores them in bf16.
+// is float32 (q, k, v, do) or in the CP transition's chain (dhu with kInitTransition: M^T stays
+// float32-accurate, as the forward's M; the transition's chunk-local terms, dhu_local, run before
+// init is set and follow the input rule); with 16-bit inputs one TF32 product, the forward's rule:
+// operands that are not inputs (P, h, dh, vnew, dvnew, the gated k and q) are rounded to TF32
+// (validation/tolerance.h kCudaTf32), finer than FLA, which stores them in bf16.
 inline bool bwd_split_products(const BwdParams& bp) {
   return bp.c.q.dt == kF32 || bp.c.k.dt == kF32 || bp.c.v.dt == kF32 || (bp.d_o.p && bp.d_o.dt == kF32) ||
          bp.init == kInitTransition;
