@@ -1,6 +1,6 @@
 // Backward stage "chunk", kernel 2 of 3: the WY backward through (I + Lmat)^-1 (CPU twin
 // chunk_wy_backward's dP, dL, and chunk_intra_backward's dbeta term). Grid (chunks, HV), 256 threads;
-// 64x64 tiles in shared memory, register tiles of 4x4 (rows ty + 16 i, columns tx + 16 j):
+// 64x64 tiles in shared memory (the gram: register tiles of 4x4, rows ty + 16 i, columns tx + 16 j):
 //   G   = strict_lower(gated gram of k):  G_rs = sum_d k_r[d] k_s[d] 2^(b_r[d] - b_s[d])
 //         (gdn: (k_r . k_s) 2^(b_r - b_s); kda: off-diagonal 16-row blocks as F_r c_ij E_s products
 //         over 32-key slabs, chunk_bwd_tiles.cuh; diagonal blocks with exact exponents)
