@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
   cp_async_wait_all();
   __syncthreads();
-  build_scaled<true>(s.g, s.k, s.q, s.kF, s.kE, s.qF, s.ct, L);
+  build_scaled(s.g, s.k, s.q, s.kF, s.kE, s.qF, s.ct, L);
   __syncthreads();
   float2 oq[4], ol[4], ot[4];
   intra_right<kDelta>(s, oq, ol);

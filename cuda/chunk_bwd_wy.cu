@@ -112,7 +112,7 @@ __device__ void wy_gram(const BwdParams& bp, const WySmem& s, const ChunkInfo& c
     cp_async_wait_all();
     __syncthreads();
     if constexpr (kKDA) {
-      build_scaled<true>(s.g, s.k, nullptr, s.kF, s.kE, nullptr, s.ct, L);
+      build_scaled(s.g, s.k, nullptr, s.kF, s.kE, nullptr, s.ct, L);
       __syncthreads();
     }
     gram_slab<kKDA>(acc, s);

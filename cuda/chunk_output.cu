@@ -108,13 +108,11 @@ void launch_chunk_output(const OutputParams& op, int input_dtype, cudaStream_t s
     using Tin = typename decltype(tag)::type;
     dispatch_key_dim(p.K, [&](auto kd) {
       constexpr int KD = decltype(kd)::value;
-      auto run = [&](auto kda) {
+      dispatch_bool(p.kda, [&](auto kda) {
         constexpr bool kKDA = decltype(kda)::value;
         const size_t smem = OutputSmem<Tin, KD, kKDA>::bytes;
         launch_kernel(chunk_output_kernel<Tin, KD, kKDA>, dim3(p.NT, p.HV, p.V / kBV), kThreads, smem, stream, op);
-      };
-      if (p.kda) run(std::true_type{});
-      else run(std::false_type{});
+      });
     });
   });
 }

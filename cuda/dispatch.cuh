@@ -36,7 +36,8 @@ void dispatch_key_dim(int K, F&& f) {
   }
 }
 
-// A run-time yes/no as a compile-time one (the backward's split products, chunk_bwd.cuh).
+// A run-time yes/no as a compile-time one (the backward's split products, chunk_bwd.cuh; kda in
+// chunk_output.cu).
 template <class F>
 void dispatch_bool(bool b, F&& f) {
   if (b) f(std::true_type{});
