@@ -147,20 +147,20 @@ __global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p)
 }
 
 template <class Tin, bool kKDA>
-void launch(const ChunkParams& p, cudaStream_t stream) {
+void launch(const ChunkParams& p, cudaStream_t stream, bool with_u) {
   const size_t smem = WySmem<Tin, kKDA>::bytes;
-  const int slabs = (p.K + kSlab - 1) / kSlab + (p.V + kSlab - 1) / kSlab;
+  const int slabs = (p.K + kSlab - 1) / kSlab + (with_u ? (p.V + kSlab - 1) / kSlab : 0);  // w slabs first (slab_of)
   launch_kernel(chunk_wy_kernel<Tin, kKDA>, dim3(slabs, p.NT, p.HV), kThreads, smem, stream, p);
 }
 
 }  // namespace
 
-void launch_chunk_wy(const ChunkParams& p, int input_dtype, cudaStream_t stream) {
+void launch_chunk_wy(const ChunkParams& p, int input_dtype, cudaStream_t stream, bool with_u) {
   if (p.NT == 0 || p.gla) return;  // gla: no w, u; kg, qg come from the kkt stage
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
-    if (p.kda) launch<Tin, true>(p, stream);
-    else launch<Tin, false>(p, stream);
+    if (p.kda) launch<Tin, true>(p, stream, with_u);
+    else launch<Tin, false>(p, stream, with_u);
   });
 }
 

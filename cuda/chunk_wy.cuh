@@ -7,7 +7,8 @@
 
 namespace kcp::cuda {
 
-// One block per (chunk, value head); writes p.w, p.u (and p.kg, p.qg for kda), float32.
-void launch_chunk_wy(const ChunkParams& p, int input_dtype, cudaStream_t stream);
+// One block per (64-column slab, chunk, value head); writes p.w, p.u (and p.kg, p.qg for kda),
+// float32. with_u = false: the w slabs only (u not written), for callers that never read u.
+void launch_chunk_wy(const ChunkParams& p, int input_dtype, cudaStream_t stream, bool with_u = true);
 
 }  // namespace kcp::cuda

@@ -88,7 +88,9 @@ BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int
   Impl& im = *this;
   const Setup st = im.setup(p, in, seq_first, seq_count, true);
   im.size_backward_workspace(p);
-  im.run_front(st);
+  // u is read only by the unfolded state kernel of the recompute: not by the folded one (gdn with
+  // 16-bit inputs, which forms vnew from v), nor by any backward kernel, nor by the transition's chains.
+  im.run_front(st, keep_states && !state_fold_applies(st.c, st.dtype));
   if (keep_states) {
     StateParams sp;
     sp.c = st.c;

@@ -210,10 +210,11 @@ struct Pipeline::Impl {
   // the transition's state-gradient chains (dhu alone) read neither.
   BwdParams backward_setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count,
                            bool keep_states = true);
-  void run_front(const Setup& st) const {
+  // cumsum -> kkt -> WY; with_u = false leaves u unwritten (its readers: the unfolded state kernel).
+  void run_front(const Setup& st, bool with_u = true) const {
     launch_chunk_cumsum(st.c, st.dtype, stream);
     launch_chunk_kkt(st.c, st.dtype, stream);
-    launch_chunk_wy(st.c, st.dtype, stream);
+    launch_chunk_wy(st.c, st.dtype, stream, with_u);
   }
 };
 
