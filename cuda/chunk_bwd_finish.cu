@@ -7,9 +7,11 @@
 //           dg = gate_backward(g + dt_bias, da): log decay da; softplus -da c softplus'(x) with
 //           dA_log term da (-c softplus(x)); lower bound c dz, dz = da lb sig (1 - sig), dA_log
 //           term dz z (c = exp(A_log) or 1, z = c x)
-//   sums:   dA_log[hv] and ddt_bias[hv(*K + d)] summed over the tokens in a fixed order (one block
-//           per output element, deterministic).
+//   sums:   dA_log[hv] and ddt_bias[hv(*K + d)] summed over the tokens in two passes (partials per
+//           block of ~256 tokens, then per output element), fixed partition and order: deterministic.
 // Covered by tests/cuda/test_cuda_backward.cpp.
+#include <algorithm>
+
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
 
@@ -123,24 +125,55 @@ __global__ void __launch_bounds__(kThreads) bwd_gate_kernel(const BwdParams bp) 
   if (bp.dg.p) store_any(bp.dg.p, bp.dg.dt, row_off(bp.dg, tt, hv) + d, dx);
 }
 
-// blockIdx.x < HV: dA_log[hv] over (tt, d); else ddt_bias[hv*Kg + d] over tt.
-__global__ void __launch_bounds__(kThreads) bwd_param_sum_kernel(const BwdParams bp, int do_alog) {
+// The parameter sums in two passes (deterministic: a fixed partition and fixed orders). Pass 1,
+// block (p, hv): tokens [p nb, (p + 1) nb) of value head hv, thread (rr, d) = (tid / Kg, tid % Kg)
+// summing rows rr, rr + R, ... (R = kThreads / Kg; the loads of a row coalesced): the dA_log terms
+// over (tt, d) into part[hv P + p], the ddt_bias terms per d (its R row partials in order) into
+// part[HV P + (hv Kg + d) P + p]. bp.part (TT HV kPartSlots floats) is free once the chunk sums ran.
+// With one partition (P = 1, TT <= 256) the block's sums are the results: stored directly, no pass 2.
+__global__ void __launch_bounds__(kThreads) bwd_param_part_kernel(const BwdParams bp, int64_t nb) {
+  __shared__ float red[kThreads];
+  const ChunkParams& p = bp.c;
+  const int Kg = p.kda ? p.K : 1, R = kThreads / Kg, rr = int(threadIdx.x) / Kg, d = int(threadIdx.x) % Kg;
+  const int hv = blockIdx.y, P = gridDim.x;
+  const int64_t t0 = int64_t(blockIdx.x) * nb, t1 = min(t0 + nb, p.TT);
+  float a = 0.0f, x = 0.0f;
+  for (int64_t tt = t0 + rr; tt < t1; tt += R) {
+    const int64_t e = (tt * p.HV + hv) * Kg + d;
+    if (bp.dA_log.p) a += bp.dalog[e];
+    if (bp.ddt_bias.p) x += bp.dx[e];
+  }
+  if (bp.dA_log.p) {
+    a = block_sum(a, red);
+    if (threadIdx.x == 0) {
+      if (P == 1) store_any(bp.dA_log.p, bp.dA_log.dt, hv * bp.dA_log.s, a);
+      else bp.part[int64_t(hv) * P + blockIdx.x] = a;
+    }
+  }
+  if (bp.ddt_bias.p) {
+    __syncthreads();  // block_sum's reads of red are done
+    red[threadIdx.x] = x;
+    __syncthreads();
+    if (rr == 0) {
+      for (int q = 1; q < R; ++q) x += red[q * Kg + d];
+      if (P == 1) store_any(bp.ddt_bias.p, bp.ddt_bias.dt, (int64_t(hv) * Kg + d) * bp.ddt_bias.s, x);
+      else bp.part[int64_t(p.HV) * P + (int64_t(hv) * Kg + d) * P + blockIdx.x] = x;
+    }
+  }
+}
+
+// Pass 2, block e: e < HV: dA_log[e] from part[e P ..]; else ddt_bias[e - HV] (= hv Kg + d) from its P
+// partials; each in a fixed order.
+__global__ void __launch_bounds__(kThreads) bwd_param_sum_kernel(const BwdParams bp, int P, int first) {
   __shared__ float red[kThreads / 32];
   const ChunkParams& p = bp.c;
-  const int Kg = p.kda ? p.K : 1;
+  const int e = first + int(blockIdx.x);
   float acc = 0.0f;
-  if (do_alog) {
-    const int hv = blockIdx.x;
-    for (int64_t i = threadIdx.x; i < p.TT * Kg; i += kThreads)
-      acc += bp.dalog[((i / Kg) * p.HV + hv) * Kg + i % Kg];
-    acc = block_sum(acc, red);
-    if (threadIdx.x == 0) store_any(bp.dA_log.p, bp.dA_log.dt, hv * bp.dA_log.s, acc);
-  } else {
-    const int e = blockIdx.x, hv = e / Kg, d = e % Kg;
-    for (int64_t tt = threadIdx.x; tt < p.TT; tt += kThreads) acc += bp.dx[(tt * p.HV + hv) * Kg + d];
-    acc = block_sum(acc, red);
-    if (threadIdx.x == 0) store_any(bp.ddt_bias.p, bp.ddt_bias.dt, e * bp.ddt_bias.s, acc);
-  }
+  for (int i = threadIdx.x; i < P; i += kThreads) acc += bp.part[int64_t(e) * P + i];
+  acc = block_sum(acc, red);
+  if (threadIdx.x != 0) return;
+  if (e < p.HV) store_any(bp.dA_log.p, bp.dA_log.dt, e * bp.dA_log.s, acc);
+  else store_any(bp.ddt_bias.p, bp.ddt_bias.dt, int64_t(e - p.HV) * bp.ddt_bias.s, acc);
 }
 
 }  // namespace
@@ -159,15 +192,18 @@ void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream) {
   const dim3 gate_grid = p.kda ? dim3(blocks(p.TT, kThreads / Kg).x, unsigned(p.HV)) : blocks(p.TT * p.HV, kThreads);
   bwd_gate_kernel<<<gate_grid, kThreads, 0, stream>>>(bp);
   KCP_CUDA_LAUNCH_CHECK();
-  if (p.gate == kGateLogDecay) return;
-  if (bp.dA_log.p) {
-    bwd_param_sum_kernel<<<p.HV, kThreads, 0, stream>>>(bp, 1);
-    KCP_CUDA_LAUNCH_CHECK();
-  }
-  if (bp.ddt_bias.p) {
-    bwd_param_sum_kernel<<<p.HV * Kg, kThreads, 0, stream>>>(bp, 0);
-    KCP_CUDA_LAUNCH_CHECK();
-  }
+  if (p.gate == kGateLogDecay || !(bp.dA_log.p || bp.ddt_bias.p)) return;
+  // about 256 tokens per pass-1 block (at most 1024 partitions), within bp.part: HV P (1 + Kg) floats
+  const int P = int(std::min<int64_t>(1024, (p.TT + 255) / 256));
+  const int64_t nb = (p.TT + P - 1) / P;
+  KCP_CHECK(P == 1 || int64_t(p.HV) * P * (1 + Kg) <= p.TT * p.HV * kPartSlots,
+            "cuda-chunkwise backward: parameter partials exceed the workspace");
+  bwd_param_part_kernel<<<dim3(unsigned(P), unsigned(p.HV)), kThreads, 0, stream>>>(bp, nb);
+  KCP_CUDA_LAUNCH_CHECK();
+  if (P == 1) return;  // pass 1 stored the results
+  const int first = bp.dA_log.p ? 0 : p.HV, last = bp.ddt_bias.p ? p.HV * (1 + Kg) : p.HV;
+  bwd_param_sum_kernel<<<unsigned(last - first), kThreads, 0, stream>>>(bp, P, first);
+  KCP_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace kcp::cuda
