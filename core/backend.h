@@ -12,7 +12,8 @@
 //              written into packed [count, HV, K, V+K] (core/transition.h: S_ext beside M)
 //   transition_backward(seq_begin, packed): the transposed chains, dS_in = M^T dS_out + dS_ext, where
 //              dS_ext is dL/dS_in of each sequence's outputs with d_final_state = 0; packed holds
-//              (dS_ext, M^T)
+//              (dS_ext, M^T), or dS_ext alone when packed is [count, HV, K, V] (core/transition.h:
+//              the M^T chain is not run)
 //   conv1d_forward / conv1d_backward: the causal depthwise conv1d of the layer (core/conv1d.h)
 //   explain_forward(p): one line on how forward(p) would run, for `kcp bench --explain` (a backend
 //              that plans, such as the segmented one of segment/, prints its plan); empty by default

@@ -147,15 +147,18 @@ void PaddedBackend::transition_backward(const Problem& p, const Inputs& in, cons
   if (!pl.changes()) return inner().transition_backward(p, in, d_o, seq_begin, packed);
   require_backward_support(*this, p);
   if (!pl.pads()) return inner().transition_backward(pl.padded, in, d_o, seq_begin, packed);
-  const int64_t count = check_transition_call(p, seq_begin, packed, device(), "transition_backward");
+  const int64_t count = check_transition_call(p, seq_begin, packed, device(), "transition_backward", true);
   KCP_CHECK(d_o.shape == shape_v(p), "d_o: expected shape [B,T,HV,V] = ", shape_str(shape_v(p)), ", got ",
             shape_str(d_o.shape));
   check_device(d_o, "d_o");
   const Inputs pin = pad_inputs(pl, in, false);
   const TensorView pdo = pad_in(Slot::d_o, d_o, shape_v(pl.padded));
-  const TensorView pk = slot(Slot::packed, p.compute, transition_shape(count, p.HV, pl.Kp, pl.Vp));
+  const bool s_only = transition_s_only(p, packed);  // dS_ext alone: the padded call asks for it alone too
+  const TensorView pk = slot(Slot::packed, p.compute, s_only ? transition_s_shape(count, p.HV, pl.Kp, pl.Vp)
+                                                             : transition_shape(count, p.HV, pl.Kp, pl.Vp));
   inner().transition_backward(pl.padded, pin, pdo, seq_begin, pk);
-  unpad_transition(packed, pk, pl);
+  if (s_only) queue().copy_view(packed, padded_transition_s(pk, pl.K, pl.V));
+  else unpad_transition(packed, pk, pl);
 }
 
 std::unique_ptr<Backend> make_padded_backend(std::unique_ptr<Backend> inner, PadRule rule) {

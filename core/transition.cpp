@@ -22,10 +22,11 @@ TensorView transition_m(const TensorView& e) {
 }
 
 void check_transition_buffer(const Problem& p, const TensorView& packed, int64_t count, Device device,
-                             const char* what) {
+                             const char* what, bool allow_s_only) {
   const Shape want = transition_shape(count, p.HV, p.K, p.V);
-  KCP_CHECK(packed.shape == want, what, ": expected a packed transition buffer of shape [count,HV,K,V+K] = ",
-            shape_str(want), ", got ", shape_str(packed.shape));
+  const bool s_only = allow_s_only && packed.shape == transition_s_shape(count, p.HV, p.K, p.V);
+  KCP_CHECK(packed.shape == want || s_only, what, ": expected a packed transition buffer of shape [count,HV,K,V+K] = ",
+            shape_str(want), allow_s_only ? " (or its S part [count,HV,K,V])" : "", ", got ", shape_str(packed.shape));
   KCP_CHECK(packed.contiguous(), what, ": the packed transition buffer must be contiguous");
   KCP_CHECK(packed.dtype == p.compute, what, ": the packed transition buffer must be in the compute precision ",
             dtype_name(p.compute), ", got ", dtype_name(packed.dtype));
@@ -33,12 +34,12 @@ void check_transition_buffer(const Problem& p, const TensorView& packed, int64_t
 }
 
 int64_t check_transition_call(const Problem& p, int64_t seq_begin, const TensorView& packed, Device device,
-                              const char* what) {
+                              const char* what, bool allow_s_only) {
   KCP_CHECK(packed.rank() == 4, what, ": expected a packed buffer [count,HV,K,V+K], got ", shape_str(packed.shape));
   const int64_t count = packed.dim(0);
   KCP_CHECK(seq_begin >= 0 && count >= 0 && seq_begin + count <= p.N, what, ": sequences [", seq_begin, ", ",
             seq_begin + count, ") outside [0, ", p.N, ")");
-  check_transition_buffer(p, packed, count, device, what);
+  check_transition_buffer(p, packed, count, device, what, allow_s_only);
   return count;
 }
 

@@ -24,13 +24,24 @@ TensorView transition_element(const TensorView& packed, int64_t i);
 TensorView transition_s(const TensorView& element);
 TensorView transition_m(const TensorView& element);
 
-// Throws unless `packed` is a contiguous [count, HV, K, V+K] buffer of p's sizes in p.compute on `device`.
+// The S part alone, [count, HV, K, V]: what a transition_backward call may ask for where the caller
+// has M^T already (the CP layer transposes the forward's M) or does not need it (a run that stops
+// there with no d_final_state): the M^T chain is then not run.
+inline Shape transition_s_shape(int64_t count, int64_t HV, int64_t K, int64_t V) { return {count, HV, K, V}; }
+// Whether `packed` holds the S part alone (its last axis is V, not V + K).
+inline bool transition_s_only(const Problem& p, const TensorView& packed) {
+  return packed.rank() == 4 && packed.dim(3) == p.V;
+}
+
+// Throws unless `packed` is a contiguous [count, HV, K, V+K] buffer (or, with allow_s_only, [count,
+// HV, K, V]) of p's sizes in p.compute on `device`.
 void check_transition_buffer(const Problem& p, const TensorView& packed, int64_t count, Device device,
-                             const char* what);
+                             const char* what, bool allow_s_only = false);
 // The arguments of a transition_forward / transition_backward call: `packed` is a [count,HV,K,V+K]
-// buffer as above for the sequences [seq_begin, seq_begin + count) of p. Returns count.
+// buffer as above (transition_backward: or the S part alone, allow_s_only) for the sequences
+// [seq_begin, seq_begin + count) of p. Returns count.
 int64_t check_transition_call(const Problem& p, int64_t seq_begin, const TensorView& packed, Device device,
-                              const char* what);
+                              const char* what, bool allow_s_only = false);
 
 // The state entry n of a [N,HV,K,V] (or, v_first, [N,HV,V,K]) view, seen K-major as [HV,K,V]
 // (a stride permutation, no copy): what the transition algebra reads and writes.

@@ -51,6 +51,12 @@ void expect_global_state(const char* name, const TensorView& t, const Shape& wan
 // The element view of a packed [1,HV,K,V+K] buffer.
 TensorView element(const DeviceTensor& t) { return transition_element(t.view, 0); }
 
+// [HV,K,K] seen transposed in its last two axes (a stride swap, no copy).
+TensorView transposed_kk(TensorView m) {
+  std::swap(m.stride[1], m.stride[2]);
+  return m;
+}
+
 }  // namespace
 
 std::string_view merge_name(MergeAlgorithm m) { return m == MergeAlgorithm::linear ? "linear" : "log-depth"; }
@@ -181,10 +187,15 @@ void ContextParallel::forward_impl(const Local& l, const Inputs& in, const Outpu
   Inputs loc = in;
   loc.initial_state = {};
   DeviceTensor mine(q, p.compute, transition_shape(1, p.HV, p.K, p.V));
+  saved_m_ = DeviceTensor();
   phase(fwd_times_.transition, [&] {
     if (c.empty()) return q.transition_identity(element(mine));
     if (c.is_last_rank) return q.fill_zero(mine.view);  // a reset with a zero state: no one folds it
     backend_.transition_forward(p, loc, last, mine.view);  // the last local sequence continues
+    if (c.n_local() == 1) {  // it is also the first: its backward transition takes M^T from here
+      saved_m_ = DeviceTensor(q, p.compute, {p.HV, p.K, p.K});
+      q.copy_view(saved_m_.view, transition_m(element(mine)));
+    }
     if (c.starts_here(last))  // the run starts at its h0 (5.7) and nothing before it reaches past
       q.transition_start(element(mine), in.initial_state.empty() ? TensorView()
                                                                  : state_entry_kmajor(in.initial_state, c.seq_begin + last,
@@ -219,6 +230,25 @@ void ContextParallel::reduce_parameter_grads(const Local& l, const DeviceTensor&
   q.synchronize();
 }
 
+// The backward transition (dS_ext, M^T) of local sequence 0 into mine. The M^T chain costs as much
+// as the dS_ext chain; it is not run where M^T is known or unread: M of a rank holding one sequence
+// was kept by the forward (saved_m_; backward runs on the forward's inputs, as saved_h0_ already
+// requires), and a run that stops here with no d_final_state has its M^T zeroed unread by
+// transition_start. Then the backend computes dS_ext alone.
+void ContextParallel::backward_transition(const Problem& p, const Inputs& loc, const Cotangents& d, DeviceTensor& mine) {
+  const CpContext& c = ctx_;
+  Queue& q = backend_.queue();
+  const bool m_unread = c.ends_here(0) && d.d_final_state.empty();
+  const bool m_kept = saved_m_.view.shape == Shape{p.HV, p.K, p.K} && saved_m_.view.dtype == p.compute;
+  if (!m_unread && !m_kept) return backend_.transition_backward(p, loc, d.d_o, 0, mine.view);
+  const DeviceTensor ds(q, p.compute, transition_s_shape(1, p.HV, p.K, p.V));
+  backend_.transition_backward(p, loc, d.d_o, 0, ds.view);
+  const TensorView e = element(mine);
+  q.copy_view(transition_s(e), transition_element(ds.view, 0));
+  if (m_unread) q.fill_zero(transition_m(e));
+  else q.copy_view(transition_m(e), transposed_kk(saved_m_.view));
+}
+
 void ContextParallel::backward_impl(const Local& l, const Inputs& in, const Cotangents& d, const Grads& gr) {
   const CpContext& c = ctx_;
   const Problem& p = l.p;
@@ -231,7 +261,7 @@ void ContextParallel::backward_impl(const Local& l, const Inputs& in, const Cota
   phase(bwd_times_.transition, [&] {
     if (c.empty()) return q.transition_identity(element(mine));
     if (c.is_first_rank) return q.fill_zero(mine.view);
-    backend_.transition_backward(p, loc, d.d_o, 0, mine.view);  // the first local sequence continues
+    backward_transition(p, loc, d, mine);  // the first local sequence continues
     if (c.ends_here(0))  // dht folded in (5.7), and the chain stops here
       q.transition_start(element(mine), d.d_final_state.empty()
                                             ? TensorView()

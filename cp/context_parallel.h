@@ -70,6 +70,7 @@ class ContextParallel {
   Local prepare(const Inputs& in, std::string& config) const;
   void forward_impl(const Local& lp, const Inputs& in, const Outputs& out);
   void backward_impl(const Local& lp, const Inputs& in, const Cotangents& d, const Grads& gr);
+  void backward_transition(const Problem& p, const Inputs& loc, const Cotangents& d, DeviceTensor& mine);
   void exchange_and_merge(const TensorView& mine, bool backward, const TensorView& merged, CpPhaseTimes& times);
   DeviceTensor local_initial_states(const Local& lp, const Inputs& in) const;
   void reduce_parameter_grads(const Local& lp, const DeviceTensor& dA, const DeviceTensor& ddt, const Grads& gr);
@@ -82,6 +83,7 @@ class ContextParallel {
   CpOptions opt_;
   CpContext ctx_;
   DeviceTensor saved_h0_;  // compress_h0: the merged [HV,K,V] of local sequence 0 (empty when not needed)
+  DeviceTensor saved_m_;   // M [HV,K,K] of the forward transition where this rank holds one sequence, else empty
   bool have_forward_ = false;
   CpPhaseTimes fwd_times_, bwd_times_;
 };

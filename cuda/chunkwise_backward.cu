@@ -152,7 +152,7 @@ const StageBuffers& Pipeline::buffers() const { return impl_->buf; }
 
 void Pipeline::transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq_begin,
                                    const TensorView& packed) {
-  const int64_t count = check_transition_call(p, seq_begin, packed, Device::cuda, "transition_backward");
+  const int64_t count = check_transition_call(p, seq_begin, packed, Device::cuda, "transition_backward", true);
   KCP_CHECK(d_o.shape == shape_v(p), "transition_backward: d_o: expected shape ", shape_str(shape_v(p)), ", got ",
             shape_str(d_o.shape));
   if (count == 0) return;
@@ -162,9 +162,11 @@ void Pipeline::transition_backward(const Problem& p, const Inputs& in, const Ten
   bp.d_o = rows_view<RowsView>(d_o, "d_o");
   launch_bwd_dhu_local(bp, impl_->stream);  // kg, and the dS_ext columns' A_c, B_c (into dvnew, dh)
   // dS_ext (from 0, with do: columns [0, V)) and M^T (from I, do = 0: columns [V, V + K)) as the columns
-  // of one chain launch, of which only the end is kept.
-  bp.keep = false, bp.init = kInitTransition, bp.Vw = int(p.V + p.K);
-  bp.dh0 = state_view(packed, false, "transition");
+  // of one chain launch, of which only the end is kept; the S part alone (dS_ext) as the local
+  // backward's chain from 0, V columns.
+  bp.keep = false, bp.dh0 = state_view(packed, false, "transition");
+  if (transition_s_only(p, packed)) bp.init = kInitZero, bp.Vw = int(p.V);
+  else bp.init = kInitTransition, bp.Vw = int(p.V + p.K);
   launch_bwd_dhu_serial(bp, impl_->stream);
 }
 

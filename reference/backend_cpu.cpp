@@ -11,13 +11,16 @@
 namespace kcp::ref {
 namespace {
 
-// Calls f(n, (S_ext, M) views of element i) for each sequence n = seq_begin + i of a packed buffer.
+// Calls f(n, (S_ext, M) views of element i) for each sequence n = seq_begin + i of a packed buffer
+// (M empty for a buffer that holds the S part alone: transition_backward's allow_s_only).
 template <class F>
-void for_each_transition(const Problem& p, int64_t seq_begin, const TensorView& packed, const char* what, F f) {
-  const int64_t count = check_transition_call(p, seq_begin, packed, Device::host, what);
+void for_each_transition(const Problem& p, int64_t seq_begin, const TensorView& packed, const char* what,
+                         bool allow_s_only, F f) {
+  const int64_t count = check_transition_call(p, seq_begin, packed, Device::host, what, allow_s_only);
+  const bool s_only = transition_s_only(p, packed);
   for (int64_t i = 0; i < count; ++i) {
     const TensorView e = transition_element(packed, i);
-    f(seq_begin + i, Transition{transition_s(e), transition_m(e)});
+    f(seq_begin + i, s_only ? Transition{e, {}} : Transition{transition_s(e), transition_m(e)});
   }
 }
 
@@ -47,7 +50,7 @@ class CpuBackend final : public Backend {
   }
   void transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) override {
     require_support(*this, p);
-    for_each_transition(p, seq_begin, packed, "transition_forward", [&](int64_t n, const Transition& tr) {
+    for_each_transition(p, seq_begin, packed, "transition_forward", false, [&](int64_t n, const Transition& tr) {
       if (p.compute == DType::f64) drive_transition_forward<double>(core_, p, in, n, tr);
       else drive_transition_forward<float>(core_, p, in, n, tr);
     });
@@ -55,7 +58,7 @@ class CpuBackend final : public Backend {
   void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq_begin,
                            const TensorView& packed) override {
     require_support(*this, p);
-    for_each_transition(p, seq_begin, packed, "transition_backward", [&](int64_t n, const Transition& tr) {
+    for_each_transition(p, seq_begin, packed, "transition_backward", true, [&](int64_t n, const Transition& tr) {
       if (p.compute == DType::f64) drive_transition_backward<double>(core_, p, in, d_o, n, tr);
       else drive_transition_backward<float>(core_, p, in, d_o, n, tr);
     });

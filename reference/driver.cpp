@@ -7,7 +7,7 @@ void check_transition(const Problem& p, int64_t seq, const Transition& tr) {
   KCP_CHECK(seq >= 0 && seq < p.N, "transition: sequence index ", seq, " out of range [0, ", p.N, ")");
   KCP_CHECK(tr.s_ext.shape == (Shape{p.HV, p.K, p.V}), "s_ext: expected shape [HV,K,V] = ",
             shape_str({p.HV, p.K, p.V}), ", got ", shape_str(tr.s_ext.shape));
-  KCP_CHECK(tr.m.shape == (Shape{p.HV, p.K, p.K}), "m: expected shape [HV,K,K] = ",
+  KCP_CHECK(tr.m.empty() || tr.m.shape == (Shape{p.HV, p.K, p.K}), "m: expected shape [HV,K,K] = ",
             shape_str({p.HV, p.K, p.K}), ", got ", shape_str(tr.m.shape));
 }
 

@@ -103,7 +103,8 @@ void drive_backward(const Core& core, const Problem& p, const Inputs& in, const 
   }
 }
 
-// One sequence's transition as two views: s_ext [HV,K,V], m [HV,K,K] (strided parts of a packed element).
+// One sequence's transition as two views: s_ext [HV,K,V], m [HV,K,K] (strided parts of a packed element;
+// m may be empty in a backward call that asks for dS_ext alone: M^T is then computed and dropped).
 struct Transition {
   TensorView s_ext, m;
 };
@@ -135,7 +136,7 @@ void drive_transition_backward(const Core& core, const Problem& p, const Inputs&
     Mat<S> ds_ext, m_t;
     core.transition_backward(p, d, dot, ds_ext, m_t);
     store_head_matrix(tr.s_ext, hv, ds_ext);
-    store_head_matrix(tr.m, hv, m_t);
+    if (!tr.m.empty()) store_head_matrix(tr.m, hv, m_t);
   });
 }
 

@@ -175,6 +175,12 @@ TEST_CASE("the padded cpu-chunkwise equals the float64 oracle on unpadded shapes
           padded.transition_forward(p, c.inputs(), 0, pk.view());
         }
         expect_close(bwd ? "transition_backward" : "transition_forward", s.name(), pk.view(), ref.view());
+        if (bwd) {  // dS_ext alone ([N,HV,K,V]), padded and unpadded likewise
+          Tensor<double> ds(transition_s_shape(p.N, p.HV, p.K, p.V));
+          poison(ds.view());
+          padded.transition_backward(p, c.inputs(), c.d_o.view(), 0, ds.view());
+          expect_close("transition_backward, dS_ext alone", s.name(), ds.view(), ref.view().narrow(3, 0, p.V));
+        }
       }
     }
   }

@@ -240,6 +240,15 @@ TEST_CASE("transition_backward of a range of sequences matches the oracle's (dS_
             test::check_rel_l2("ds_ext", s.name(), to_tensor<double>(transition_s(g)), transition_s(r), bar);
             test::check_rel_l2("m_t", s.name(), to_tensor<double>(transition_m(g)), transition_m(r), bar);
           }
+          // dS_ext alone ([count,HV,K,V]: the chain from 0 over V columns, no M^T columns), as CP asks
+          // where it has M^T from the forward
+          test::DeviceTensor ds = test::poisoned(*gpu, DType::f32, transition_s_shape(count, p32.HV, p32.K, p32.V));
+          if (sms > 0) pipe.transition_backward(p32, din.views, d_o.view, first, ds.view);
+          else gpu->transition_backward(p32, din.views, d_o.view, first, ds.view);
+          const Tensor<double> got_s = test::to_host(*gpu, ds.view);
+          for (int64_t i = 0; i < count; ++i)
+            test::check_rel_l2("ds_ext alone", s.name(), to_tensor<double>(transition_element(got_s.view(), i)),
+                               transition_s(transition_element(ref.view(), first + i)), bar);
         }
       }
     }
