@@ -1,4 +1,5 @@
-// segmented_forward (see segmented.h): the steps 1-5 of its header, each a Backend or Queue call.
+// segmented_forward and segmented_backward (see segmented.h): the steps of its header, each a Backend
+// or Queue call.
 #include "segment/segmented.h"
 
 #include <algorithm>
@@ -56,6 +57,13 @@ bool batch_mergeable(const Problem& p, const Inputs& in, const Outputs& out) {
   return true;
 }
 
+bool batch_mergeable(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) {
+  if (p.B == 1) return true;
+  for (const TensorView* t : {&d.d_o, &gr.dq, &gr.dk, &gr.dv, &gr.dg, &gr.dbeta})
+    if (!mergeable(*t)) return false;
+  return batch_mergeable(p, in, Outputs{d.d_o, {}});
+}
+
 namespace {
 
 void check_plan_fits(const Problem& p, const SegmentPlan& plan) {
@@ -97,6 +105,59 @@ void segment_initial_states(Backend& be, const Problem& ps, const Inputs& is, co
     q.copy_view(kmajor(h0s, vf).narrow(0, first + r.first + 1, r.count), states.narrow(0, r.first, r.count));
 }
 
+// Backward step 3 (segmented.h): the d_final_state of every segment of `ps` into dhts [Nseg, HV, K, V]
+// ([Nseg, HV, V, K] with state_v_first): the last segment of sequence n takes dht[n] (or 0), segment
+// j of a cut sequence the gradient at the start of segment j + 1, folded from the sequence's end:
+// (dS_ext, M^T) of the segments [transition_first + 1, +count) (every cut sequence's segments but its
+// first), copied last segment first into one range per sequence, dht folded into the first element
+// of the range (transition_start), one scan.
+void segment_final_grads(Backend& be, const Problem& ps, const Inputs& is, const TensorView& d_o, const TensorView& dht,
+                         const SegmentPlan& plan, SegmentWorkspace& ws, const TensorView& dhts) {
+  Queue& q = be.queue();
+  const bool vf = ps.flags.state_v_first;
+  const int64_t N = int64_t(plan.seq_seg.size()) - 1, first = plan.transition_first + 1, E = plan.transition_count;
+  const Shape et = transition_shape(E, ps.HV, ps.K, ps.V);
+  const TensorView elems = ws.get(q, SegmentWorkspace::elems, ps.compute, et);
+  const TensorView rev = ws.get(q, SegmentWorkspace::rev, ps.compute, et);
+  if (E > 0) be.transition_backward(ps, is, d_o, first, elems);
+  q.fill_zero(dhts);
+  std::vector<TransitionRange> ranges;
+  std::vector<int64_t> ends;                      // s1 of each range's sequence
+  std::vector<std::pair<int64_t, int64_t>> last;  // (last segment of n, n)
+  for (int64_t n = 0, k = 0; n < N; ++n) {
+    const int64_t s0 = plan.seq_seg[size_t(n)], s1 = plan.seq_seg[size_t(n) + 1], cnt = s1 - s0 - 1;
+    last.push_back({s1 - 1, n});
+    if (cnt < 1) continue;
+    for (int64_t i = 0; i < cnt; ++i)  // rev[k + i] = the element of segment s1 - 1 - i
+      q.copy_view(transition_element(rev, k + i), transition_element(elems, s1 - 1 - i - first));
+    if (!dht.empty()) q.transition_start(transition_element(rev, k), state_entry_kmajor(dht, n, vf));
+    ranges.push_back({k, cnt}), ends.push_back(s1);
+    k += cnt;
+  }
+  if (!dht.empty()) copy_entries(q, dhts, dht, last);
+  const TensorView states = ws.get(q, SegmentWorkspace::states, ps.compute, {E, ps.HV, ps.K, ps.V});
+  q.transition_scan(rev, ranges, states);
+  for (size_t j = 0; j < ranges.size(); ++j)  // after rev[k + i]: the start of segment s1 - 1 - i = the end of s1 - 2 - i
+    for (int64_t i = 0; i < ranges[j].count; ++i)
+      q.copy_view(kmajor(dhts, vf).narrow(0, ends[j] - 2 - i, 1), states.narrow(0, ranges[j].first + i, 1));
+}
+
+// Step 1 of both directions: the problem of the segments as packed sequences, and the inputs seen so.
+Problem segment_problem(const Problem& p, const SegmentPlan& plan) {
+  Problem ps = p;
+  ps.B = 1, ps.T = p.B * p.T, ps.N = plan.segments(), ps.cu_seqlens = plan.cu;
+  return ps;
+}
+Inputs segment_inputs(const Inputs& in) {
+  Inputs is = in;
+  is.q = packed_tokens(in.q, "q"), is.k = packed_tokens(in.k, "k"), is.v = packed_tokens(in.v, "v");
+  is.g = packed_tokens(in.g, "g"), is.beta = packed_tokens(in.beta, "beta"), is.initial_state = {};
+  return is;
+}
+Shape segment_states_shape(const Problem& p, const Problem& ps) {
+  return p.flags.state_v_first ? Shape{ps.N, p.HV, p.V, p.K} : Shape{ps.N, p.HV, p.K, p.V};
+}
+
 }  // namespace
 
 void segmented_forward(Backend& be, const Problem& p, const Inputs& in, const Outputs& out, const SegmentPlan& plan,
@@ -105,14 +166,11 @@ void segmented_forward(Backend& be, const Problem& p, const Inputs& in, const Ou
   check_plan_fits(p, plan);
   Queue& q = be.queue();
   // 1. the segments as packed sequences
-  Problem ps = p;
-  ps.B = 1, ps.T = p.B * p.T, ps.N = plan.segments(), ps.cu_seqlens = plan.cu;
-  Inputs is = in;
-  is.q = packed_tokens(in.q, "q"), is.k = packed_tokens(in.k, "k"), is.v = packed_tokens(in.v, "v");
-  is.g = packed_tokens(in.g, "g"), is.beta = packed_tokens(in.beta, "beta"), is.initial_state = {};
+  const Problem ps = segment_problem(p, plan);
+  Inputs is = segment_inputs(in);
   const TensorView o = packed_tokens(out.o, "o");  // [1, B*T, HV, V]
   // 2-4. the transitions, the scan, the initial state of every segment
-  const Shape st = p.flags.state_v_first ? Shape{ps.N, p.HV, p.V, p.K} : Shape{ps.N, p.HV, p.K, p.V};
+  const Shape st = segment_states_shape(p, ps);
   const TensorView h0s = ws.get(q, SegmentWorkspace::h0, p.compute, st);  // [Nseg, HV, K, V] or v_first
   segment_initial_states(be, ps, is, in.initial_state, plan, ws, h0s);
   // 5. one forward over all segments; each sequence's final state is its last segment's
@@ -124,6 +182,38 @@ void segmented_forward(Backend& be, const Problem& p, const Inputs& in, const Ou
   std::vector<std::pair<int64_t, int64_t>> pairs;  // (n, last segment of n)
   for (int64_t n = 0; n < p.N; ++n) pairs.push_back({n, plan.seq_seg[size_t(n) + 1] - 1});
   copy_entries(q, out.final_state, ht, pairs);
+}
+
+void segmented_backward(Backend& be, const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr,
+                        const SegmentPlan& plan, SegmentWorkspace& ws) {
+  if (!plan.split) return be.backward(p, in, d, gr);
+  check_plan_fits(p, plan);
+  check_cotangents(p, d);
+  check_grads(p, in, gr);
+  KCP_CHECK(gr.d_initial_state.empty() || !in.initial_state.empty(),
+            "d_initial_state: requested, but initial_state was not given");
+  Queue& q = be.queue();
+  const Problem ps = segment_problem(p, plan);
+  Inputs is = segment_inputs(in);
+  const TensorView d_o = packed_tokens(d.d_o, "d_o");
+  const Shape st = segment_states_shape(p, ps);
+  // 2. the initial state of every segment, as the forward computed it; 3. the d_final_state of every segment
+  const TensorView h0s = ws.get(q, SegmentWorkspace::h0, p.compute, st);
+  segment_initial_states(be, ps, is, in.initial_state, plan, ws, h0s);
+  const TensorView dhts = ws.get(q, SegmentWorkspace::ht, p.compute, st);
+  segment_final_grads(be, ps, is, d_o, d.d_final_state, plan, ws, dhts);
+  // 4. one backward over all segments; dh0[n] is the first segment's (the others' are internal)
+  Grads gs = gr;
+  gs.dq = packed_tokens(gr.dq, "dq"), gs.dk = packed_tokens(gr.dk, "dk"), gs.dv = packed_tokens(gr.dv, "dv");
+  gs.dg = packed_tokens(gr.dg, "dg"), gs.dbeta = packed_tokens(gr.dbeta, "dbeta");
+  gs.d_initial_state = gr.d_initial_state.empty() ? TensorView()
+                                                  : ws.get(q, SegmentWorkspace::dh0, gr.d_initial_state.dtype, st);
+  is.initial_state = h0s;
+  be.backward(ps, is, {d_o, dhts}, gs);
+  if (gr.d_initial_state.empty()) return;
+  std::vector<std::pair<int64_t, int64_t>> pairs;  // (n, first segment of n)
+  for (int64_t n = 0; n < p.N; ++n) pairs.push_back({n, plan.seq_seg[size_t(n)]});
+  copy_entries(q, gr.d_initial_state, gs.d_initial_state, pairs);
 }
 
 }  // namespace kcp::seg

@@ -12,10 +12,19 @@
 //      sequence from h0[n] or 0) writes o in place; final_state[n] is the last segment's final state.
 // No host round trip: every step is enqueued on the queue. The initial states of the segments are
 // held in the compute precision, in the layout flags.state_v_first asks for.
-// Backward (not built yet): the same cut with (dS_ext, M^T) from Backend::transition_backward, the
-// scan in reverse (last segment first, dht folded into the last segment's element by
-// transition_start), the per-segment dht into one Backend::backward, dh0[n] from the first segment,
-// and dA_log / ddt_bias as they come (one backward call sums over all tokens).
+// The backward, the same cut mirrored (ALGORITHMS.md 5.4), all on the queue:
+//   1. the segments as packed sub-sequences, as above;
+//   2. the initial state of every segment, as the forward's steps 2-4 computed it (recomputed: a
+//      backward call does not rely on an earlier forward);
+//   3. ONE Backend::transition_backward gives (dS_ext, M^T) of the segments [transition_first + 1,
+//      +count) (every cut sequence's segments but its first); per cut sequence they are copied last
+//      segment first into one range, dht[n] is folded into that range's first element
+//      (transition_start), and one scan gives, after each element, the gradient at the start of its
+//      segment: the d_final_state of the segment before it;
+//   4. one Backend::backward over all segments from those initial states and d_final_states writes
+//      dq, dk, dv, dg, dbeta in place; d_initial_state[n] is the first segment's (the gradients at the
+//      other segments' starts are internal); dA_log / ddt_bias come from that one call (it sums over
+//      all tokens).
 // Covered by tests/segment/test_segmented.cpp (host backends) and tests/cuda/test_cuda_segmented.cpp.
 #pragma once
 
@@ -30,7 +39,7 @@ namespace kcp::seg {
 // the steady state (cudaMalloc and cudaFree would synchronize the device).
 class SegmentWorkspace {
  public:
-  enum Slot { elems, states, h0, ht, kSlots };
+  enum Slot { elems, rev, states, h0, ht, dh0, kSlots };
   // A contiguous view of `shape` in slot s, on q's device; the contents are undefined.
   TensorView get(Queue& q, Slot s, DType dt, const Shape& shape);
 
@@ -44,7 +53,12 @@ class SegmentWorkspace {
 void segmented_forward(Backend& be, const Problem& p, const Inputs& in, const Outputs& out, const SegmentPlan& plan,
                        SegmentWorkspace& ws);
 
+// backward(p, in, d, gr) through `plan` (the forward's plan for p); an unsplit plan calls be.backward as
+// it is. With a split plan and B > 1, d_o and the token gradients must have mergeable batch and time too.
+void segmented_backward(Backend& be, const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr,
+                        const SegmentPlan& plan, SegmentWorkspace& ws);
 // Whether the views allow the batch-to-packed reshape a split plan needs (always for B = 1).
 bool batch_mergeable(const Problem& p, const Inputs& in, const Outputs& out);
+bool batch_mergeable(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr);
 
 }  // namespace kcp::seg

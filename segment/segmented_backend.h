@@ -1,5 +1,6 @@
-// SegmentedBackend: any Backend whose forward runs through the intra-card CP plan (segment/plan.h,
-// segment/segmented.h); every other call goes to the wrapped backend unchanged. The plan is made per
+// SegmentedBackend: any Backend whose forward (and, with a forced cut, backward) runs through the
+// intra-card CP plan (segment/plan.h, segment/segmented.h); every other call goes to the wrapped
+// backend unchanged. The plan is made per
 // call from the problem and the queue's multiprocessor count; explain_forward(p) prints it (kcp bench
 // --explain). The registry (validation/registry.cpp) wraps cuda-chunkwise this way, with the options
 // of KCP_CUDA_SEGMENT (auto | off | <tokens>); tests wrap the CPU backends with a forced length.
@@ -18,6 +19,7 @@ class SegmentedBackend final : public ForwardingBackend {
   SegmentedBackend(std::unique_ptr<Backend> inner, SegmentOptions opt)
       : ForwardingBackend(std::move(inner)), opt_(opt) {}
   void forward(const Problem& p, const Inputs& in, const Outputs& out) override;
+  void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) override;
   std::string explain_forward(const Problem& p) const override { return plan(p).describe(); }
 
   SegmentPlan plan(const Problem& p) const;  // what forward(p, ...) does (for the views it accepts)

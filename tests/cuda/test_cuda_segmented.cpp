@@ -7,7 +7,9 @@
 // bar (tol::kFloatVsDouble for float32 inputs, tol::kCudaTf32 for 16-bit ones; o in float32) and at
 // most tol::kSegmentedVsUnsplitFactor x the unsplit error + tol::kFloatRuleFloor. Also: the automatic
 // plan where it splits (a model with room on each multiprocessor), and the CUDA queue's scan against
-// the host queue's over more ranges than one launch holds. Outputs are NaN-poisoned first.
+// the host queue's over more ranges than one launch holds. Outputs are NaN-poisoned first. And the
+// backward through the same forced cuts (bf16 cases), every gradient likewise against unsplit and
+// the oracle (the backward suites' bars).
 // Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
@@ -108,6 +110,57 @@ TEST_CASE("segmented cuda-chunkwise forward: forced cuts against unsplit and the
       const double bar = gc.qkv == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
       check_cut("o", cut.o, whole.o, ref.out.o, bar, gc.name());
       if (gc.spec.final_state) check_cut("final_state", cut.ht, whole.ht, ref.out.final_state, bar, gc.name());
+    }
+  }
+}
+
+// The backward through forced cuts (segmented_backward), bf16 cases: every gradient of the cut run
+// against the oracle within the unsplit backward's bars (tol::kFlaChunkGrad, kFlaChunkGateBeta: as
+// test_cuda_backward.cpp) and twice the unsplit error + floor; grads NaN-poisoned first.
+TEST_CASE("segmented cuda-chunkwise backward: forced cuts against unsplit and the oracle" *
+          doctest::skip(!test::gpu_present())) {
+  seg::SegmentedBackend gpu(cuda::make_cuda_backend(), {});
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  for (const SegGpuCase& gc : cases(val::seed_from_env(1303))) {
+    if (gc.qkv != DType::bf16) continue;
+    SUBCASE(gc.name().c_str()) {
+      const val::CaseData c = test::round_case(val::make_case(gc.spec), gc.qkv);
+      const auto ref = val::run_case<double>(*oracle, c, true);
+      const Problem p = c.problem(DType::f32);
+      const test::DeviceInputs din = test::upload_inputs(gpu, c, gc.qkv);
+      const test::DeviceTensor d_o = test::to_device(gpu, c.d_o, gc.qkv);
+      const test::DeviceTensor dht = c.dht.empty() ? test::DeviceTensor() : test::to_device(gpu, c.dht, DType::f32);
+      const auto named = val::named_tensors(ref);
+      auto grads = [&](const seg::SegmentOptions& o) {
+        gpu.set_options(o);
+        std::vector<test::DeviceTensor> t;
+        Grads g;
+        for (const auto& [name, h] : named) {
+          const std::string n = name;
+          TensorView* v = n == "dq" ? &g.dq : n == "dk" ? &g.dk : n == "dv" ? &g.dv : n == "dg" ? &g.dg
+                        : n == "dbeta" ? &g.dbeta : n == "dinitial_state" ? &g.d_initial_state
+                        : n == "dA_log" ? &g.dA_log : n == "ddt_bias" ? &g.ddt_bias : nullptr;
+          if (!v) continue;  // o, final_state: outputs of the forward
+          const bool qkv = n == "dq" || n == "dk" || n == "dv";
+          t.push_back(test::poisoned(gpu, qkv ? gc.qkv : DType::f32, h->shape()));
+          *v = t.back().view;
+        }
+        gpu.backward(p, din.views, {d_o.view, dht.view}, g);
+        std::vector<Tensor<double>> out;
+        for (const test::DeviceTensor& d : t) out.push_back(test::to_host(gpu, d.view));
+        return out;
+      };
+      const auto whole = grads(seg::parse_segment_option("off"));
+      const auto cut = grads(forced(gc.segment));
+      REQUIRE(gpu.plan(p).split);
+      size_t j = 0;
+      for (const auto& [name, h] : named) {
+        const std::string n = name;
+        if (n == "o" || n == "final_state") continue;
+        const bool gate = n == "dg" || n == "dbeta" || n == "dA_log" || n == "ddt_bias";
+        check_cut(name, cut[j], whole[j], *h, gate ? val::tol::kFlaChunkGateBeta : val::tol::kFlaChunkGrad, gc.name());
+        ++j;
+      }
     }
   }
 }

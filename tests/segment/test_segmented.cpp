@@ -7,6 +7,8 @@
 //   float32: cut cpu-chunkwise and cpu-recurrent within the float32 rule of the oracle
 //            (val::float_rule_bar of the unsplit float32 recurrence's error) and within
 //            tol::kSegmentedVsUnsplitFactor x the same backend's unsplit float32 error + floor.
+// The backward through the same cuts (segmented_backward), every gradient, likewise (float64 against
+// the oracle, float32 within the float32 rule and twice the unsplit error).
 // Also: the queue's scan against folds, an unsplit plan (automatic on the host, or a dense batch
 // whose batch and time cannot be merged) leaves the backend's bits alone, a plan for another problem
 // is refused, the registry wraps host backends when asked and explains the plan.
@@ -86,9 +88,10 @@ std::vector<std::pair<const char*, double>> errors(const val::RunResult<A>& a, c
 }
 
 struct Worst {
-  double f64 = 0, f32_rule = 0, f32_unsplit = 0;
-  std::string f64_at, rule_at, unsplit_at;
+  double f64 = 0, f32_rule = 0, f32_unsplit = 0, bwd = 0;
+  std::string f64_at, rule_at, unsplit_at, bwd_at;
   ~Worst() {
+    if (!bwd_at.empty()) std::printf("segmented backward f64: worst rel_l2 %.3g (bar %.0e) at %s\n", bwd, val::tol::kExactF64, bwd_at.c_str());
     if (!f64_at.empty()) std::printf("segmented f64: worst rel_l2 %.3g (bar %.0e) at %s\n", f64, val::tol::kExactF64, f64_at.c_str());
     if (!rule_at.empty())
       std::printf("segmented f32: worst fraction of the float32 rule %.3g at %s; of %gx unsplit %.3g at %s\n", f32_rule,
@@ -143,6 +146,59 @@ TEST_CASE("segmented forward, float32: within the float32 rule and twice the uns
           if (got[t].second / rule >= worst.f32_rule) worst.f32_rule = got[t].second / rule, worst.rule_at = at;
           if (got[t].second / twice >= worst.f32_unsplit) worst.f32_unsplit = got[t].second / twice, worst.unsplit_at = at;
         }
+      }
+    }
+  }
+}
+
+// The backward through the same forced cut (segmented_backward: transitions forward and backward,
+// two scans, one backward over the segments): every output and gradient of the cut run against the
+// unsplit oracle (float64: tol::kExactF64) and, in float32, within the float32 rule of the oracle and
+// tol::kSegmentedVsUnsplitFactor x the same backend's unsplit error + floor.
+TEST_CASE("segmented backward, float64: cut gradients equal the unsplit oracle's on host backends") {
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  for (const SegCase& sc : sweep(val::seed_from_env(1204))) {
+    SUBCASE(sc.name().c_str()) {
+      const val::CaseData c = val::make_case(sc.spec);
+      const auto ref = val::run_case<double>(*oracle, c, true);
+      for (ref::CpuAlgorithm a : {ref::CpuAlgorithm::chunkwise, ref::CpuAlgorithm::recurrent}) {
+        auto segmented = cut(a, sc.segment);
+        REQUIRE(dynamic_cast<seg::SegmentedBackend&>(*segmented).plan(c.problem()).split);
+        const auto got = val::run_case<double>(*segmented, c, true);
+        const auto w = val::named_tensors(ref), g = val::named_tensors(got);
+        REQUIRE(w.size() == g.size());
+        for (size_t i = 0; i < w.size(); ++i) {
+          const double e = val::compare(g[i].second->view(), w[i].second->view()).rel_l2;
+          INFO(segmented->name(), " cut ", w[i].first, ": rel_l2 ", e);
+          CHECK(e <= val::tol::kExactF64);
+          if (e >= worst.bwd) worst.bwd = e, worst.bwd_at = sc.name() + " " + std::string(w[i].first);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("segmented backward, float32: within the float32 rule and twice the unsplit error") {
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  for (const SegCase& sc : sweep(val::seed_from_env(1204))) {
+    SUBCASE(sc.name().c_str()) {
+      const val::CaseData c = val::make_case(sc.spec);
+      const auto ref = val::run_case<double>(*oracle, c, true);
+      const auto rec32 = val::run_case<float>(*oracle, c, true);
+      auto plain = ref::make_cpu_backend(ref::CpuAlgorithm::chunkwise);
+      auto segmented = cut(ref::CpuAlgorithm::chunkwise, sc.segment);
+      const auto unsplit = val::run_case<float>(*plain, c, true), got = val::run_case<float>(*segmented, c, true);
+      const auto w = val::named_tensors(ref);
+      const auto b = val::named_tensors(rec32), u = val::named_tensors(unsplit), g = val::named_tensors(got);
+      REQUIRE((w.size() == g.size() && b.size() == g.size() && u.size() == g.size()));
+      for (size_t i = 0; i < w.size(); ++i) {
+        const double e = val::compare(g[i].second->view(), w[i].second->view()).rel_l2;
+        const double rule = val::float_rule_bar(val::compare(b[i].second->view(), w[i].second->view()).rel_l2);
+        const double twice = val::tol::kSegmentedVsUnsplitFactor * val::compare(u[i].second->view(), w[i].second->view()).rel_l2 +
+                             val::tol::kFloatRuleFloor;
+        INFO("cut cpu-chunkwise ", w[i].first, ": rel_l2 ", e, "; bars ", rule, " and ", twice);
+        CHECK(e <= rule);
+        CHECK(e <= twice);
       }
     }
   }
