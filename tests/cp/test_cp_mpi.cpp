@@ -134,6 +134,50 @@ TEST_CASE("linear and log-depth merges agree through the CP layer (h0, ht, uneve
   }
 }
 
+// Records the width (last axis) of every transition_backward buffer: V + K for (dS_ext, M^T), V for
+// dS_ext alone.
+class WidthSpy final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  std::vector<int64_t> widths;
+  void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t s,
+                           const TensorView& t) override {
+    widths.push_back(t.dim(3)), ForwardingBackend::transition_backward(p, in, d_o, s, t);
+  }
+};
+
+// A rank whose part is one sequence continuing from the previous rank asks for dS_ext alone (M^T
+// from its forward transition, or none where the run stops with no d_final_state), and the CP
+// gradients still equal the single-process oracle's.
+TEST_CASE("a rank holding one continuing sequence computes dS_ext alone; the gradients stay exact") {
+  cp::Comm& w = test::world();
+  for (bool dht : {false, true}) {
+    WidthSpy be(val::backend_create("cpu-recurrent"));
+    val::CaseSpec s = spec_for(Variant::kda, w.size());
+    s.seqlens = {12 * w.size() + 5}, s.final_state = dht;  // one sequence over every rank
+    const val::CaseData c = val::make_case(s);
+    SUBCASE((s.name() + (dht ? " dht" : " no dht")).c_str()) {
+      const auto got = app::run_cp_case<double>(w, be, c, cp::equal_bounds(c.cu_seqlens.back(), w.size()),
+                                                cp::MergeAlgorithm::linear);
+      const app::SweepReference ref = app::sweep_reference(c, be);
+      const app::NamedViews a = got.named(), b = ref.named();
+      REQUIRE(a.size() == b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        INFO(a[i].first);
+        CHECK(rel(a[i].second, b[i].second) <= val::tol::kExactF64);
+      }
+      if (w.rank() == 0) CHECK(be.widths.empty());  // the first rank has no predecessor to send to
+      // middle ranks: M^T from the forward; the last rank ran no forward transition (nothing follows
+      // it): with dht it needs M^T (V + K columns), without dht none (V)
+      const bool last = w.rank() == w.size() - 1;
+      if (w.rank() > 0) {
+        REQUIRE(!be.widths.empty());
+        CHECK(be.widths.front() == (last && dht ? s.K + s.V : s.V));
+      }
+    }
+  }
+}
+
 TEST_CASE("ranks that disagree on the configuration are stopped before any computation") {
   cp::Comm& w = test::world();
   CountingBackend be(val::backend_create("cpu-recurrent"));
