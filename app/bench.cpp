@@ -10,8 +10,9 @@
 // dtype, dg and dbeta float32), printed as median and min ms; FLA's forward+backward from the issue's
 // measurement (same H100, FLA bc3b101d) where known; scripts/bench_backward.sh times FLA in the same call.
 // --seqs N: the T tokens as N packed sequences of (nearly) equal length (cu_seqlens), e.g. 16 x 2048.
-// --segment auto|off|<tokens>: the forward's intra-card CP plan (segment/plan.h; default: the
-// backend's, i.e. KCP_CUDA_SEGMENT or automatic for cuda-chunkwise, none for host backends);
+// --segment auto|off|<tokens>: the intra-card CP plan (segment/plan.h) of the forward, and of the
+// backward when the length is forced (default: the backend's, i.e. KCP_CUDA_SEGMENT or automatic for
+// cuda-chunkwise, none for host backends);
 // --transitions 1: instead, the CP transitions of the whole input as one rank's part (transition_forward:
 // S_ext and M; transition_backward: dS_ext and M^T), median ms of each, gated against cpu-chunkwise's.
 // --explain: each row ends with the plan the forward ran (Backend::explain_forward).

@@ -80,7 +80,7 @@ options:
   --K N --V N         default 128, 128
   --dtype D           default bfloat16
   --seqs LIST         the T tokens as N packed equal sequences (default 1), e.g. --T 32768 --seqs 16
-  --segment S         intra-card CP plan of the forward: auto | off | <tokens> (forced segment length);
+  --segment S         intra-card CP plan: auto | off | <tokens> (forced length: the backward is cut too);
                       default: the backend's (cuda-chunkwise: KCP_CUDA_SEGMENT, else auto)
   --explain           end each row with the plan the forward ran (segments, calls, model cost)
   --warmup N --repeat N --sets N   defaults 5, 50, 3
