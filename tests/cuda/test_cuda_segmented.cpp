@@ -128,7 +128,7 @@ TEST_CASE("segmented cuda-chunkwise backward: forced cuts against unsplit and th
       const auto ref = val::run_case<double>(*oracle, c, true);
       const Problem p = c.problem(DType::f32);
       const test::DeviceInputs din = test::upload_inputs(gpu, c, gc.qkv);
-      const test::DeviceTensor d_o = test::to_device(gpu, c.d_o, gc.qkv);
+      const test::DeviceTensor d_o = test::to_device(gpu, c.d_o, DType::f32);  // the oracle's do exactly
       const test::DeviceTensor dht = c.dht.empty() ? test::DeviceTensor() : test::to_device(gpu, c.dht, DType::f32);
       const auto named = val::named_tensors(ref);
       auto grads = [&](const seg::SegmentOptions& o) {
