@@ -59,9 +59,9 @@ bool batch_mergeable(const Problem& p, const Inputs& in, const Outputs& out) {
 
 bool batch_mergeable(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) {
   if (p.B == 1) return true;
-  for (const TensorView* t : {&d.d_o, &gr.dq, &gr.dk, &gr.dv, &gr.dg, &gr.dbeta})
+  for (const TensorView* t : {&gr.dq, &gr.dk, &gr.dv, &gr.dg, &gr.dbeta})
     if (!mergeable(*t)) return false;
-  return batch_mergeable(p, in, Outputs{d.d_o, {}});
+  return batch_mergeable(p, in, Outputs{d.d_o, {}});  // the inputs, and d_o in o's place
 }
 
 namespace {
@@ -122,24 +122,25 @@ void segment_final_grads(Backend& be, const Problem& ps, const Inputs& is, const
   if (E > 0) be.transition_backward(ps, is, d_o, first, elems);
   q.fill_zero(dhts);
   std::vector<TransitionRange> ranges;
-  std::vector<int64_t> ends;                      // s1 of each range's sequence
-  std::vector<std::pair<int64_t, int64_t>> last;  // (last segment of n, n)
+  std::vector<std::pair<int64_t, int64_t>> last;   // (last segment of n, n)
+  std::vector<std::pair<int64_t, int64_t>> inner;  // (segment, scan entry whose state ends it)
   for (int64_t n = 0, k = 0; n < N; ++n) {
     const int64_t s0 = plan.seq_seg[size_t(n)], s1 = plan.seq_seg[size_t(n) + 1], cnt = s1 - s0 - 1;
     last.push_back({s1 - 1, n});
     if (cnt < 1) continue;
-    for (int64_t i = 0; i < cnt; ++i)  // rev[k + i] = the element of segment s1 - 1 - i
+    for (int64_t i = 0; i < cnt; ++i) {  // rev[k + i] = the element of segment s1 - 1 - i; the state
+      // after it is the gradient at that segment's start: the end of segment s1 - 2 - i
       q.copy_view(transition_element(rev, k + i), transition_element(elems, s1 - 1 - i - first));
+      inner.push_back({s1 - 2 - i, k + i});
+    }
     if (!dht.empty()) q.transition_start(transition_element(rev, k), state_entry_kmajor(dht, n, vf));
-    ranges.push_back({k, cnt}), ends.push_back(s1);
+    ranges.push_back({k, cnt});
     k += cnt;
   }
   if (!dht.empty()) copy_entries(q, dhts, dht, last);
   const TensorView states = ws.get(q, SegmentWorkspace::states, ps.compute, {E, ps.HV, ps.K, ps.V});
   q.transition_scan(rev, ranges, states);
-  for (size_t j = 0; j < ranges.size(); ++j)  // after rev[k + i]: the start of segment s1 - 1 - i = the end of s1 - 2 - i
-    for (int64_t i = 0; i < ranges[j].count; ++i)
-      q.copy_view(kmajor(dhts, vf).narrow(0, ends[j] - 2 - i, 1), states.narrow(0, ranges[j].first + i, 1));
+  copy_entries(q, kmajor(dhts, vf), states, inner);
 }
 
 // Step 1 of both directions: the problem of the segments as packed sequences, and the inputs seen so.
