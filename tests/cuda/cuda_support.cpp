@@ -8,6 +8,7 @@
 
 #include "cuda/backend_cuda.h"
 #include "validation/compare.h"
+#include "validation/tolerance.h"
 
 namespace kcp::test {
 
@@ -92,6 +93,25 @@ bool check_rel_l2(const std::string& what, const std::string& name, const Tensor
   CHECK(m.finite_ok());
   CHECK(m.rel_l2 <= bar);
   return m.rel_l2 <= bar && m.nan_a == 0 && m.finite_ok();
+}
+
+DeviceGrads device_grads(Backend& be, const val::GradSet<double>& host, DType qkv) {
+  DeviceGrads d;
+  auto put = [&](const char* name, const Tensor<double>& h, DType dt, TensorView& v) {
+    if (h.empty()) return;
+    d.t.push_back({name, poisoned(be, dt, h.shape()), &h});
+    v = d.t.back().t.view;  // the buffer's address: unchanged when the vector moves its entries
+  };
+  put("dq", host.dq, qkv, d.views.dq), put("dk", host.dk, qkv, d.views.dk), put("dv", host.dv, qkv, d.views.dv);
+  put("dg", host.dg, DType::f32, d.views.dg), put("dbeta", host.dbeta, DType::f32, d.views.dbeta);
+  put("dinitial_state", host.dh0, DType::f32, d.views.d_initial_state);
+  put("dA_log", host.dA_log, DType::f32, d.views.dA_log), put("ddt_bias", host.ddt_bias, DType::f32, d.views.ddt_bias);
+  return d;
+}
+
+double fla_chunk_bar(const std::string& grad) {
+  const bool gate = grad == "dg" || grad == "dbeta" || grad == "dA_log" || grad == "ddt_bias";
+  return gate ? val::tol::kFlaChunkGateBeta : val::tol::kFlaChunkGrad;
 }
 
 }  // namespace kcp::test

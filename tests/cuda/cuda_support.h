@@ -48,4 +48,21 @@ struct DeviceInputs {
 };
 DeviceInputs upload_inputs(Backend& be, const val::CaseData& c, DType qkv);
 
+// Device gradients shaped like a host set (the oracle's): dq, dk, dv in the input dtype, the rest
+// float32 (FLA's dtypes), NaN-poisoned; one entry per gradient the host set holds, with its name
+// (val::named_tensors' names) and the host tensor it is judged against.
+struct DeviceGrad {
+  std::string name;
+  DeviceTensor t;
+  const Tensor<double>* want;
+};
+struct DeviceGrads {
+  std::vector<DeviceGrad> t;
+  Grads views;
+};
+DeviceGrads device_grads(Backend& be, const val::GradSet<double>& host, DType qkv);
+// The bar of a gradient from 16-bit inputs (tolerance.h): kFlaChunkGateBeta for dg, dbeta, dA_log and
+// ddt_bias, kFlaChunkGrad for the others.
+double fla_chunk_bar(const std::string& grad);
+
 }  // namespace kcp::test

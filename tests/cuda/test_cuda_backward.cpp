@@ -84,26 +84,6 @@ std::vector<BwdCase> sweep(uint64_t seed) {
   return out;
 }
 
-// Device gradients shaped like the host set: dq, dk, dv in the input dtype, the rest float32.
-struct DeviceGrads {
-  std::vector<std::pair<std::string, test::DeviceTensor>> t;
-  Grads views;
-};
-DeviceGrads device_grads(Backend& be, const val::GradSet<double>& host, DType qkv) {
-  DeviceGrads d;
-  d.t.reserve(8);
-  auto put = [&](const char* name, const Tensor<double>& h, DType dt, TensorView& v) {
-    if (h.empty()) return;
-    d.t.emplace_back(name, test::poisoned(be, dt, h.shape()));
-    v = d.t.back().second.view;
-  };
-  put("dq", host.dq, qkv, d.views.dq), put("dk", host.dk, qkv, d.views.dk), put("dv", host.dv, qkv, d.views.dv);
-  put("dg", host.dg, DType::f32, d.views.dg), put("dbeta", host.dbeta, DType::f32, d.views.dbeta);
-  put("dinitial_state", host.dh0, DType::f32, d.views.d_initial_state);
-  put("dA_log", host.dA_log, DType::f32, d.views.dA_log), put("ddt_bias", host.ddt_bias, DType::f32, d.views.ddt_bias);
-  return d;
-}
-
 template <class S>
 const Tensor<S>& host_grad(const val::GradSet<S>& g, const std::string& n) {
   if (n == "dq") return g.dq;
@@ -130,7 +110,7 @@ TEST_CASE("cuda-chunkwise backward matches the float64 oracle" * doctest::skip(!
       test::DeviceInputs din = test::upload_inputs(*gpu, c, bc.qkv);
       test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, bc.qkv), dht;
       if (!c.dht.empty()) dht = test::to_device(*gpu, c.dht, DType::f32);
-      DeviceGrads dg = device_grads(*gpu, ref.grads, bc.qkv);
+      test::DeviceGrads dg = test::device_grads(*gpu, ref.grads, bc.qkv);
       gpu->backward(p, din.views, {d_o.view, dht.view}, dg.views);
       val::RunResult<float> r32;
       val::GradConditioning cond;
@@ -139,14 +119,14 @@ TEST_CASE("cuda-chunkwise backward matches the float64 oracle" * doctest::skip(!
         r32 = val::run_case<float>(*oracle, c, true);
         cond = val::grad_conditioning(c.problem(DType::f64), c.inputs(), c.cotangents(), ref.grads.dg.view());
       }
-      for (auto& [name, t] : dg.t) {
-        const Tensor<double>& want = host_grad(ref.grads, name);
-        double bar = (name == "dg" || name == "dbeta" || name == "dA_log" || name == "ddt_bias")
-                         ? val::tol::kFlaChunkGateBeta : val::tol::kFlaChunkGrad;
+      for (const test::DeviceGrad& d : dg.t) {
+        const std::string& name = d.name;
+        const Tensor<double>& want = *d.want;
+        double bar = test::fla_chunk_bar(name);
         if (f32)  // the forward's float32 bar, or the float32 rule where that is looser (the gate sums)
           bar = std::max(val::tol::kFloatVsDouble,
                          val::float_rule_bar(val::compare(host_grad(r32.grads, name).view(), want.view()).rel_l2, cond.of(name)));
-        test::check_rel_l2(name, bc.name(), test::to_host(*gpu, t.view), want.view(), bar);
+        test::check_rel_l2(name, bc.name(), test::to_host(*gpu, d.t.view), want.view(), bar);
       }
     }
   }

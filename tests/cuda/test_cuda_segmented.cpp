@@ -14,6 +14,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <tuple>
 
 #include "core/rng.h"
 #include "core/transition.h"
@@ -130,36 +131,20 @@ TEST_CASE("segmented cuda-chunkwise backward: forced cuts against unsplit and th
       const test::DeviceInputs din = test::upload_inputs(gpu, c, gc.qkv);
       const test::DeviceTensor d_o = test::to_device(gpu, c.d_o, DType::f32);  // the oracle's do exactly
       const test::DeviceTensor dht = c.dht.empty() ? test::DeviceTensor() : test::to_device(gpu, c.dht, DType::f32);
-      const auto named = val::named_tensors(ref);
-      auto grads = [&](const seg::SegmentOptions& o) {
+      auto grads = [&](const seg::SegmentOptions& o) {  // (name, reference, result) per gradient
         gpu.set_options(o);
-        std::vector<test::DeviceTensor> t;
-        Grads g;
-        for (const auto& [name, h] : named) {
-          const std::string n = name;
-          TensorView* v = n == "dq" ? &g.dq : n == "dk" ? &g.dk : n == "dv" ? &g.dv : n == "dg" ? &g.dg
-                        : n == "dbeta" ? &g.dbeta : n == "dinitial_state" ? &g.d_initial_state
-                        : n == "dA_log" ? &g.dA_log : n == "ddt_bias" ? &g.ddt_bias : nullptr;
-          if (!v) continue;  // o, final_state: outputs of the forward
-          const bool qkv = n == "dq" || n == "dk" || n == "dv";
-          t.push_back(test::poisoned(gpu, qkv ? gc.qkv : DType::f32, h->shape()));
-          *v = t.back().view;
-        }
-        gpu.backward(p, din.views, {d_o.view, dht.view}, g);
-        std::vector<Tensor<double>> out;
-        for (const test::DeviceTensor& d : t) out.push_back(test::to_host(gpu, d.view));
+        const test::DeviceGrads dg = test::device_grads(gpu, ref.grads, gc.qkv);
+        gpu.backward(p, din.views, {d_o.view, dht.view}, dg.views);
+        std::vector<std::tuple<std::string, const Tensor<double>*, Tensor<double>>> out;
+        for (const test::DeviceGrad& d : dg.t) out.emplace_back(d.name, d.want, test::to_host(gpu, d.t.view));
         return out;
       };
       const auto whole = grads(seg::parse_segment_option("off"));
       const auto cut = grads(forced(gc.segment));
       REQUIRE(gpu.plan(p).split);
-      size_t j = 0;
-      for (const auto& [name, h] : named) {
-        const std::string n = name;
-        if (n == "o" || n == "final_state") continue;
-        const bool gate = n == "dg" || n == "dbeta" || n == "dA_log" || n == "ddt_bias";
-        check_cut(name, cut[j], whole[j], *h, gate ? val::tol::kFlaChunkGateBeta : val::tol::kFlaChunkGrad, gc.name());
-        ++j;
+      for (size_t j = 0; j < cut.size(); ++j) {
+        const auto& [name, want, got] = cut[j];
+        check_cut(name.c_str(), got, std::get<2>(whole[j]), *want, test::fla_chunk_bar(name), gc.name());
       }
     }
   }

@@ -79,37 +79,24 @@ void check_backward(Backend& gpu, Backend& oracle, const ShapeCase& sc, const va
   test::DeviceInputs din = test::upload_inputs(gpu, c, sc.qkv);
   test::DeviceTensor d_o = test::to_device(gpu, c.d_o, sc.qkv), dht;
   if (!c.dht.empty()) dht = test::to_device(gpu, c.dht, DType::f32);
-  const val::GradSet<double>& want = ref.grads;
-  std::vector<std::pair<std::string, std::pair<test::DeviceTensor, const Tensor<double>*>>> t;
-  t.reserve(8);
-  Grads g;
-  auto put = [&](const char* n, const Tensor<double>& h, DType dt, TensorView& v) {
-    if (h.empty()) return;
-    t.emplace_back(n, std::pair{test::poisoned(gpu, dt, h.shape()), &h});
-    v = t.back().second.first.view;
-  };
-  put("dq", want.dq, sc.qkv, g.dq), put("dk", want.dk, sc.qkv, g.dk), put("dv", want.dv, sc.qkv, g.dv);
-  put("dg", want.dg, DType::f32, g.dg), put("dbeta", want.dbeta, DType::f32, g.dbeta);
-  put("dinitial_state", want.dh0, DType::f32, g.d_initial_state), put("dA_log", want.dA_log, DType::f32, g.dA_log);
-  put("ddt_bias", want.ddt_bias, DType::f32, g.ddt_bias);
-  gpu.backward(p, din.views, {d_o.view, dht.view}, g);
+  const test::DeviceGrads dg = test::device_grads(gpu, ref.grads, sc.qkv);
+  gpu.backward(p, din.views, {d_o.view, dht.view}, dg.views);
   const bool f32 = sc.qkv == DType::f32;
   val::RunResult<float> r32;
   val::GradConditioning cond;
   if (f32) {
     r32 = val::run_case<float>(oracle, c, true);
-    cond = val::grad_conditioning(c.problem(DType::f64), c.inputs(), c.cotangents(), want.dg.view());
+    cond = val::grad_conditioning(c.problem(DType::f64), c.inputs(), c.cotangents(), ref.grads.dg.view());
   }
   const auto base = val::named_tensors(r32);
-  for (auto& [name, dev] : t) {
-    const bool gate = name == "dg" || name == "dbeta" || name == "dA_log" || name == "ddt_bias";
-    double bar = gate ? val::tol::kFlaChunkGateBeta : val::tol::kFlaChunkGrad;
+  for (const test::DeviceGrad& d : dg.t) {
+    double bar = test::fla_chunk_bar(d.name);
     if (f32)
       for (const auto& [n, b] : base)
-        if (name == n)
+        if (d.name == n)
           bar = std::max(val::tol::kFloatVsDouble,
-                         val::float_rule_bar(val::compare(b->view(), dev.second->view()).rel_l2, cond.of(name)));
-    test::check_rel_l2(name, sc.name(), test::to_host(gpu, dev.first.view), dev.second->view(), bar);
+                         val::float_rule_bar(val::compare(b->view(), d.want->view()).rel_l2, cond.of(d.name)));
+    test::check_rel_l2(d.name, sc.name(), test::to_host(gpu, d.t.view), d.want->view(), bar);
   }
 }
 
