@@ -1,18 +1,21 @@
 // Backward stage "chunk", kernel 1 of 3: the products over the value dimension (CPU twins
 // chunk_bwd_dAv's dAqk, chunk_bwd_ht_products, chunk_inter_backward, the dv / dbeta / dk parts of
-// chunk_wy_backward and the inter part of chunk_gate_cumsum_backward). Grid (chunks, HV, 2), 256
-// threads; block z owns key rows [64 z, 64 z + KW) of h, dh (KW = min(K, 64); with K <= 64 block 1
-// owns none). Streaming V in slabs of 32 columns (do, vnew, dvnew, h, dh in shared memory), per chunk:
+// chunk_wy_backward and the inter part of chunk_gate_cumsum_backward). Grid (chunks, HV), one block
+// of two halves of 256 threads per (chunk, value head): half z owns key rows [64 z, 64 z + KW) of h,
+// dh (KW = min(K, 64); with K <= 64 half 1 owns none and only forms W1; gla with K <= 64 has no half 1).
+// The halves share one copy of P, do, vnew, dvnew and dXu (two blocks used to load and form each
+// twice). V streams in slabs of 32 columns, double-buffered: slab j + 1 is copied (cp.async; do, and
+// gla's v, into registers) while slab j is computed. Per chunk:
 //   dXu = P^T dvnew                               [L,V]   (P unit lower triangular)
-//   dv  = beta dXu,  dbeta += v . dXu             (block 0; gla: dv = dXu = dvnew, P = I, u = v)
-//   doh = do h^T,  xw = -dXu h^T,  vdh = vnew dh^T   [L,KW]
-//   dA  = lower_incl(scale do vnew^T) (block 0),  W1 = dvnew vnew^T (block 1)   [64,64] -> workspace
+//   dv  = beta dXu,  dbeta += v . dXu             (gla: dv = dXu = dvnew, P = I, u = v)
+//   doh = do h^T,  xw = -dXu h^T,  vdh = vnew dh^T   [L,KW]   (per half)
+//   dA  = lower_incl(scale do vnew^T) (half 0),  W1 = dvnew vnew^T (half 1)   [64,64] -> workspace
 // gla (kDelta = false): vnew = v is read from v; P = I and beta_e = 0, so dXu = dvnew, dv = dvnew (a copy), and the xw and
 // dbeta terms vanish (beta factors): no P, no P^T dvnew, no dXu h^T, no W1 (kernel wy does not run,
-// kernel intra takes dL = 0), no dbeta partials; with K <= 64 block 1 (no key rows) is not launched.
+// kernel intra takes dL = 0), no dbeta partials.
 // Every product on tensor cores, mma.sync m16n8k8: split operands (3xTF32, tile_mma.cuh) where
-// bwd_split_products says so (float32 inputs), else one TF32 product (chunk_bwd.cuh). Warp w owns
-// rows 16 (w % 4) and half of the columns.
+// bwd_split_products says so (float32 inputs), else one TF32 product (chunk_bwd.cuh). Warp w of a
+// half owns rows 16 (w % 4) and half of the columns.
 // Epilogue per (row r, key d), gamma = 2^b_r[d], e = 2^(b_end[d] - b_r[d]):
 //   dq = gamma scale doh;  dk = e vdh + beta gamma xw  (-> dqv, dkv; the intra parts are added later)
 //   da_t[d] = sum_{r>=t} (q dq + beta k gamma xw)_r + sum_{r<t} (k e vdh)_r + 2^b_end rowsum(h dh)
@@ -28,60 +31,118 @@ namespace kcp::cuda {
 namespace {
 
 constexpr int kLdV = kLdS;  // [64][32] V slabs: A fragments (rows) and n-major B fragments, 4 mod 32 words
+constexpr int kSlabFloats = kChunk * kLdV;
 
-template <int KD>
+template <int KD, bool kDelta>
 struct HvShape {
-  static constexpr int KW = KD < 64 ? KD : 64;  // key rows per block
-  static constexpr int NH = KD / KW;            // blocks that own key rows (1 or 2)
+  static constexpr int KW = KD < 64 ? KD : 64;  // key rows per half
+  static constexpr int NH = KD / KW;            // halves that own key rows (1 or 2)
   static constexpr int NTW = KW / 16;           // 8-column tiles of a warp (its half of KW)
-  static constexpr int kLdE = KW + 1;           // epilogue tiles [64][KW]
-  // floats: P', five V slabs + dXu, scalars; the epilogue tiles reuse the slabs
-  static constexpr int slabs = 6 * kChunk * kLdV;
-  static constexpr int floats = kChunk * kLdC + (slabs > 3 * kChunk * kLdE ? slabs : 3 * kChunk * kLdE) + 4 * 64 + 8 * kChunk;
+  static constexpr int kHalves = kDelta || NH == 2 ? 2 : 1;
+  static constexpr int kThreads = kHalves * kBwdThreads;
+  static constexpr int kLdE = KW + 1;  // epilogue tiles [64][KW]
+  static constexpr int HR = KD < kChunk ? kChunk : KD;  // rows of the h, dh slabs (copies fill 64 rows)
+  // one slab buffer: do, vnew, dvnew [64][kLdV], then h, dh [HR][kLdV]
+  static constexpr int buf = 3 * kSlabFloats + 2 * HR * kLdV;
+  static constexpr int tiles = 3 * kHalves * kChunk * kLdE;  // X1, X2, Bk per half, over the buffers
+  static constexpr int area = 2 * buf > tiles ? 2 * buf : tiles;
+  static constexpr int kRed = 16 * kChunk;  // 16 partials of v . dXu per row; then row sums
+  // floats: P', dXu, the two buffers, scalars (beta, gdn gates, hdh per half, reductions)
+  static constexpr int floats = kChunk * kLdC + kSlabFloats + area + 2 * kChunk + kHalves * kChunk + kRed;
+  static_assert(kChunk * kLdC <= buf, "raw P is staged in buffer 1");
 };
 
 struct HvSmem {
-  float *P, *dO, *vn, *dvn, *h, *dh, *dxu, *X1, *X2, *Bk, *bet, *gsc, *hdh, *red;
+  float *P, *dxu, *dO, *vn, *dvn, *h, *dh, *X1, *X2, *Bk, *bet, *gsc, *hdh, *red;
 };
 
-template <int KD>
-__device__ HvSmem carve_hv(float* s) {
-  using S = HvShape<KD>;
+// The view of half z of slab buffer b.
+template <int KD, bool kDelta>
+__device__ HvSmem carve_hv(float* s, int b, int z) {
+  using S = HvShape<KD, kDelta>;
   HvSmem m;
   m.P = s, s += kChunk * kLdC;
-  m.dO = s, m.vn = s + kChunk * kLdV, m.dvn = s + 2 * kChunk * kLdV, m.h = s + 3 * kChunk * kLdV;
-  m.dh = s + 4 * kChunk * kLdV, m.dxu = s + 5 * kChunk * kLdV;
-  m.X1 = s, m.X2 = s + kChunk * S::kLdE, m.Bk = s + 2 * kChunk * S::kLdE;
-  s += S::floats - kChunk * kLdC - 4 * 64 - 8 * kChunk;
-  m.bet = s, m.gsc = s + 64, m.hdh = s + 128, m.red = s + 256;
+  m.dxu = s, s += kSlabFloats;
+  float* bf = s + b * S::buf;
+  m.dO = bf, m.vn = bf + kSlabFloats, m.dvn = bf + 2 * kSlabFloats;
+  m.h = bf + 3 * kSlabFloats + z * S::KW * kLdV, m.dh = m.h + S::HR * kLdV;
+  m.X1 = s + 3 * z * kChunk * S::kLdE, m.X2 = m.X1 + kChunk * S::kLdE, m.Bk = m.X2 + kChunk * S::kLdE;
+  s += S::area;
+  m.bet = s, m.gsc = s + kChunk, m.hdh = s + 2 * kChunk + z * kChunk, m.red = s + (2 + S::kHalves) * kChunk;
   return m;
 }
 
-// dXu = P^T dvnew for one slab (tensor cores; P stored transposed, s.P[r][s] = P'_sr): warp w owns
-// rows 16 (w % 4), columns 16 (w / 4) .. + 15. Block 0 also stores dv = beta dXu and adds v . dXu to
-// vp (rows g and g + 8 of the warp's tile).
+// Who a thread is: half z, thread t and warp w within the half.
+struct HvThread {
+  int z, t, w;
+};
+__device__ __forceinline__ HvThread hv_thread() {
+  const int i = threadIdx.x;
+  return {i / kBwdThreads, i % kBwdThreads, (i % kBwdThreads) >> 5};
+}
+
+// One slab of rows [0, 64) of a [B,T,X,V] view of any dtype (do; gla's v), held in registers between
+// the loads, issued a slab ahead, and the store into the slab that is computed next.
+template <int NT>
+struct SlabPrefetch {
+  static constexpr int kN = kChunk * kSlab / NT;
+  float val[kN];
+  __device__ void load(const RowsView& v, int64_t t0, int x, int L, int j0) {
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+      const int idx = threadIdx.x + u * NT, r = idx / kSlab, c = idx % kSlab;
+      val[u] = v.p && r < L ? load_any(v.p, v.dt, row_off(v, t0 + r, x) + j0 + c) : 0.0f;
+    }
+  }
+  __device__ void store(float* s) const {
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+      const int idx = threadIdx.x + u * NT;
+      s[(idx / kSlab) * kLdV + idx % kSlab] = val[u];
+    }
+  }
+};
+
+// Issues the cp.async copies of slab j0 into buffer view s (half 0's: h, dh from row 0): vnew
+// (delta rule; gla reads v by SlabPrefetch), dvnew, all K rows of h and dh (64 rows when K < 64,
+// the rest zero).
+template <int KD, bool kDelta, int NT>
+__device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int64_t blk, int j0) {
+  const ChunkParams& p = bp.c;
+  const int64_t ldv = int64_t(p.HV) * p.V, row0 = (int64_t(ck.t0) * p.HV + hv) * p.V;
+  if constexpr (kDelta) copy_rows_async<NT>(s.vn, kLdV, bp.vnew + row0, ldv, ck.len, j0, kSlab);
+  copy_rows_async<NT>(s.dvn, kLdV, bp.dvnew + row0, ldv, ck.len, j0, kSlab);
+  const float* hS = bp.h + blk * KD * p.V;
+  const float* dhS = bp.dh + blk * KD * p.V;
+#pragma unroll
+  for (int r0 = 0; r0 < KD; r0 += kChunk) {
+    copy_rows_async<NT>(s.h + r0 * kLdV, kLdV, hS + int64_t(r0) * p.V, p.V, KD - r0, j0, kSlab);
+    copy_rows_async<NT>(s.dh + r0 * kLdV, kLdV, dhS + int64_t(r0) * p.V, p.V, KD - r0, j0, kSlab);
+  }
+  cp_async_commit();
+}
+
+// dXu = P^T dvnew for one slab (tensor cores; P stored transposed, s.P[r][s] = P'_sr), all 16 warps
+// of the block: warp W owns rows 16 (W % 4), columns 8 (W / 4) .. + 7. Each stores dv = beta dXu and
+// adds v . dXu to vp (rows g and g + 8 of its tile).
 template <bool S>
-__device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0, bool block0, float (&vp)[2]) {
-  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), L = ck.len;
-  float c[2][4] = {};
+__device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0, float (&vp)[2]) {
+  const int W = threadIdx.x >> 5, m0 = 16 * (W & 3), n0 = 8 * (W >> 2), L = ck.len;
+  float c[4] = {};
   for (int k0 = m0; k0 < L; k0 += 8) {  // P'_sr = 0 for s < r
     const FragA<S> a = load_a<S>([&](int m, int k) { return s.P[m * kLdC + k]; }, m0, k0);
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-      mma<S>(c[nt], a, load_b<S>([&](int k, int n) { return s.dvn[k * kLdV + n]; }, k0, 16 * (w >> 2) + 8 * nt));
+    mma<S>(c, a, load_b<S>([&](int k, int n) { return s.dvn[k * kLdV + n]; }, k0, n0));
   }
   const RowsView& v = bp.c.v;
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = acc_row(m0, e), j = acc_col(16 * (w >> 2) + 8 * nt, e);
-      s.dxu[r * kLdV + j] = c[nt][e];
-      if (block0 && r < L) {
-        if (bp.dv.p) store_any(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0 + r, hv) + j0 + j, s.bet[r] * c[nt][e]);
-        vp[e >> 1] = fmaf(load_any(v.p, v.dt, row_off(v, ck.t0 + r, hv) + j0 + j), c[nt][e], vp[e >> 1]);
-      }
+  for (int e = 0; e < 4; ++e) {
+    const int r = acc_row(m0, e), j = acc_col(n0, e);
+    s.dxu[r * kLdV + j] = c[e];
+    if (r < L) {
+      if (bp.dv.p) store_any(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0 + r, hv) + j0 + j, s.bet[r] * c[e]);
+      vp[e >> 1] = fmaf(load_any(v.p, v.dt, row_off(v, ck.t0 + r, hv) + j0 + j), c[e], vp[e >> 1]);
     }
+  }
 }
 
 template <int NTW>
@@ -89,15 +150,15 @@ struct HvAcc {
   float doh[NTW][4], xw[NTW][4], vdh[NTW][4], X[4][4];
 };
 
-// One slab of the products (tensor cores, TF32 or 3xTF32 by S): the three h products (kH) and dA (kX = 0,
-// a = do) or W1 (kX = 1, a = dvnew). Warp w: rows 16 (w % 4); h columns (w / 4) KW/2 + 8 nt,
-// X columns 32 (w / 4) + 8 nt. gla (kDelta = false): no xw = dXu h^T, no W1.
+// One slab of the products of warp w of a half (tensor cores, TF32 or 3xTF32 by S): the three h
+// products (kH) and dA (kX = 0, a = do) or W1 (kX = 1, a = dvnew). Warp w: rows 16 (w % 4); h columns
+// (w / 4) KW/2 + 8 nt, X columns 32 (w / 4) + 8 nt. gla (kDelta = false): no xw = dXu h^T, no W1.
 template <int KW, bool kH, int kX, bool kDelta, bool S>
-__device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a) {
+__device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
   constexpr int NTW = KW / 16;
   static_assert(NTW % 2 == 0, "B fragments come in pairs of 8-column tiles");
   constexpr bool kXp = kDelta || kX == 0;  // the X product is needed
-  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), hb = (w >> 2) * (KW / 2), xb = 32 * (w >> 2);
+  const int m0 = 16 * (w & 3), hb = (w >> 2) * (KW / 2), xb = 32 * (w >> 2);
   // Fragments by ldmatrix: the slabs are row-major [64][kLdV] (A: rows of do, dvnew, dXu, vnew) and
   // h, dh, vnew are n-major for B (h^T, dh^T, vnew^T), kLdV = 4 mod 32 words: conflict-free.
 #pragma unroll 1
@@ -134,29 +195,29 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a) {
   }
 }
 
-// gla, block 0: dv = dvnew (P = I, u = v, no beta) for one slab, rows < L; 8 elements per thread,
+// gla, half 0: dv = dvnew (P = I, u = v, no beta) for one slab, rows < L; 8 elements per thread,
 // the dtype switch outside the element loop (a loop with store_any per element spilled registers).
-__device__ void slab_dv_copy(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0) {
+__device__ void slab_dv_copy(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0, int t) {
   if (!bp.dv.p) return;
   auto store = [&](auto tag) {
     using To = typename decltype(tag)::type;
     To* dv = static_cast<To*>(bp.dv.p) + row_off(bp.dv, ck.t0, hv) + j0;
 #pragma unroll
     for (int i = 0; i < kChunk * kSlab / kBwdThreads; ++i) {
-      const int idx = int(threadIdx.x) + i * kBwdThreads, r = idx / kSlab, j = idx % kSlab;
+      const int idx = t + i * kBwdThreads, r = idx / kSlab, j = idx % kSlab;
       if (r < ck.len) dv[int64_t(r) * bp.dv.st + j] = from_float<To>(s.dvn[r * kLdV + j]);
     }
   };
   with_element_type(bp.dv.dt, store);
 }
 
-// Epilogue of the h products: dqv, dkv, and the per-element gate / dbeta terms into X1, X2, Bk.
-template <int KD, bool kKDA>
-__device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<HvShape<KD>::NTW>& a, const ChunkInfo& ck,
-                            int hv, int d0) {
-  using S = HvShape<KD>;
+// Epilogue of the h products of one half: dqv, dkv, and the per-element gate / dbeta terms into X1, X2, Bk.
+template <int KD, bool kKDA, bool kDelta>
+__device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<HvShape<KD, kDelta>::NTW>& a,
+                            const ChunkInfo& ck, int hv, int d0, const HvThread& th) {
+  using S = HvShape<KD, kDelta>;
   const ChunkParams& p = bp.c;
-  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), hb = (w >> 2) * (S::KW / 2), L = ck.len, h = hv / p.G;
+  const int m0 = 16 * (th.w & 3), hb = (th.w >> 2) * (S::KW / 2), L = ck.len, h = hv / p.G;
   const int Kg = kKDA ? KD : 1;
 #pragma unroll
   for (int nt = 0; nt < S::NTW; ++nt) {
@@ -191,17 +252,17 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
       s.X1[r * S::kLdE + dl] = x1, s.X2[r * S::kLdE + dl] = x2, s.Bk[r * S::kLdE + dl] = bk;
     }
   }
-  for (int dl = threadIdx.x; dl < S::KW; dl += kBwdThreads)  // dB_all
-    s.hdh[dl] *= exp2f(p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * Kg + (kKDA ? d0 + dl : 0)]);
+  if (th.t < S::KW)  // dB_all
+    s.hdh[th.t] *= exp2f(p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * Kg + (kKDA ? d0 + th.t : 0)]);
 }
 
-// Gate cumsum backward of the inter terms (per key column; gdn: summed over the keys, into a
-// partial) and the dbeta partial (vsum: v . dXu of row t = tid, block 0).
-template <int KD, bool kKDA>
-__device__ void hv_gate(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int d0, int z, float vsum) {
-  using S = HvShape<KD>;
+// Gate cumsum backward of the inter terms of one half, first part: kda's per-key suffix / prefix
+// scans into da; gdn's row sums of X1, X2, Bk (into red[256 z + ..]). A block barrier follows.
+template <int KD, bool kKDA, bool kDelta>
+__device__ void hv_gate_rows(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int d0, const HvThread& th) {
+  using S = HvShape<KD, kDelta>;
   const ChunkParams& p = bp.c;
-  const int L = ck.len, t = threadIdx.x;
+  const int L = ck.len, t = th.t;
   if constexpr (kKDA) {
     if (t < S::KW) {
       float suf = 0.0f;
@@ -212,120 +273,141 @@ __device__ void hv_gate(const BwdParams& bp, const HvSmem& s, const ChunkInfo& c
         pre += s.X2[r * S::kLdE + t];
       }
     }
-  } else if (t < kChunk) {  // row sums first (column t of red: X1, X2, Bk sums of row t)
+  } else if (t < kChunk) {  // column t of red: X1, X2, Bk sums of row t
     float a = 0.0f, b = 0.0f, c = 0.0f;
     for (int d = 0; d < S::KW; ++d) a += s.X1[t * S::kLdE + d], b += s.X2[t * S::kLdE + d], c += s.Bk[t * S::kLdE + d];
-    s.red[t] = a, s.red[64 + t] = b, s.red[128 + t] = c;
-  }
-  __syncthreads();
-  if (t < L) {
-    float db = 0.0f;
-    if constexpr (kKDA) {
-      for (int d = 0; d < S::KW; ++d) db += s.Bk[t * S::kLdE + d];
-    } else {
-      db = s.red[128 + t];
-      float da = 0.0f;
-      for (int d = 0; d < S::KW; ++d) da += s.hdh[d];
-      for (int r = t; r < L; ++r) da += s.red[r];
-      for (int r = 0; r < t; ++r) da += s.red[64 + r];
-      bp.part[(int64_t(ck.t0 + t) * p.HV + hv) * kPartSlots + kPartDaHv + z] = da;
-    }
-    if (z == 0) db += vsum;
-    bp.part[(int64_t(ck.t0 + t) * p.HV + hv) * kPartSlots + kPartDbetaHv + z] = db;
+    float* red = s.red + 4 * kChunk * th.z;
+    red[t] = a, red[64 + t] = b, red[128 + t] = c;
   }
 }
 
-template <int KD, bool kKDA, bool kDelta, bool kSplit>
-__global__ void __launch_bounds__(kBwdThreads, 2) bwd_hv_kernel(const __grid_constant__ BwdParams bp) {
-  using S = HvShape<KD>;
+// Second part: the partials of row t = th.t of this half (dbeta; gdn's da), vsum = v . dXu of row t (half 0).
+template <int KD, bool kKDA, bool kDelta>
+__device__ void hv_gate_partials(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, const HvThread& th,
+                                 float vsum) {
+  using S = HvShape<KD, kDelta>;
   const ChunkParams& p = bp.c;
-  const ChunkInfo ck = p.chunks[blockIdx.x];
-  const int hv = blockIdx.y, z = blockIdx.z, L = ck.len, w = threadIdx.x >> 5;
-  const bool has_h = z < S::NH;
-  const int d0 = has_h ? z * S::KW : 0;
-  const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
-  extern __shared__ __align__(16) float smem[];
-  const HvSmem s = carve_hv<KD>(smem);
-  if constexpr (kDelta)
-    copy_rows_async(s.dO, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);  // raw P, staged in the slabs
-  if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);
-  for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) {
-    s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
-    s.hdh[r] = 0.0f;
+  const int L = ck.len, t = th.t;
+  if (t >= L) return;
+  float db = 0.0f;
+  float* pt = bp.part + (int64_t(ck.t0 + t) * p.HV + hv) * kPartSlots;
+  if constexpr (kKDA) {
+    for (int d = 0; d < S::KW; ++d) db += s.Bk[t * S::kLdE + d];
+  } else {
+    const float* red = s.red + 4 * kChunk * th.z;
+    db = red[128 + t];
+    float da = 0.0f;
+    for (int d = 0; d < S::KW; ++d) da += s.hdh[d];
+    for (int r = t; r < L; ++r) da += red[r];
+    for (int r = 0; r < t; ++r) da += red[64 + r];
+    pt[kPartDaHv + th.z] = da;
   }
+  if (th.z == 0) db += vsum;
+  pt[kPartDbetaHv + th.z] = db;
+}
+
+// v . dXu of row t = tid (t < 64): the 16 partials of the warps and lanes that own its columns.
+__device__ float reduce_vsum(const HvSmem& s, const float (&vp)[2]) {
+  const int W = threadIdx.x >> 5, r0 = 16 * (W & 3) + lane_g(), q = 4 * (W >> 2) + lane_t();
+  s.red[r0 * 16 + q] = vp[0], s.red[(r0 + 8) * 16 + q] = vp[1];
+  __syncthreads();
+  float vsum = 0.0f;
+  if (threadIdx.x < kChunk)
+    for (int u = 0; u < 16; ++u) vsum += s.red[16 * threadIdx.x + u];
+  __syncthreads();
+  return vsum;
+}
+
+// Before the slab loop: raw P staged in buffer 1 and transposed (P'), gdn's gates, beta, hdh = 0,
+// slab 0 issued into buffer 0.
+template <int KD, bool kKDA, bool kDelta>
+__device__ void hv_prologue(const BwdParams& bp, float* smem, const ChunkInfo& ck, int hv, int64_t blk) {
+  using S = HvShape<KD, kDelta>;
+  constexpr int NT = S::kThreads;
+  const ChunkParams& p = bp.c;
+  const HvSmem s = carve_hv<KD, kDelta>(smem, 0, 0);
+  float* stage = carve_hv<KD, kDelta>(smem, 1, 0).dO;
+  if constexpr (kDelta) copy_rows_async<NT>(stage, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
+  if constexpr (!kKDA) copy_gates_async<false, NT>(s.gsc, 0, p, ck, hv, 0, 1);
+  issue_slab<KD, kDelta, NT>(bp, s, ck, hv, blk, 0);
+  for (int r = threadIdx.x; r < kChunk; r += NT) s.bet[r] = r < ck.len ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
+  for (int r = threadIdx.x; r < S::kHalves * kChunk; r += NT) s.hdh[r] = 0.0f;  // half 0's view starts both
   cp_async_wait_all();
   __syncthreads();
   if constexpr (kDelta)
-    for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
+    for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += NT) {
       const int a = idx % kChunk, b = idx / kChunk;  // P'[a][b]: unit diagonal, strictly lower P; stored transposed
-      s.P[b * kLdC + a] = a == b ? 1.0f : (a > b ? s.dO[a * kLdC + b] : 0.0f);
+      s.P[b * kLdC + a] = a == b ? 1.0f : (a > b ? stage[a * kLdC + b] : 0.0f);
     }
+}
+
+template <int KD, bool kKDA, bool kDelta, bool kSplit>
+__global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, HvShape<KD, kDelta>::kHalves == 1 ? 2 : 1) bwd_hv_kernel(const __grid_constant__ BwdParams bp) {
+  using S = HvShape<KD, kDelta>;
+  constexpr int NT = S::kThreads;
+  const ChunkParams& p = bp.c;
+  const ChunkInfo ck = p.chunks[blockIdx.x];
+  const int hv = blockIdx.y, L = ck.len;
+  const HvThread th = hv_thread();
+  const bool has_h = th.z < S::NH;
+  const int d0 = has_h ? th.z * S::KW : 0;
+  const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
+  extern __shared__ __align__(16) float smem[];
+  SlabPrefetch<NT> pdo, pv;  // do (and gla's v) of the next slab
+  pdo.load(bp.d_o, ck.t0, hv, L, 0);
+  if constexpr (!kDelta) pv.load(p.v, ck.t0, hv, L, 0);
+  hv_prologue<KD, kKDA, kDelta>(bp, smem, ck, hv, blk);
   HvAcc<S::NTW> a = {};
   float vp[2] = {};
-  const float* hS = bp.h + blk * KD * p.V;
-  const float* dhS = bp.dh + blk * KD * p.V;
-  for (int j0 = 0; j0 < p.V; j0 += kSlab) {
-    __syncthreads();  // the previous slab is consumed
-    if constexpr (kDelta)
-      copy_rows_async(s.vn, kLdV, bp.vnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
-    else  // gla: vnew = v, read in its dtype (the recompute does not write vnew)
-      load_rows_any<kSlab>(s.vn, kLdV, p.v, ck.t0, hv, L, j0, kSlab);
-    if (kDelta || z == 0)  // gla: only block 0 reads dvnew (dv)
-      copy_rows_async(s.dvn, kLdV, bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V, int64_t(p.HV) * p.V, L, j0, kSlab);
-    if (has_h) {
-      copy_rows_async(s.h, kLdV, hS + int64_t(d0) * p.V, p.V, S::KW, j0, kSlab);
-      copy_rows_async(s.dh, kLdV, dhS + int64_t(d0) * p.V, p.V, S::KW, j0, kSlab);
-    }
-    load_rows_any<kSlab>(s.dO, kLdV, bp.d_o, ck.t0, hv, L, j0, kSlab);
+  const int ns = p.V / kSlab;
+  for (int j = 0; j < ns; ++j) {
+    const HvSmem s = carve_hv<KD, kDelta>(smem, j & 1, th.z);
     cp_async_wait_all();
-    __syncthreads();
-    if (has_h) {
-      if constexpr (kDelta) slab_dxu<kSplit>(bp, s, ck, hv, j0, z == 0, vp);
-      else if (z == 0) slab_dv_copy(bp, s, ck, hv, j0);
-      if (threadIdx.x < S::KW) {
-        float acc = s.hdh[threadIdx.x];
-        for (int j = 0; j < kSlab; ++j) acc = fmaf(s.h[threadIdx.x * kLdV + j], s.dh[threadIdx.x * kLdV + j], acc);
-        s.hdh[threadIdx.x] = acc;
-      }
-      __syncthreads();
+    pdo.store(s.dO);
+    if constexpr (!kDelta) pv.store(s.vn);
+    __syncthreads();  // slab j complete; slab j - 1 consumed (its buffer takes slab j + 1)
+    if (j + 1 < ns) {
+      issue_slab<KD, kDelta, NT>(bp, carve_hv<KD, kDelta>(smem, (j + 1) & 1, 0), ck, hv, blk, kSlab * (j + 1));
+      pdo.load(bp.d_o, ck.t0, hv, L, kSlab * (j + 1));
+      if constexpr (!kDelta) pv.load(p.v, ck.t0, hv, L, kSlab * (j + 1));
     }
-    if (z == 0) slab_products<S::KW, true, 0, kDelta, kSplit>(s, a);
-    else if (has_h) slab_products<S::KW, true, 1, kDelta, kSplit>(s, a);
-    else if constexpr (kDelta) slab_products<S::KW, false, 1, kDelta, kSplit>(s, a);
+    if constexpr (kDelta) slab_dxu<kSplit>(bp, s, ck, hv, kSlab * j, vp);
+    else if (th.z == 0) slab_dv_copy(bp, s, ck, hv, kSlab * j, th.t);
+    if (has_h && th.t < S::KW) {
+      float acc = s.hdh[th.t];
+      for (int c = 0; c < kSlab; ++c) acc = fmaf(s.h[th.t * kLdV + c], s.dh[th.t * kLdV + c], acc);
+      s.hdh[th.t] = acc;
+    }
+    if constexpr (kDelta) __syncthreads();  // dXu complete
+    if (th.z == 0) slab_products<S::KW, true, 0, kDelta, kSplit>(s, a, th.w);
+    else if (has_h) slab_products<S::KW, true, 1, kDelta, kSplit>(s, a, th.w);
+    else if constexpr (kDelta) slab_products<S::KW, false, 1, kDelta, kSplit>(s, a, th.w);
   }
-  // dA (block 0, lower triangle with the diagonal, scaled) or W1 (block 1) to the workspace
-  float* X = (z == 0 ? bp.dAc : bp.Wc) + blk * kChunk * kChunk;
-  if (kDelta || z == 0)  // gla: no W1
+  // dA (half 0, lower triangle with the diagonal, scaled) or W1 (half 1) to the workspace
+  float* X = (th.z == 0 ? bp.dAc : bp.Wc) + blk * kChunk * kChunk;
+  if (kDelta || th.z == 0)  // gla: no W1
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = acc_row(16 * (w & 3), e), c = acc_col(32 * (w >> 2) + 8 * nt, e);
-        X[r * kChunk + c] = z == 0 ? (c <= r ? p.scale * a.X[nt][e] : 0.0f) : a.X[nt][e];
+        const int r = acc_row(16 * (th.w & 3), e), c = acc_col(32 * (th.w >> 2) + 8 * nt, e);
+        X[r * kChunk + c] = th.z == 0 ? (c <= r ? p.scale * a.X[nt][e] : 0.0f) : a.X[nt][e];
       }
   __syncthreads();  // slabs consumed: the epilogue tiles reuse them
-  float vsum = 0.0f;  // row t = tid (gla: no dbeta)
-  if constexpr (kDelta) {
-    {  // v . dXu of row r: 8 partials, lanes t of the two warps owning rows 16 (w % 4) ..
-      const int r0 = 16 * (w & 3) + lane_g(), q = 4 * (w >> 2) + lane_t();
-      s.red[r0 * 8 + q] = vp[0], s.red[(r0 + 8) * 8 + q] = vp[1];
-    }
-    __syncthreads();
-    if (threadIdx.x < kChunk)
-      for (int u = 0; u < 8; ++u) vsum += s.red[8 * threadIdx.x + u];
-    __syncthreads();
+  const HvSmem s = carve_hv<KD, kDelta>(smem, 0, th.z);
+  float vsum = 0.0f;  // row t = tid of half 0 (gla: no dbeta term from v)
+  if constexpr (kDelta) vsum = reduce_vsum(s, vp);
+  if (has_h) {
+    hv_epilogue<KD, kKDA, kDelta>(bp, s, a, ck, hv, d0, th);
+  } else if (th.t < L) {  // no key rows (K <= 64, half 1): zero partials
+    float* pt = bp.part + (int64_t(ck.t0 + th.t) * p.HV + hv) * kPartSlots;
+    pt[kPartDbetaHv + th.z] = 0.0f;
+    if constexpr (!kKDA) pt[kPartDaHv + th.z] = 0.0f;
   }
-  if (!has_h) {
-    for (int t = threadIdx.x; t < L; t += kBwdThreads) {
-      float* pt = bp.part + (int64_t(ck.t0 + t) * p.HV + hv) * kPartSlots;
-      pt[kPartDbetaHv + z] = 0.0f;
-      if constexpr (!kKDA) pt[kPartDaHv + z] = 0.0f;
-    }
-    return;
-  }
-  hv_epilogue<KD, kKDA>(bp, s, a, ck, hv, d0);
   __syncthreads();
-  hv_gate<KD, kKDA>(bp, s, ck, hv, d0, z, vsum);
+  if (has_h) hv_gate_rows<KD, kKDA, kDelta>(bp, s, ck, hv, d0, th);
+  __syncthreads();
+  if (has_h) hv_gate_partials<KD, kKDA, kDelta>(bp, s, ck, hv, th, vsum);
 }
 
 }  // namespace
@@ -336,11 +418,13 @@ void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream) {
     dispatch_bool(bwd_split_products(bp), [&](auto split) {
       constexpr int KD = decltype(kd)::value;
       constexpr bool kS = decltype(split)::value;
-      const size_t smem = sizeof(float) * HvShape<KD>::floats;
-      if (p.gla)  // no block without key rows (it would only write W1 and zero partials)
-        launch_kernel(bwd_hv_kernel<KD, true, false, kS>, dim3(p.NT, p.HV, HvShape<KD>::NH), dim3(kBwdThreads), smem, stream, bp);
-      else if (p.kda) launch_kernel(bwd_hv_kernel<KD, true, true, kS>, dim3(p.NT, p.HV, 2), dim3(kBwdThreads), smem, stream, bp);
-      else launch_kernel(bwd_hv_kernel<KD, false, true, kS>, dim3(p.NT, p.HV, 2), dim3(kBwdThreads), smem, stream, bp);
+      auto launch = [&](auto kernel, auto delta) {  // one block of S::kHalves halves per (chunk, value head)
+        using S = HvShape<KD, decltype(delta)::value>;
+        launch_kernel(kernel, dim3(p.NT, p.HV), dim3(S::kThreads), sizeof(float) * S::floats, stream, bp);
+      };
+      if (p.gla) launch(bwd_hv_kernel<KD, true, false, kS>, std::false_type{});
+      else if (p.kda) launch(bwd_hv_kernel<KD, true, true, kS>, std::true_type{});
+      else launch(bwd_hv_kernel<KD, false, true, kS>, std::true_type{});
     });
   });
 }

@@ -45,10 +45,11 @@ __device__ __forceinline__ float dot2(float2 a, float2 b, float c) { return fmaf
 
 // Rows [0, 64) x columns [c0, c0 + ncols) of a float32 row-major array (row r at g + r * ldg) into
 // s[r * lds + c] by cp.async (rows >= L zero-filled): issued only, complete after cp_async_wait_all().
-// 16-byte aligned: s, g, and lds, ldg, c0, ncols multiples of 4.
+// 16-byte aligned: s, g, and lds, ldg, c0, ncols multiples of 4. NT: the block's threads.
+template <int NT = kBwdThreads>
 __device__ __forceinline__ void copy_rows_async(float* s, int lds, const float* g, int64_t ldg, int L, int c0, int ncols) {
   const int per = ncols / 4;
-  for (int idx = threadIdx.x; idx < kChunk * per; idx += kBwdThreads) {
+  for (int idx = threadIdx.x; idx < kChunk * per; idx += NT) {
     const int r = idx / per, c = 4 * (idx % per);
     cp_async16(s + r * lds + c, g + (r < L ? r : 0) * ldg + c0 + c, r < L);
   }
@@ -62,21 +63,21 @@ __device__ __forceinline__ void cp_async_wait_all() {
 // The same from a [B,T,X,D] view of any dtype: rows t0 + r of head x, columns [c0, c0 + ncols)
 // (ncols <= kMaxCols), each row times rscale[(t0 + r) * rstride] when rscale is given (the L2 norm's
 // rstd), all loads of a thread issued before its stores; complete on return.
-template <int kMaxCols>
+template <int kMaxCols, int NT = kBwdThreads>
 __device__ __forceinline__ void load_rows_any(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0,
                                               int ncols, const float* rscale = nullptr, int rstride = 0) {
-  constexpr int kMax = kChunk * kMaxCols / kBwdThreads;
+  constexpr int kMax = kChunk * kMaxCols / NT;
   float val[kMax];
 #pragma unroll
   for (int u = 0; u < kMax; ++u) {
-    const int idx = threadIdx.x + u * kBwdThreads, r = idx / ncols, c = idx % ncols;
+    const int idx = threadIdx.x + u * NT, r = idx / ncols, c = idx % ncols;
     const bool in = v.p && idx < kChunk * ncols && r < L;
     val[u] = in ? load_any(v.p, v.dt, row_off(v, t0 + r, x) + c0 + c) : 0.0f;
     if (in && rscale) val[u] *= rscale[(t0 + r) * rstride];
   }
 #pragma unroll
   for (int u = 0; u < kMax; ++u) {
-    const int idx = threadIdx.x + u * kBwdThreads;
+    const int idx = threadIdx.x + u * NT;
     if (idx < kChunk * ncols) s[(idx / ncols) * lds + idx % ncols] = val[u];
   }
 }
@@ -186,18 +187,18 @@ __device__ __forceinline__ void load_qk_slabs(float* sq, float* sk, int lds, con
 
 // The chunk's gate cumsum by cp.async: gdn into gs[64] (one per row), kda columns [c0, c0 + ncols)
 // into gs[r * lds + c]; rows >= L repeat row L - 1 (finite exponents, factors 1 past the end).
-// Complete after cp_async_wait_all().
-template <bool kKDA>
+// Complete after cp_async_wait_all(). NT: the block's threads.
+template <bool kKDA, int NT = kBwdThreads>
 __device__ __forceinline__ void copy_gates_async(float* gs, int lds, const ChunkParams& p, const ChunkInfo& ck, int hv, int c0,
                                                  int ncols) {
   if constexpr (kKDA) {
     const int per = ncols / 4;
-    for (int idx = threadIdx.x; idx < kChunk * per; idx += kBwdThreads) {
+    for (int idx = threadIdx.x; idx < kChunk * per; idx += NT) {
       const int r = idx / per, c = 4 * (idx % per);
       cp_async16(gs + r * lds + c, p.gcum + (int64_t(ck.t0 + min(r, ck.len - 1)) * p.HV + hv) * p.K + c0 + c, true);
     }
   } else {
-    for (int r = threadIdx.x; r < kChunk; r += kBwdThreads)
+    for (int r = threadIdx.x; r < kChunk; r += NT)
       cp_async4(gs + r, p.gcum + int64_t(ck.t0 + min(r, ck.len - 1)) * p.HV + hv, true);
   }
 }
