@@ -195,6 +195,23 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
   }
 }
 
+// hdh[d] += sum_j h[d][j] dh[d][j] over one slab, key rows d < KW of a half: four threads per row,
+// eight columns each, summed by shuffles (the lane of quarter 0 accumulates).
+template <int KW>
+__device__ void slab_hdh(const HvSmem& s, int t) {
+  const int d = t >> 2, c = 8 * (t & 3);
+  float x = 0.0f;
+  if (d < KW) {
+    const float* hr = s.h + d * kLdV + c;
+    const float* dr = s.dh + d * kLdV + c;
+    x = dot4(lds4(hr), lds4(dr), x);
+    x = dot4(lds4(hr + 4), lds4(dr + 4), x);
+  }
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  if (d < KW && (t & 3) == 0) s.hdh[d] += x;
+}
+
 // gla, half 0: dv = dvnew (P = I, u = v, no beta) for one slab, rows < L; 8 elements per thread,
 // the dtype switch outside the element loop (a loop with store_any per element spilled registers).
 __device__ void slab_dv_copy(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0, int t) {
@@ -236,20 +253,28 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
         gr[e] = gr[e + 1] = s.gsc[rr], ge[e] = ge[e + 1] = s.gsc[L - 1];
       }
     }
+    float dqk[4] = {}, dkk[4] = {};  // dq, dk of the tile, stored in pairs below
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = acc_row(m0, e), dl = acc_col(hb + 8 * nt, e), d = d0 + dl;
+      const int r = acc_row(m0, e), dl = acc_col(hb + 8 * nt, e);
       float x1 = 0.0f, x2 = 0.0f, bk = 0.0f;
       if (r < L) {
-        const int64_t tt = ck.t0 + r;
         const float gam = exp2f(gr[e]), ex = exp2f(ge[e] - gr[e]), xwn = -a.xw[nt][e], b = s.bet[r];
         const float dq = gam * p.scale * a.doh[nt][e], dki = ex * a.vdh[nt][e];
-        bp.dqv[(tt * p.HV + hv) * KD + d] = dq;
-        bp.dkv[(tt * p.HV + hv) * KD + d] = dki + b * gam * xwn;
+        dqk[e] = dq, dkk[e] = dki + b * gam * xwn;
         bk = kv[e] * gam * xwn;
         x1 = qv[e] * dq + b * bk, x2 = kv[e] * dki;
       }
       s.X1[r * S::kLdE + dl] = x1, s.X2[r * S::kLdE + dl] = x2, s.Bk[r * S::kLdE + dl] = bk;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // keys d, d + 1 of row r: one 8-byte store each
+      const int r = acc_row(m0, e), d = d0 + acc_col(hb + 8 * nt, e);
+      if (r < L) {
+        const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * KD + d;
+        *reinterpret_cast<float2*>(bp.dqv + o) = make_float2(dqk[e], dqk[e + 1]);
+        *reinterpret_cast<float2*>(bp.dkv + o) = make_float2(dkk[e], dkk[e + 1]);
+      }
     }
   }
   if (th.t < S::KW)  // dB_all
@@ -342,7 +367,7 @@ __device__ void hv_prologue(const BwdParams& bp, float* smem, const ChunkInfo& c
 }
 
 template <int KD, bool kKDA, bool kDelta, bool kSplit>
-__global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, HvShape<KD, kDelta>::kHalves == 1 ? 2 : 1) bwd_hv_kernel(const __grid_constant__ BwdParams bp) {
+__global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kernel(const __grid_constant__ BwdParams bp) {
   using S = HvShape<KD, kDelta>;
   constexpr int NT = S::kThreads;
   const ChunkParams& p = bp.c;
@@ -373,11 +398,7 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, HvShape<KD, kDe
     }
     if constexpr (kDelta) slab_dxu<kSplit>(bp, s, ck, hv, kSlab * j, vp);
     else if (th.z == 0) slab_dv_copy(bp, s, ck, hv, kSlab * j, th.t);
-    if (has_h && th.t < S::KW) {
-      float acc = s.hdh[th.t];
-      for (int c = 0; c < kSlab; ++c) acc = fmaf(s.h[th.t * kLdV + c], s.dh[th.t * kLdV + c], acc);
-      s.hdh[th.t] = acc;
-    }
+    if (has_h) slab_hdh<S::KW>(s, th.t);
     if constexpr (kDelta) __syncthreads();  // dXu complete
     if (th.z == 0) slab_products<S::KW, true, 0, kDelta, kSplit>(s, a, th.w);
     else if (has_h) slab_products<S::KW, true, 1, kDelta, kSplit>(s, a, th.w);
