@@ -1,0 +1,180 @@
+// The kept forward (cuda::Pipeline::set_keep_forward, cuda/chunkwise_keep.cu): a forward that keeps
+// its intermediates gives the plain forward's o and final state, and the backward after it (which
+// skips the recompute: kept_reuses() counts it) gives the recomputing backward's gradients, bit for
+// bit (the same kernels on the same inputs), over gdn, kda, gla x bf16, float32 x packed and dense
+// layouts x h0, final state, state_v_first, the fused gate and L2 norm. And the record is used at most
+// once and never for other inputs: a second backward, a call in between, inputs changed in place
+// (the fingerprint), another problem: each recomputes and still equals the plain pipeline.
+// Outputs and gradients NaN-poisoned first. Skipped where no CUDA device is present.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cuda/backend_cuda.h"
+#include "cuda/chunkwise.h"
+#include "tests/cuda/cuda_support.h"
+#include "validation/compare.h"
+
+using namespace kcp;
+
+namespace {
+
+struct KeepCase {
+  val::CaseSpec spec;
+  DType qkv = DType::bf16;
+  std::string name() const { return spec.name() + " qkv=" + std::string(dtype_name(qkv)); }
+};
+
+std::vector<KeepCase> cases(uint64_t seed) {
+  std::vector<KeepCase> out;
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
+    for (DType qkv : {DType::bf16, DType::f32})
+      for (int layout = 0; layout < 3; ++layout) {
+        KeepCase k;
+        val::CaseSpec& s = k.spec;
+        s.variant = var;
+        if (layout == 0) s.seqlens = {64, 1, 65, 300, 0, 129}, s.H = 1, s.HV = 2, s.K = 64, s.V = 32;
+        if (layout == 1) s.B = 2, s.T = 333, s.H = 2, s.HV = 2, s.K = 128, s.V = 128, s.flags.state_v_first = true;
+        if (layout == 2) s.T = 700, s.H = 1, s.HV = 2, s.K = 128, s.V = 64, s.initial_state = false;
+        if (layout == 2) s.flags.use_gate_in_kernel = s.flags.use_qk_l2norm_in_kernel = true;
+        s.seed = seed + out.size();
+        k.qkv = qkv;
+        out.push_back(k);
+      }
+  return out;
+}
+
+// Bit-for-bit equality of two device results (both NaN-poisoned before their runs).
+void check_same(const std::string& what, const Tensor<double>& kept, const Tensor<double>& plain, const std::string& name) {
+  const val::Metrics m = val::compare(kept.view(), plain.view());
+  INFO(what, " ", name, ": max |kept - plain| ", m.max_abs, ", NaN ", m.nan_a, " / ", m.nan_b);
+  CHECK(m.nan_a == 0);
+  CHECK(m.nan_b == 0);
+  CHECK(m.max_abs == 0.0);
+}
+
+struct Staged {
+  val::CaseData c;
+  Problem p;
+  test::DeviceInputs din;
+  test::DeviceTensor d_o, dht;
+  val::GradSet<double> shapes;  // what gradients to ask for, and their dtypes (device_grads)
+};
+
+Staged stage(Backend& gpu, const KeepCase& kc) {
+  Staged s{test::round_case(val::make_case(kc.spec), kc.qkv), {}, {}, {}, {}, {}};
+  s.p = s.c.problem(DType::f32);
+  s.din = test::upload_inputs(gpu, s.c, kc.qkv);
+  s.d_o = test::to_device(gpu, s.c.d_o, kc.qkv);
+  if (!s.c.dht.empty()) s.dht = test::to_device(gpu, s.c.dht, DType::f32);
+  s.shapes = val::make_grads<double>(s.c.problem(), s.c.inputs());
+  return s;
+}
+
+struct Results {
+  Tensor<double> o, ht;
+  std::vector<std::pair<std::string, Tensor<double>>> grads;
+};
+
+Results forward(Backend& gpu, cuda::Pipeline& pipe, const Staged& s) {
+  test::DeviceTensor o = test::poisoned(gpu, DType::f32, shape_v(s.p)), ht;
+  if (s.c.spec.final_state) ht = test::poisoned(gpu, DType::f32, shape_state(s.p));
+  pipe.forward(s.p, s.din.views, {o.view, ht.view});
+  Results r;
+  r.o = test::to_host(gpu, o.view);
+  if (s.c.spec.final_state) r.ht = test::to_host(gpu, ht.view);
+  return r;
+}
+
+void backward(Backend& gpu, cuda::Pipeline& pipe, const Staged& s, const Inputs& in, DType qkv, Results& r) {
+  const test::DeviceGrads dg = test::device_grads(gpu, s.shapes, qkv);
+  pipe.backward(s.p, in, {s.d_o.view, s.dht.view}, dg.views);
+  for (const test::DeviceGrad& d : dg.t) r.grads.emplace_back(d.name, test::to_host(gpu, d.t.view));
+}
+
+void check_grads_same(const Results& kept, const Results& plain, const std::string& name) {
+  REQUIRE(kept.grads.size() == plain.grads.size());
+  for (size_t j = 0; j < kept.grads.size(); ++j) check_same(kept.grads[j].first, kept.grads[j].second, plain.grads[j].second, name);
+}
+
+}  // namespace
+
+TEST_CASE("kept forward: the plain forward's outputs and the recomputing backward's gradients, bit for bit" *
+          doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  for (const KeepCase& kc : cases(val::seed_from_env(1400))) {
+    SUBCASE(kc.name().c_str()) {
+      const Staged s = stage(*gpu, kc);
+      cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
+      kept.set_keep_forward(true);
+      Results a = forward(*gpu, plain, s), b = forward(*gpu, kept, s);
+      check_same("o", b.o, a.o, kc.name());
+      if (kc.spec.final_state) check_same("final_state", b.ht, a.ht, kc.name());
+      backward(*gpu, plain, s, s.din.views, kc.qkv, a);
+      backward(*gpu, kept, s, s.din.views, kc.qkv, b);
+      CHECK(kept.kept_reuses() == 1);  // the backward used the kept forward
+      CHECK(plain.kept_reuses() == 0);
+      check_grads_same(b, a, kc.name());
+      std::printf("  kept forward: %zu gradients equal  %s\n", b.grads.size(), kc.name().c_str());
+    }
+  }
+}
+
+TEST_CASE("kept forward: used once, never after another call, for changed inputs or another problem" *
+          doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  const std::vector<KeepCase> all = cases(val::seed_from_env(1401));
+  for (const KeepCase& kc : {all[0], all[6 + 3 + 1]}) {  // gdn bf16 packed (the folded kernel), kda float32 dense
+    SUBCASE(kc.name().c_str()) {
+      const Staged s = stage(*gpu, kc);
+      cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
+      kept.set_keep_forward(true);
+      Results want;
+      backward(*gpu, plain, s, s.din.views, kc.qkv, want);
+      auto run_backward = [&](const Inputs& in) {
+        Results r;
+        backward(*gpu, kept, s, in, kc.qkv, r);
+        return r;
+      };
+      forward(*gpu, kept, s);
+      check_grads_same(run_backward(s.din.views), want, kc.name());
+      CHECK(kept.kept_reuses() == 1);
+      // a second backward: the record is gone (the backward's buffers overwrote the kept ones)
+      check_grads_same(run_backward(s.din.views), want, kc.name() + " (second backward)");
+      CHECK(kept.kept_reuses() == 1);
+      // a call in between
+      forward(*gpu, kept, s);
+      kept.prepare_stages(s.p, s.din.views);
+      check_grads_same(run_backward(s.din.views), want, kc.name() + " (call in between)");
+      CHECK(kept.kept_reuses() == 1);
+      // another problem (the scale) on the same inputs
+      forward(*gpu, kept, s);
+      {
+        Staged t = stage(*gpu, kc);
+        t.p.scale *= 0.5;
+        Results r2, w2;
+        backward(*gpu, kept, t, t.din.views, kc.qkv, r2);
+        backward(*gpu, plain, t, t.din.views, kc.qkv, w2);
+        check_grads_same(r2, w2, kc.name() + " (another scale)");
+      }
+      CHECK(kept.kept_reuses() == 1);
+      // q changed in place after the kept forward: same views, other contents
+      forward(*gpu, kept, s);
+      KeepCase other = kc;
+      other.spec.seed += 1000;
+      const val::CaseData c2 = test::round_case(val::make_case(other.spec), kc.qkv);
+      test::upload_into(*gpu, s.din.views.q, c2.q);
+      const Results changed = run_backward(s.din.views);
+      CHECK(kept.kept_reuses() == 1);
+      Results want2;
+      backward(*gpu, plain, s, s.din.views, kc.qkv, want2);
+      check_grads_same(changed, want2, kc.name() + " (q changed in place)");
+      // and the kept path is taken again for a fresh forward on the current inputs
+      forward(*gpu, kept, s);
+      check_grads_same(run_backward(s.din.views), want2, kc.name() + " (kept again)");
+      CHECK(kept.kept_reuses() == 2);
+    }
+  }
+}
