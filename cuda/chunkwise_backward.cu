@@ -156,11 +156,13 @@ void Pipeline::transition_backward(const Problem& p, const Inputs& in, const Ten
   const int64_t count = check_transition_call(p, seq_begin, packed, Device::cuda, "transition_backward", true);
   KCP_CHECK(d_o.shape == shape_v(p), "transition_backward: d_o: expected shape ", shape_str(shape_v(p)), ", got ",
             shape_str(d_o.shape));
-  impl_->kept.valid = false;
   if (count == 0) return;
   DeviceGuard guard(impl_->device);
+  // A kept forward of these very sequences (all of them) left the front stages: read them, and leave
+  // the record to the local backward that follows (chunkwise_keep.cu); else it is dropped.
+  const bool kept = seq_begin == 0 && count == p.N ? impl_->keep_matches(p, in, false) : (impl_->kept.valid = false);
   // The chains read neither the forward states nor vnew: no state recompute (keep_states = false).
-  BwdParams bp = impl_->backward_setup(p, in, seq_begin, count, false);
+  BwdParams bp = impl_->backward_setup(p, in, seq_begin, count, false, !kept);
   bp.d_o = rows_view<RowsView>(d_o, "d_o");
   launch_bwd_dhu_local(bp, impl_->stream);  // kg, and the dS_ext columns' A_c, B_c (into dvnew, dh)
   // dS_ext (from 0, with do: columns [0, V)) and M^T (from I, do = 0: columns [V, V + K)) as the columns

@@ -107,7 +107,9 @@ struct Pipeline::Impl {
   // The kept forward (chunkwise_keep.cu; Pipeline::set_keep_forward): forward() leaves the workspace as
   // the backward's recompute would (forward_kept), and records what it was run on; a backward that
   // follows as the next call, on the same problem and on inputs of the same dtypes, shapes and
-  // contents (input_fingerprint.cuh), skips the recompute (keep_matches). Any other call drops it.
+  // contents (input_fingerprint.cuh), skips the recompute (keep_matches). A transition_backward of
+  // all sequences in between (the CP layer's order) skips its front stages and keeps the record;
+  // any other call drops it.
   bool keep_forward = false;
   struct Kept {
     bool valid = false;
@@ -226,7 +228,8 @@ struct Pipeline::Impl {
                            bool keep_states = true, bool recompute = true);
   // chunkwise_keep.cu
   void forward_kept(const Problem& p, const Inputs& in, const Outputs& out);
-  bool keep_matches(const Problem& p, const Inputs& in);
+  // consume = false (transition_backward): the record stays for the backward that follows.
+  bool keep_matches(const Problem& p, const Inputs& in, bool consume = true);
   // cumsum -> kkt -> WY; with_u = false leaves u unwritten (its readers: the unfolded state kernel).
   void run_front(const Setup& st, bool with_u = true) const {
     launch_chunk_cumsum(st.c, st.dtype, stream);

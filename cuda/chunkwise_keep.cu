@@ -7,7 +7,10 @@
 //   keep_matches:  the next call is a backward of the same problem, inputs of the same dtypes and
 //                  shapes, and F1 = F0 for its inputs (read back: one host synchronization): reuse.
 // The record is dropped by any other call and by the backward that uses it (the backward's own
-// buffers live in dead forward buffers, chunkwise_backward.cu's backward_alias).
+// buffers live in dead forward buffers, chunkwise_backward.cu's backward_alias), except by a
+// transition_backward of all sequences (CP's backward runs one before the local backward): that call
+// reads the kept front stages (gate cumsum, P, Aqk, w) instead of recomputing them and writes only
+// buffers no reader of the record needs (kg, u: dead; dh, dvnew: the backward's own, rewritten).
 // Covered by tests/cuda/test_cuda_keep.cpp.
 #include "cuda/chunkwise_impl.cuh"
 #include "cuda/input_fingerprint.cuh"
@@ -67,9 +70,9 @@ void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outp
   timer.report("forward (kept)", kNames);
 }
 
-bool Pipeline::Impl::keep_matches(const Problem& p, const Inputs& in) {
+bool Pipeline::Impl::keep_matches(const Problem& p, const Inputs& in, bool consume) {
   if (!kept.valid) return false;
-  kept.valid = false;  // one backward per kept forward
+  kept.valid = false;  // one backward per kept forward; a matching transition_backward restores it below
   if (!same_problem(kept.p, p) || kept.views != view_keys(in)) return false;
   fingerprint_inputs(in, d_fp + 1, stream);
   unsigned long long f[2] = {0, 1};
@@ -77,6 +80,7 @@ bool Pipeline::Impl::keep_matches(const Problem& p, const Inputs& in) {
   KCP_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (f[0] != f[1]) return false;
   ++kept_reuses;
+  kept.valid = !consume;
   return true;
 }
 

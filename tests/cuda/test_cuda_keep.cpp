@@ -4,7 +4,8 @@
 // bit (the same kernels on the same inputs), over gdn, kda, gla x bf16, float32 x packed and dense
 // layouts x h0, final state, state_v_first, the fused gate and L2 norm. And the record is used at most
 // once and never for other inputs: a second backward, a call in between, inputs changed in place
-// (the fingerprint), another problem: each recomputes and still equals the plain pipeline.
+// (the fingerprint), another problem: each recomputes and still equals the plain pipeline. And the CP
+// layer's order (forward, transition_backward of all sequences, backward) reuses it twice.
 // Outputs and gradients NaN-poisoned first. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/transition.h"
 #include "cuda/backend_cuda.h"
 #include "cuda/chunkwise.h"
 #include "tests/cuda/cuda_support.h"
@@ -175,6 +177,34 @@ TEST_CASE("kept forward: used once, never after another call, for changed inputs
       forward(*gpu, kept, s);
       check_grads_same(run_backward(s.din.views), want2, kc.name() + " (kept again)");
       CHECK(kept.kept_reuses() == 2);
+    }
+  }
+}
+
+// The CP layer's order on a rank: forward, then transition_backward of all its sequences, then the
+// local backward. With the forward kept, the transition reads the kept front stages and leaves the
+// record (kept_reuses counts both), and the backward skips its recompute; every result equals the
+// plain pipeline's bit for bit (the transition's (dS_ext, M^T) included).
+TEST_CASE("kept forward: a transition_backward of all sequences between forward and backward" *
+          doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  const std::vector<KeepCase> all = cases(val::seed_from_env(1402));
+  for (const KeepCase& kc : {all[2], all[1], all[6 + 2], all[12 + 3 + 2]}) {  // gdn bf16 one sequence / dense, kda bf16, gla f32
+    SUBCASE(kc.name().c_str()) {
+      const Staged s = stage(*gpu, kc);
+      cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
+      kept.set_keep_forward(true);
+      const Shape tshape = transition_shape(s.p.N, s.p.HV, s.p.K, s.p.V);
+      Results a = forward(*gpu, plain, s), b = forward(*gpu, kept, s);
+      const test::DeviceTensor ta = test::poisoned(*gpu, DType::f32, tshape), tb = test::poisoned(*gpu, DType::f32, tshape);
+      plain.transition_backward(s.p, s.din.views, s.d_o.view, 0, ta.view);
+      kept.transition_backward(s.p, s.din.views, s.d_o.view, 0, tb.view);
+      check_same("transition_backward", test::to_host(*gpu, tb.view), test::to_host(*gpu, ta.view), kc.name());
+      CHECK(kept.kept_reuses() == 1);  // the transition read the kept front stages
+      backward(*gpu, plain, s, s.din.views, kc.qkv, a);
+      backward(*gpu, kept, s, s.din.views, kc.qkv, b);
+      CHECK(kept.kept_reuses() == 2);  // and the backward the rest
+      check_grads_same(b, a, kc.name());
     }
   }
 }
