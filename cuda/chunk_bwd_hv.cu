@@ -257,8 +257,9 @@ __device__ float reduce_vsum(const HvSmem& s, const float (&vp)[2]) {
 // After the slab loop: dA (half 0, lower triangle with the diagonal, scaled) or W1 (half 1) to the
 // workspace, then the epilogue and the gate / dbeta partials (every thread reaches every barrier).
 template <int KD, bool kKDA, bool kDelta>
-__device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, const HvAcc<HvShape<KD, kDelta>::NTW>& a, const float (&vp)[2],
-                          const ChunkInfo& ck, int hv, int64_t blk, const HvThread& th) {
+__device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, const HvAcc<HvShape<KD, kDelta>::NTW>& a,
+                                          const float (&vp)[2], const ChunkInfo& ck, int hv, int64_t blk,
+                                          const HvThread& th) {
   using S = HvShape<KD, kDelta>;
   const ChunkParams& p = bp.c;
   const int L = ck.len;
