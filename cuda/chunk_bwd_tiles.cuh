@@ -63,21 +63,21 @@ __device__ __forceinline__ void cp_async_wait_all() {
 // The same from a [B,T,X,D] view of any dtype: rows t0 + r of head x, columns [c0, c0 + ncols)
 // (ncols <= kMaxCols), each row times rscale[(t0 + r) * rstride] when rscale is given (the L2 norm's
 // rstd), all loads of a thread issued before its stores; complete on return.
-template <int kMaxCols, int NT = kBwdThreads>
+template <int kMaxCols>
 __device__ __forceinline__ void load_rows_any(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0,
                                               int ncols, const float* rscale = nullptr, int rstride = 0) {
-  constexpr int kMax = kChunk * kMaxCols / NT;
+  constexpr int kMax = kChunk * kMaxCols / kBwdThreads;
   float val[kMax];
 #pragma unroll
   for (int u = 0; u < kMax; ++u) {
-    const int idx = threadIdx.x + u * NT, r = idx / ncols, c = idx % ncols;
+    const int idx = threadIdx.x + u * kBwdThreads, r = idx / ncols, c = idx % ncols;
     const bool in = v.p && idx < kChunk * ncols && r < L;
     val[u] = in ? load_any(v.p, v.dt, row_off(v, t0 + r, x) + c0 + c) : 0.0f;
     if (in && rscale) val[u] *= rscale[(t0 + r) * rstride];
   }
 #pragma unroll
   for (int u = 0; u < kMax; ++u) {
-    const int idx = threadIdx.x + u * NT;
+    const int idx = threadIdx.x + u * kBwdThreads;
     if (idx < kChunk * ncols) s[(idx / ncols) * lds + idx % ncols] = val[u];
   }
 }
