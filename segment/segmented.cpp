@@ -190,9 +190,7 @@ void segmented_backward(Backend& be, const Problem& p, const Inputs& in, const C
   if (!plan.split) return be.backward(p, in, d, gr);
   check_plan_fits(p, plan);
   check_cotangents(p, d);
-  check_grads(p, in, gr);
-  KCP_CHECK(gr.d_initial_state.empty() || !in.initial_state.empty(),
-            "d_initial_state: requested, but initial_state was not given");
+  check_grads(p, in, gr);  // also: d_initial_state only with initial_state
   Queue& q = be.queue();
   const Problem ps = segment_problem(p, plan);
   Inputs is = segment_inputs(in);
