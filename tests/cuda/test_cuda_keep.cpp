@@ -5,7 +5,9 @@
 // layouts x h0, final state, state_v_first, the fused gate and L2 norm. And the record is used at most
 // once and never for other inputs: a second backward, a call in between, inputs changed in place
 // (the fingerprint), another problem: each recomputes and still equals the plain pipeline. And the CP
-// layer's order (forward, transition_backward of all sequences, backward) reuses it twice.
+// layer's order (forward, transition_backward of all sequences, backward) reuses it twice. And the
+// fingerprint itself: its two paths (contiguous words, gathered words) agree on a strided view and its
+// contiguous copy, and one changed element or another salt changes it.
 // Outputs and gradients NaN-poisoned first. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
@@ -13,9 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "core/transition.h"
 #include "cuda/backend_cuda.h"
 #include "cuda/chunkwise.h"
+#include "cuda/input_fingerprint.cuh"
 #include "tests/cuda/cuda_support.h"
 #include "validation/compare.h"
 
@@ -207,4 +211,46 @@ TEST_CASE("kept forward: a transition_backward of all sequences between forward 
       check_grads_same(b, a, kc.name());
     }
   }
+}
+
+namespace {
+
+uint64_t fingerprint(Backend& gpu, const TensorView& t, uint64_t salt) {
+  test::DeviceTensor slot = test::device_tensor(gpu, DType::i64, {1});
+  gpu.synchronize();  // the views' uploads, on the backend's queue, before the default stream reads them
+  REQUIRE(cudaMemset(slot.view.data, 0, sizeof(uint64_t)) == cudaSuccess);
+  cuda::launch_fingerprint_add(t, salt, static_cast<unsigned long long*>(slot.view.data), nullptr);
+  uint64_t f = 0;
+  REQUIRE(cudaMemcpy(&f, slot.view.data, sizeof f, cudaMemcpyDeviceToHost) == cudaSuccess);  // synchronizes
+  return f;
+}
+
+}  // namespace
+
+// The contiguous path reads words from memory; a column slice (strided rows) takes the gather path.
+// Both must give one value for the same logical contents, rows of whole words or with a padded tail.
+TEST_CASE("kept forward: the input fingerprint, strided and contiguous views of the same contents" *
+          doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  const uint64_t seed = val::seed_from_env(1403);
+  for (DType dt : {DType::bf16, DType::f32, DType::f64})
+    for (int64_t cols : {8, 7, 1}) {
+      const std::string name = std::string(dtype_name(dt)) + " cols=" + std::to_string(cols) + " seed=" + std::to_string(seed);
+      SUBCASE(name.c_str()) {
+        Tensor<double> wide({2, 3, 5, 2 * cols + 3});
+        const CounterRng rng{seed, uint64_t(cols)};
+        for (int64_t i = 0; i < wide.numel(); ++i) wide.data()[i] = rng.normal(uint64_t(i));
+        const test::DeviceTensor dw = test::to_device(*gpu, wide, dt);
+        const TensorView slice = dw.view.narrow(3, 1, cols);  // rows 2 * cols + 3 apart: gathered
+        Tensor<double> packed = to_tensor<double>(wide.view().narrow(3, 1, cols));
+        const test::DeviceTensor dp = test::to_device(*gpu, packed, dt);
+        const uint64_t f_slice = fingerprint(*gpu, slice, 3), f_packed = fingerprint(*gpu, dp.view, 3);
+        INFO(name, ": slice ", f_slice, ", contiguous ", f_packed);
+        CHECK(f_slice == f_packed);
+        CHECK(fingerprint(*gpu, dp.view, 4) != f_packed);  // another role, another fingerprint
+        packed(1, 2, 4, cols - 1) += 1.0;                  // one element, in the last (padded) word
+        const test::DeviceTensor dc = test::to_device(*gpu, packed, dt);
+        CHECK(fingerprint(*gpu, dc.view, 3) != f_packed);
+      }
+    }
 }
