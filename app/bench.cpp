@@ -16,6 +16,8 @@
 // --transitions 1: instead, the CP transitions of the whole input as one rank's part (transition_forward:
 // S_ext and M; transition_backward: dS_ext and M^T), median ms of each, gated against cpu-chunkwise's.
 // --explain: each row ends with the plan the forward ran (Backend::explain_forward).
+// --keep 1|0 (cuda-chunkwise): the forward keeps its intermediates for the backward that follows
+// (BackendOptions::keep_forward; default KCP_CUDA_KEEP, else 0: every backward recomputes them).
 // --fused 1 (gdn, kda): the input transforms in the kernel (L2 norm of q, k, beta sigmoid, the softplus
 // gate with A_log and dt_bias: Kimi Linear's KDA call; bench_inputs.h), with dA_log and ddt_bias; no
 // FLA figure is printed for these rows (the recorded ones are for plain gates).
@@ -244,7 +246,7 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
 int cmd_bench(int argc, char** argv) {
   Args a(argc, argv,
          {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets", "backward", "seqs", "segment",
-          "check", "transitions", "fused"},
+          "check", "transitions", "fused", "keep"},
          {"explain"}, "bench");
   const std::string name = a.get("backend", "cuda-chunkwise");
   const DType dt = dtype_parse(a.get("dtype", "bfloat16"));
@@ -259,6 +261,11 @@ int cmd_bench(int argc, char** argv) {
   KCP_CHECK(repeat >= 1 && sets >= 1 && warmup >= 0, "bench: --repeat and --sets must be >= 1, --warmup >= 0");
   BackendOptions bo;
   if (a.has("segment")) bo.segment = seg::parse_segment_option(a.get("segment", "auto"), "--segment");
+  if (a.has("keep")) {
+    const int64_t keep = a.get_int("keep", 0);
+    KCP_CHECK(keep == 0 || keep == 1, "bench: --keep must be 0 or 1, got ", keep);
+    bo.keep_forward = keep == 1;
+  }
   std::printf("kcp bench: %s, %s, %s q/k/v, float32 gates and beta%s, K=%lld V=%lld, B=1, median of %d after %d "
               "warm-up runs, %d rotating input sets\n",
               name.c_str(), rs.transitions ? "CP transitions" : backward ? "forward+backward" : "forward",

@@ -82,6 +82,8 @@ options:
   --seqs LIST         the T tokens as N packed equal sequences (default 1), e.g. --T 32768 --seqs 16
   --segment S         intra-card CP plan: auto | off | <tokens> (forced length: the backward is cut too);
                       default: the backend's (cuda-chunkwise: KCP_CUDA_SEGMENT, else auto)
+  --keep 0|1          1 (cuda-chunkwise): the forward keeps its intermediates for the backward that
+                      follows (no recompute there); default KCP_CUDA_KEEP, else 0
   --explain           end each row with the plan the forward ran (segments, calls, model cost)
   --warmup N --repeat N --sets N   defaults 5, 50, 3
   --check 0|1         1 (default): judge each row's results against the float64 oracle (on the host)

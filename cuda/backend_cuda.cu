@@ -21,7 +21,7 @@ void expect_device(const TensorView& t, const char* name) {
 
 class CudaChunkwiseBackend final : public Backend {
  public:
-  explicit CudaChunkwiseBackend(const CudaQueueOptions& opt) : opt_(opt) {}
+  CudaChunkwiseBackend(const CudaQueueOptions& opt, const CudaBackendOptions& bopt) : opt_(opt), bopt_(bopt) {}
 
   std::string_view name() const override { return "cuda-chunkwise"; }
   Device device() const override { return Device::cuda; }
@@ -118,11 +118,15 @@ class CudaChunkwiseBackend final : public Backend {
   }
 
   Pipeline& pipeline() {
-    if (!pipeline_) pipeline_ = std::make_unique<Pipeline>(queue());
+    if (!pipeline_) {
+      pipeline_ = std::make_unique<Pipeline>(queue());
+      pipeline_->set_keep_forward(bopt_.keep_forward);
+    }
     return *pipeline_;
   }
 
   CudaQueueOptions opt_;
+  CudaBackendOptions bopt_;
   mutable std::unique_ptr<Queue> queue_;
   std::unique_ptr<Pipeline> pipeline_;
   std::vector<int64_t> cu_host_;
@@ -131,8 +135,8 @@ class CudaChunkwiseBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(const CudaQueueOptions& opt) {
-  return std::make_unique<CudaChunkwiseBackend>(opt);
+std::unique_ptr<Backend> make_cuda_backend(const CudaQueueOptions& opt, const CudaBackendOptions& bopt) {
+  return std::make_unique<CudaChunkwiseBackend>(opt, bopt);
 }
 
 PadRule pad_rule() {

@@ -23,8 +23,16 @@
 
 namespace kcp::cuda {
 
+// What the backend does beyond its queue.
+struct CudaBackendOptions {
+  // Keep the forward's intermediates for a backward that follows on the same inputs (issue 11's
+  // "recompute or keep"; cuda/chunkwise.h Pipeline::set_keep_forward): the forward then costs what the
+  // backward's recompute costs and that backward skips it. Off: every backward recomputes, as FLA's.
+  bool keep_forward = false;
+};
+
 // A backend on opt.device (default: the current device) and opt.stream (default: its own stream).
-std::unique_ptr<Backend> make_cuda_backend(const CudaQueueOptions& opt = {});
+std::unique_ptr<Backend> make_cuda_backend(const CudaQueueOptions& opt = {}, const CudaBackendOptions& bopt = {});
 
 // What the kernels are instantiated for, as the shape adapter's rule (core/padded_backend.h): K in
 // kKeyDims (smaller K zero-padded up), V padded to a multiple of kValueTile, chunk_size 16 and 32

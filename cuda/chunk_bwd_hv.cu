@@ -22,6 +22,7 @@
 //   dbeta partial = sum_d k gamma xw (+ v . dXu);  gdn sums da over d: partials in bp.part.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
+#include "cuda/chunk_bwd_hv_tiles.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
@@ -30,99 +31,7 @@
 namespace kcp::cuda {
 namespace {
 
-constexpr int kLdV = kLdS;  // [64][32] V slabs: A fragments (rows) and n-major B fragments, 4 mod 32 words
-constexpr int kSlabFloats = kChunk * kLdV;
-
-template <int KD, bool kDelta>
-struct HvShape {
-  static constexpr int KW = KD < 64 ? KD : 64;  // key rows per half
-  static constexpr int NH = KD / KW;            // halves that own key rows (1 or 2)
-  static constexpr int NTW = KW / 16;           // 8-column tiles of a warp (its half of KW)
-  static constexpr int kHalves = kDelta || NH == 2 ? 2 : 1;
-  static constexpr int kThreads = kHalves * kBwdThreads;
-  static constexpr int kLdE = KW + 1;  // epilogue tiles [64][KW]
-  static constexpr int HR = KD < kChunk ? kChunk : KD;  // rows of the h, dh slabs (copies fill 64 rows)
-  // one slab buffer: do, vnew, dvnew [64][kLdV], then h, dh [HR][kLdV]
-  static constexpr int buf = 3 * kSlabFloats + 2 * HR * kLdV;
-  static constexpr int tiles = 3 * kHalves * kChunk * kLdE;  // X1, X2, Bk per half, over the buffers
-  static constexpr int area = 2 * buf > tiles ? 2 * buf : tiles;
-  static constexpr int kRed = 16 * kChunk;  // 16 partials of v . dXu per row; then row sums
-  // floats: P', dXu, the two buffers, scalars (beta, gdn gates, hdh per half, reductions)
-  static constexpr int floats = kChunk * kLdC + kSlabFloats + area + 2 * kChunk + kHalves * kChunk + kRed;
-  static_assert(kChunk * kLdC <= buf, "raw P is staged in buffer 1");
-};
-
-struct HvSmem {
-  float *P, *dxu, *dO, *vn, *dvn, *h, *dh, *X1, *X2, *Bk, *bet, *gsc, *hdh, *red;
-};
-
-// The view of half z of slab buffer b.
-template <int KD, bool kDelta>
-__device__ HvSmem carve_hv(float* s, int b, int z) {
-  using S = HvShape<KD, kDelta>;
-  HvSmem m;
-  m.P = s, s += kChunk * kLdC;
-  m.dxu = s, s += kSlabFloats;
-  float* bf = s + b * S::buf;
-  m.dO = bf, m.vn = bf + kSlabFloats, m.dvn = bf + 2 * kSlabFloats;
-  m.h = bf + 3 * kSlabFloats + z * S::KW * kLdV, m.dh = m.h + S::HR * kLdV;
-  m.X1 = s + 3 * z * kChunk * S::kLdE, m.X2 = m.X1 + kChunk * S::kLdE, m.Bk = m.X2 + kChunk * S::kLdE;
-  s += S::area;
-  m.bet = s, m.gsc = s + kChunk, m.hdh = s + 2 * kChunk + z * kChunk, m.red = s + (2 + S::kHalves) * kChunk;
-  return m;
-}
-
-// Who a thread is: half z, thread t and warp w within the half.
-struct HvThread {
-  int z, t, w;
-};
-__device__ __forceinline__ HvThread hv_thread() {
-  const int i = threadIdx.x;
-  return {i / kBwdThreads, i % kBwdThreads, (i % kBwdThreads) >> 5};
-}
-
-// One slab of rows [0, 64) of a [B,T,X,V] view of any dtype (do; gla's v), held in registers between
-// the loads, issued a slab ahead, and the store into the slab that is computed next. load_rows_any's
-// two loops split in two, for full 32-column slabs only: a shared form with its column guard and row
-// scale spilled 20 to 236 bytes per thread in this kernel's instances (measured by ptxas).
-template <int NT>
-struct SlabPrefetch {
-  static constexpr int kN = kChunk * kSlab / NT;
-  float val[kN];
-  __device__ void load(const RowsView& v, int64_t t0, int x, int L, int j0) {
-#pragma unroll
-    for (int u = 0; u < kN; ++u) {
-      const int idx = threadIdx.x + u * NT, r = idx / kSlab, c = idx % kSlab;
-      val[u] = v.p && r < L ? load_any(v.p, v.dt, row_off(v, t0 + r, x) + j0 + c) : 0.0f;
-    }
-  }
-  __device__ void store(float* s) const {
-#pragma unroll
-    for (int u = 0; u < kN; ++u) {
-      const int idx = threadIdx.x + u * NT;
-      s[(idx / kSlab) * kLdV + idx % kSlab] = val[u];
-    }
-  }
-};
-
-// Issues the cp.async copies of slab j0 into buffer view s (half 0's: h, dh from row 0): vnew
-// (delta rule; gla reads v by SlabPrefetch), dvnew, all K rows of h and dh (64 rows when K < 64,
-// the rest zero).
-template <int KD, bool kDelta, int NT>
-__device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int64_t blk, int j0) {
-  const ChunkParams& p = bp.c;
-  const int64_t ldv = int64_t(p.HV) * p.V, row0 = (int64_t(ck.t0) * p.HV + hv) * p.V;
-  if constexpr (kDelta) copy_rows_async<NT>(s.vn, kLdV, bp.vnew + row0, ldv, ck.len, j0, kSlab);
-  copy_rows_async<NT>(s.dvn, kLdV, bp.dvnew + row0, ldv, ck.len, j0, kSlab);
-  const float* hS = bp.h + blk * KD * p.V;
-  const float* dhS = bp.dh + blk * KD * p.V;
-#pragma unroll
-  for (int r0 = 0; r0 < KD; r0 += kChunk) {
-    copy_rows_async<NT>(s.h + r0 * kLdV, kLdV, hS + int64_t(r0) * p.V, p.V, KD - r0, j0, kSlab);
-    copy_rows_async<NT>(s.dh + r0 * kLdV, kLdV, dhS + int64_t(r0) * p.V, p.V, KD - r0, j0, kSlab);
-  }
-  cp_async_commit();
-}
+using namespace hv;
 
 // dXu = P^T dvnew for one slab (tensor cores; P stored transposed, s.P[r][s] = P'_sr), all 16 warps
 // of the block: warp W owns rows 16 (W % 4), columns 8 (W / 4) .. + 7. Each stores dv = beta dXu and
@@ -345,27 +254,41 @@ __device__ float reduce_vsum(const HvSmem& s, const float (&vp)[2]) {
   return vsum;
 }
 
-// Before the slab loop: raw P staged in buffer 1 and transposed (P'), gdn's gates, beta, hdh = 0,
-// slab 0 issued into buffer 0.
+// After the slab loop: dA (half 0, lower triangle with the diagonal, scaled) or W1 (half 1) to the
+// workspace, then the epilogue and the gate / dbeta partials (every thread reaches every barrier).
 template <int KD, bool kKDA, bool kDelta>
-__device__ void hv_prologue(const BwdParams& bp, float* smem, const ChunkInfo& ck, int hv, int64_t blk) {
+__device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, const HvAcc<HvShape<KD, kDelta>::NTW>& a,
+                                          const float (&vp)[2], const ChunkInfo& ck, int hv, int64_t blk,
+                                          const HvThread& th) {
   using S = HvShape<KD, kDelta>;
-  constexpr int NT = S::kThreads;
   const ChunkParams& p = bp.c;
-  const HvSmem s = carve_hv<KD, kDelta>(smem, 0, 0);
-  float* stage = carve_hv<KD, kDelta>(smem, 1, 0).dO;
-  if constexpr (kDelta) copy_rows_async<NT>(stage, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  if constexpr (!kKDA) copy_gates_async<false, NT>(s.gsc, 0, p, ck, hv, 0, 1);
-  issue_slab<KD, kDelta, NT>(bp, s, ck, hv, blk, 0);
-  for (int r = threadIdx.x; r < kChunk; r += NT) s.bet[r] = r < ck.len ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
-  for (int r = threadIdx.x; r < S::kHalves * kChunk; r += NT) s.hdh[r] = 0.0f;  // half 0's view starts both
-  cp_async_wait_all();
+  const int L = ck.len;
+  const bool has_h = th.z < S::NH;
+  const int d0 = has_h ? th.z * S::KW : 0;
+  float* X = (th.z == 0 ? bp.dAc : bp.Wc) + blk * kChunk * kChunk;
+  if (kDelta || th.z == 0)  // gla: no W1
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = acc_row(16 * (th.w & 3), e), c = acc_col(32 * (th.w >> 2) + 8 * nt, e);
+        X[r * kChunk + c] = th.z == 0 ? (c <= r ? p.scale * a.X[nt][e] : 0.0f) : a.X[nt][e];
+      }
+  __syncthreads();  // slabs consumed: the epilogue tiles reuse them
+  const HvSmem s = carve_hv<KD, kDelta>(smem, 0, th.z);
+  float vsum = 0.0f;  // row t = tid of half 0 (gla: no dbeta term from v)
+  if constexpr (kDelta) vsum = reduce_vsum(s, vp);
+  if (has_h) {
+    hv_epilogue<KD, kKDA, kDelta>(bp, s, a, ck, hv, d0, th);
+  } else if (th.t < L) {  // no key rows (K <= 64, half 1): zero partials
+    float* pt = bp.part + (int64_t(ck.t0 + th.t) * p.HV + hv) * kPartSlots;
+    pt[kPartDbetaHv + th.z] = 0.0f;
+    if constexpr (!kKDA) pt[kPartDaHv + th.z] = 0.0f;
+  }
   __syncthreads();
-  if constexpr (kDelta)
-    for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += NT) {
-      const int a = idx % kChunk, b = idx / kChunk;  // P'[a][b]: unit diagonal, strictly lower P; stored transposed
-      s.P[b * kLdC + a] = a == b ? 1.0f : (a > b ? stage[a * kLdC + b] : 0.0f);
-    }
+  if (has_h) hv_gate_rows<KD, kKDA, kDelta>(bp, s, ck, hv, d0, th);
+  __syncthreads();
+  if (has_h) hv_gate_partials<KD, kKDA, kDelta>(bp, s, ck, hv, th, vsum);
 }
 
 template <int KD, bool kKDA, bool kDelta, bool kSplit>
@@ -377,7 +300,6 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kerne
   const int hv = blockIdx.y, L = ck.len;
   const HvThread th = hv_thread();
   const bool has_h = th.z < S::NH;
-  const int d0 = has_h ? th.z * S::KW : 0;
   const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
   extern __shared__ __align__(16) float smem[];
   SlabPrefetch<NT> pdo, pv;  // do (and gla's v) of the next slab
@@ -406,31 +328,7 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kerne
     else if (has_h) slab_products<S::KW, true, 1, kDelta, kSplit>(s, a, th.w);
     else if constexpr (kDelta) slab_products<S::KW, false, 1, kDelta, kSplit>(s, a, th.w);
   }
-  // dA (half 0, lower triangle with the diagonal, scaled) or W1 (half 1) to the workspace
-  float* X = (th.z == 0 ? bp.dAc : bp.Wc) + blk * kChunk * kChunk;
-  if (kDelta || th.z == 0)  // gla: no W1
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = acc_row(16 * (th.w & 3), e), c = acc_col(32 * (th.w >> 2) + 8 * nt, e);
-        X[r * kChunk + c] = th.z == 0 ? (c <= r ? p.scale * a.X[nt][e] : 0.0f) : a.X[nt][e];
-      }
-  __syncthreads();  // slabs consumed: the epilogue tiles reuse them
-  const HvSmem s = carve_hv<KD, kDelta>(smem, 0, th.z);
-  float vsum = 0.0f;  // row t = tid of half 0 (gla: no dbeta term from v)
-  if constexpr (kDelta) vsum = reduce_vsum(s, vp);
-  if (has_h) {
-    hv_epilogue<KD, kKDA, kDelta>(bp, s, a, ck, hv, d0, th);
-  } else if (th.t < L) {  // no key rows (K <= 64, half 1): zero partials
-    float* pt = bp.part + (int64_t(ck.t0 + th.t) * p.HV + hv) * kPartSlots;
-    pt[kPartDbetaHv + th.z] = 0.0f;
-    if constexpr (!kKDA) pt[kPartDaHv + th.z] = 0.0f;
-  }
-  __syncthreads();
-  if (has_h) hv_gate_rows<KD, kKDA, kDelta>(bp, s, ck, hv, d0, th);
-  __syncthreads();
-  if (has_h) hv_gate_partials<KD, kKDA, kDelta>(bp, s, ck, hv, th, vsum);
+  hv_finish<KD, kKDA, kDelta>(bp, smem, a, vp, ck, hv, blk, th);
 }
 
 }  // namespace

@@ -93,6 +93,8 @@ Pipeline::~Pipeline() = default;
 void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   check_outputs(p, out);
   DeviceGuard guard(impl_->device);
+  impl_->kept.valid = false;
+  if (impl_->keep_forward) return impl_->forward_kept(p, in, out);
   const Impl::Setup st = impl_->setup(p, in, 0, -1, false);
   const cudaStream_t stream = impl_->stream;
   // gdn with 16-bit inputs: w and u folded into the state kernel (no WY stage).
@@ -113,6 +115,11 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   timer.report("forward", kNames);
 }
 
+void Pipeline::set_keep_forward(bool on) {
+  impl_->keep_forward = on;
+  impl_->kept.valid = false;
+}
+
 void Pipeline::set_state_groups(int groups) {
   KCP_CHECK(groups >= 0 && groups <= 2, "set_state_groups: expected 0 (automatic), 1 or 2, got ", groups);
   impl_->state_groups = groups;
@@ -125,12 +132,14 @@ void Pipeline::set_multiprocessors(int sms) {
 
 const StageBuffers& Pipeline::prepare_stages(const Problem& p, const Inputs& in) {
   DeviceGuard guard(impl_->device);
+  impl_->kept.valid = false;
   impl_->setup(p, in, 0, -1, true);
   return impl_->buf;
 }
 
 void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outputs& out) {
   DeviceGuard guard(impl_->device);
+  impl_->kept.valid = false;
   const Impl::Setup st = impl_->setup(p, in, 0, -1, true);
   const cudaStream_t stream = impl_->stream;
   switch (s) {
@@ -158,6 +167,7 @@ void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outp
 
 void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) {
   const int64_t count = check_transition_call(p, seq_begin, packed, Device::cuda, "transition_forward");
+  impl_->kept.valid = false;
   if (count == 0) return;
   DeviceGuard guard(impl_->device);
   const Impl::Setup st = impl_->setup(p, in, seq_begin, count, false);

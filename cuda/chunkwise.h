@@ -65,6 +65,16 @@ class Pipeline {
   // folded path (gdn, 16-bit inputs) skips; it still serves the others and transition_forward.
   void run_stage(Stage s, const Problem& p, const Inputs& in, const Outputs& out);
 
+  // Keep the forward's intermediates for the backward (issue 11's "recompute or keep"; default off):
+  // forward() then also writes what the backward's recompute would (the WY w, h and vnew, beside the
+  // gate cumsum, P, Aqk, kg, qg it always writes), at the recompute's cost instead of the forward's,
+  // and fingerprints its inputs; a backward() that is the next call on this pipeline, for the same
+  // problem and inputs of the same dtypes, shapes and contents, skips the recompute (one host
+  // synchronization compares the fingerprints); otherwise it recomputes. No memory beyond the
+  // workspace the backward allocates anyway. Covered by tests/cuda/test_cuda_keep.cpp.
+  void set_keep_forward(bool on);
+  // Backwards on this pipeline that skipped the recompute (a kept forward's workspace used), for tests.
+  int64_t kept_reuses() const;
   // Folded state kernel (gdn, 16-bit inputs): 16-column groups per block, 1 or 2; 0 (the default)
   // picks by the device's multiprocessor count. For tests, which must cover both.
   void set_state_groups(int groups);

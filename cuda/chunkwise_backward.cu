@@ -1,5 +1,5 @@
-// Pipeline::backward and Pipeline::transition_backward: the forward's stages run again with h and
-// vnew kept (cumsum -> kkt + solve -> WY -> state: the forward's state kernel, folded for gdn with
+// Pipeline::backward and Pipeline::transition_backward: the forward's stages run again (unless a kept
+// forward left them, chunkwise_keep.cu) with h and vnew kept (cumsum -> kkt + solve -> WY -> state: the forward's state kernel, folded for gdn with
 // 16-bit inputs, which writes vnew = P Y = u - w S; WY still runs, dhu reads w; gla: kkt -> Aqk, kg,
 // qg, no WY, the state from v), then the backward
 // kernels of chunk_bwd.cuh: dhu -> chunk -> finish.
@@ -84,14 +84,14 @@ void Pipeline::Impl::size_backward_workspace(const Problem& p) {
 
 // Forward recompute (with h and vnew when keep_states), the backward workspace, and the parameter block.
 BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count,
-                                         bool keep_states) {
+                                         bool keep_states, bool recompute) {
   Impl& im = *this;
   const Setup st = im.setup(p, in, seq_first, seq_count, true);
   im.size_backward_workspace(p);
   // u is read only by the unfolded state kernel of the recompute: not by the folded one (gdn with
   // 16-bit inputs, which forms vnew from v), nor by any backward kernel, nor by the transition's chains.
-  im.run_front(st, keep_states && !state_fold_applies(st.c, st.dtype));
-  if (keep_states) {
+  if (recompute) im.run_front(st, keep_states && !state_fold_applies(st.c, st.dtype));
+  if (keep_states && recompute) {
     StateParams sp;
     sp.c = st.c;
     sp.Vw = int(p.V), sp.u = st.c.u, sp.u_is_v = st.c.gla;  // gla: u = v
@@ -119,7 +119,8 @@ void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d,
   DeviceGuard guard(impl_->device);
   StageTimer timer(impl_->stream);
   timer.mark();
-  BwdParams bp = impl_->backward_setup(p, in, 0, -1);
+  const bool kept = impl_->keep_matches(p, in);  // the kept forward's workspace: no recompute
+  BwdParams bp = impl_->backward_setup(p, in, 0, -1, true, !kept);
   timer.mark();
   bp.d_o = rows_view<RowsView>(d.d_o, "d_o");
   if (!d.d_final_state.empty()) bp.dht = state_view(d.d_final_state, p.flags.state_v_first, "d_final_state");
@@ -157,8 +158,11 @@ void Pipeline::transition_backward(const Problem& p, const Inputs& in, const Ten
             shape_str(d_o.shape));
   if (count == 0) return;
   DeviceGuard guard(impl_->device);
+  // A kept forward of these very sequences (all of them) left the front stages: read them, and leave
+  // the record to the local backward that follows (chunkwise_keep.cu); else it is dropped.
+  const bool kept = seq_begin == 0 && count == p.N ? impl_->keep_matches(p, in, false) : (impl_->kept.valid = false);
   // The chains read neither the forward states nor vnew: no state recompute (keep_states = false).
-  BwdParams bp = impl_->backward_setup(p, in, seq_begin, count, false);
+  BwdParams bp = impl_->backward_setup(p, in, seq_begin, count, false, !kept);
   bp.d_o = rows_view<RowsView>(d_o, "d_o");
   launch_bwd_dhu_local(bp, impl_->stream);  // kg, and the dS_ext columns' A_c, B_c (into dvnew, dh)
   // dS_ext (from 0, with do: columns [0, V)) and M^T (from I, do = 0: columns [V, V + K)) as the columns

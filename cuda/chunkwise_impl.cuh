@@ -104,11 +104,26 @@ struct Pipeline::Impl {
   size_t bws_bytes = 0;
   BackwardBuffers bbuf;
   int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
+  // The kept forward (chunkwise_keep.cu; Pipeline::set_keep_forward): forward() leaves the workspace as
+  // the backward's recompute would (forward_kept), and records what it was run on; a backward that
+  // follows as the next call, on the same problem and on inputs of the same dtypes, shapes and
+  // contents (input_fingerprint.cuh), skips the recompute (keep_matches). A transition_backward of
+  // all sequences in between (the CP layer's order) skips its front stages and keeps the record;
+  // any other call drops it.
+  bool keep_forward = false;
+  struct Kept {
+    bool valid = false;
+    Problem p;
+    std::vector<std::pair<DType, Shape>> views;  // q, k, v, g, beta, A_log, dt_bias, initial_state
+  } kept;
+  unsigned long long* d_fp = nullptr;  // [2] fingerprints: the kept forward's inputs, the backward's
+  int64_t kept_reuses = 0;             // backwards that used a kept forward
 
   ~Impl() {
     for (Table& t : tables) cudaFree(t.d);  // destructor: errors cannot be reported, and the memory is gone either way
     cudaFree(d_ws);
     cudaFree(d_bws);
+    cudaFree(d_fp);
   }
 
   // Chunk table of the sequences [first, first+count) (count < 0: all), numbered from 0 in the
@@ -208,8 +223,13 @@ struct Pipeline::Impl {
   const TensorView* backward_alias(const TensorView* b) const;  // chunkwise_backward.cu
   // keep_states: the forward states h and vnew are recomputed and kept (the chunk stage reads them);
   // the transition's state-gradient chains (dhu alone) read neither.
+  // recompute = false: the workspace already holds them (a kept forward, keep_matches).
   BwdParams backward_setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count,
-                           bool keep_states = true);
+                           bool keep_states = true, bool recompute = true);
+  // chunkwise_keep.cu
+  void forward_kept(const Problem& p, const Inputs& in, const Outputs& out);
+  // consume = false (transition_backward): the record stays for the backward that follows.
+  bool keep_matches(const Problem& p, const Inputs& in, bool consume = true);
   // cumsum -> kkt -> WY; with_u = false leaves u unwritten (its readers: the unfolded state kernel).
   void run_front(const Setup& st, bool with_u = true) const {
     launch_chunk_cumsum(st.c, st.dtype, stream);

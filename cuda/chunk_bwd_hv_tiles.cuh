@@ -1,0 +1,133 @@
+// Kernel hv's layout and loads (chunk_bwd_hv.cu): one block of two 256-thread halves per (chunk,
+// value head), the V slabs double-buffered in shared memory:
+//   P' [64][68] | dXu [64][36] | buffer 0, 1: do, vnew, dvnew [64][36], h, dh [max(K, 64)][36] |
+//   beta, gdn gates [64] | rowsum(h dh) per half [64] | reductions [16 x 64]
+// (the epilogue's X1, X2, Bk tiles per half [64][KW + 1] reuse the two buffers; raw P is staged in
+// buffer 1 before slab 0). The slab loads: cp.async for the float32 workspaces (vnew, dvnew, h, dh),
+// registers for the 16-bit or float32 inputs (do; gla's v), both issued a slab ahead.
+// Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" and end to end).
+#pragma once
+
+#include "cuda/chunk_bwd.cuh"
+#include "cuda/chunk_bwd_tiles.cuh"
+
+namespace kcp::cuda::hv {
+
+constexpr int kLdV = kLdS;  // [64][32] V slabs: A fragments (rows) and n-major B fragments, 4 mod 32 words
+constexpr int kSlabFloats = kChunk * kLdV;
+
+template <int KD, bool kDelta>
+struct HvShape {
+  static constexpr int KW = KD < 64 ? KD : 64;  // key rows per half
+  static constexpr int NH = KD / KW;            // halves that own key rows (1 or 2)
+  static constexpr int NTW = KW / 16;           // 8-column tiles of a warp (its half of KW)
+  static constexpr int kHalves = kDelta || NH == 2 ? 2 : 1;
+  static constexpr int kThreads = kHalves * kBwdThreads;
+  static constexpr int kLdE = KW + 1;  // epilogue tiles [64][KW]
+  static constexpr int HR = KD < kChunk ? kChunk : KD;  // rows of the h, dh slabs (copies fill 64 rows)
+  // one slab buffer: do, vnew, dvnew [64][kLdV], then h, dh [HR][kLdV]
+  static constexpr int buf = 3 * kSlabFloats + 2 * HR * kLdV;
+  static constexpr int tiles = 3 * kHalves * kChunk * kLdE;  // X1, X2, Bk per half, over the buffers
+  static constexpr int area = 2 * buf > tiles ? 2 * buf : tiles;
+  static constexpr int kRed = 16 * kChunk;  // 16 partials of v . dXu per row; then row sums
+  // floats: P', dXu, the two buffers, scalars (beta, gdn gates, hdh per half, reductions)
+  static constexpr int floats = kChunk * kLdC + kSlabFloats + area + 2 * kChunk + kHalves * kChunk + kRed;
+  static_assert(kChunk * kLdC <= buf, "raw P is staged in buffer 1");
+};
+
+struct HvSmem {
+  float *P, *dxu, *dO, *vn, *dvn, *h, *dh, *X1, *X2, *Bk, *bet, *gsc, *hdh, *red;
+};
+
+// The view of half z of slab buffer b.
+template <int KD, bool kDelta>
+__device__ HvSmem carve_hv(float* s, int b, int z) {
+  using S = HvShape<KD, kDelta>;
+  HvSmem m;
+  m.P = s, s += kChunk * kLdC;
+  m.dxu = s, s += kSlabFloats;
+  float* bf = s + b * S::buf;
+  m.dO = bf, m.vn = bf + kSlabFloats, m.dvn = bf + 2 * kSlabFloats;
+  m.h = bf + 3 * kSlabFloats + z * S::KW * kLdV, m.dh = m.h + S::HR * kLdV;
+  m.X1 = s + 3 * z * kChunk * S::kLdE, m.X2 = m.X1 + kChunk * S::kLdE, m.Bk = m.X2 + kChunk * S::kLdE;
+  s += S::area;
+  m.bet = s, m.gsc = s + kChunk, m.hdh = s + 2 * kChunk + z * kChunk, m.red = s + (2 + S::kHalves) * kChunk;
+  return m;
+}
+
+// Who a thread is: half z, thread t and warp w within the half.
+struct HvThread {
+  int z, t, w;
+};
+__device__ __forceinline__ HvThread hv_thread() {
+  const int i = threadIdx.x;
+  return {i / kBwdThreads, i % kBwdThreads, (i % kBwdThreads) >> 5};
+}
+
+// One slab of rows [0, 64) of a [B,T,X,V] view of any dtype (do; gla's v), held in registers between
+// the loads, issued a slab ahead, and the store into the slab that is computed next. load_rows_any's
+// two loops split in two, for full 32-column slabs only: a shared form with its column guard and row
+// scale spilled 20 to 236 bytes per thread in this kernel's instances (measured by ptxas).
+template <int NT>
+struct SlabPrefetch {
+  static constexpr int kN = kChunk * kSlab / NT;
+  float val[kN];
+  __device__ void load(const RowsView& v, int64_t t0, int x, int L, int j0) {
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+      const int idx = threadIdx.x + u * NT, r = idx / kSlab, c = idx % kSlab;
+      val[u] = v.p && r < L ? load_any(v.p, v.dt, row_off(v, t0 + r, x) + j0 + c) : 0.0f;
+    }
+  }
+  __device__ void store(float* s) const {
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+      const int idx = threadIdx.x + u * NT;
+      s[(idx / kSlab) * kLdV + idx % kSlab] = val[u];
+    }
+  }
+};
+
+// Issues the cp.async copies of slab j0 into buffer view s (half 0's: h, dh from row 0): vnew
+// (delta rule; gla reads v by SlabPrefetch), dvnew, all K rows of h and dh (64 rows when K < 64,
+// the rest zero).
+template <int KD, bool kDelta, int NT>
+__device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int64_t blk, int j0) {
+  const ChunkParams& p = bp.c;
+  const int64_t ldv = int64_t(p.HV) * p.V, row0 = (int64_t(ck.t0) * p.HV + hv) * p.V;
+  if constexpr (kDelta) copy_rows_async<NT>(s.vn, kLdV, bp.vnew + row0, ldv, ck.len, j0, kSlab);
+  copy_rows_async<NT>(s.dvn, kLdV, bp.dvnew + row0, ldv, ck.len, j0, kSlab);
+  const float* hS = bp.h + blk * KD * p.V;
+  const float* dhS = bp.dh + blk * KD * p.V;
+#pragma unroll
+  for (int r0 = 0; r0 < KD; r0 += kChunk) {
+    copy_rows_async<NT>(s.h + r0 * kLdV, kLdV, hS + int64_t(r0) * p.V, p.V, KD - r0, j0, kSlab);
+    copy_rows_async<NT>(s.dh + r0 * kLdV, kLdV, dhS + int64_t(r0) * p.V, p.V, KD - r0, j0, kSlab);
+  }
+  cp_async_commit();
+}
+
+// Before the slab loop: raw P staged in buffer 1 and transposed (P'), gdn's gates, beta, hdh = 0,
+// slab 0 issued into buffer 0.
+template <int KD, bool kKDA, bool kDelta>
+__device__ void hv_prologue(const BwdParams& bp, float* smem, const ChunkInfo& ck, int hv, int64_t blk) {
+  using S = HvShape<KD, kDelta>;
+  constexpr int NT = S::kThreads;
+  const ChunkParams& p = bp.c;
+  const HvSmem s = carve_hv<KD, kDelta>(smem, 0, 0);
+  float* stage = carve_hv<KD, kDelta>(smem, 1, 0).dO;
+  if constexpr (kDelta) copy_rows_async<NT>(stage, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
+  if constexpr (!kKDA) copy_gates_async<false, NT>(s.gsc, 0, p, ck, hv, 0, 1);
+  issue_slab<KD, kDelta, NT>(bp, s, ck, hv, blk, 0);
+  for (int r = threadIdx.x; r < kChunk; r += NT) s.bet[r] = r < ck.len ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
+  for (int r = threadIdx.x; r < S::kHalves * kChunk; r += NT) s.hdh[r] = 0.0f;  // half 0's view starts both
+  cp_async_wait_all();
+  __syncthreads();
+  if constexpr (kDelta)
+    for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += NT) {
+      const int a = idx % kChunk, b = idx / kChunk;  // P'[a][b]: unit diagonal, strictly lower P; stored transposed
+      s.P[b * kLdC + a] = a == b ? 1.0f : (a > b ? stage[a * kLdC + b] : 0.0f);
+    }
+}
+
+}  // namespace kcp::cuda::hv

@@ -1,0 +1,89 @@
+// The kept forward (Pipeline::set_keep_forward, chunkwise.h): the forward runs the backward's
+// recompute stages with the output fused in, so that the backward that follows on the same inputs
+// finds its forward intermediates in the workspace:
+//   forward_kept:  cumsum -> kkt + solve -> WY (w; u only for the unfolded state kernel) -> state
+//                  writing o, final_state, h and vnew (= backward_setup's recompute, plus o);
+//                  then F0 = fingerprint of the inputs (input_fingerprint.cuh) and the problem kept.
+//   keep_matches:  the next call is a backward of the same problem, inputs of the same dtypes and
+//                  shapes, and F1 = F0 for its inputs (read back: one host synchronization): reuse.
+// The record is dropped by any other call and by the backward that uses it (the backward's own
+// buffers live in dead forward buffers, chunkwise_backward.cu's backward_alias), except by a
+// transition_backward of all sequences (CP's backward runs one before the local backward): that call
+// reads the kept front stages (gate cumsum, P, Aqk, w) instead of recomputing them and writes only
+// buffers no reader of the record needs (kg, u: dead; dh, dvnew: the backward's own, rewritten).
+// Covered by tests/cuda/test_cuda_keep.cpp.
+#include "cuda/chunkwise_impl.cuh"
+#include "cuda/input_fingerprint.cuh"
+#include "cuda/stage_timer.cuh"
+
+namespace kcp::cuda {
+namespace {
+
+bool same_flags(const Flags& a, const Flags& b) {
+  return a.use_qk_l2norm_in_kernel == b.use_qk_l2norm_in_kernel && a.use_beta_sigmoid_in_kernel == b.use_beta_sigmoid_in_kernel &&
+         a.allow_neg_eigval == b.allow_neg_eigval && a.use_gate_in_kernel == b.use_gate_in_kernel &&
+         a.lower_bound == b.lower_bound && a.safe_gate == b.safe_gate && a.state_v_first == b.state_v_first;
+}
+
+bool same_problem(const Problem& a, const Problem& b) {
+  return a.variant == b.variant && a.B == b.B && a.T == b.T && a.H == b.H && a.HV == b.HV && a.K == b.K && a.V == b.V &&
+         a.N == b.N && a.chunk_size == b.chunk_size && a.scale == b.scale && same_flags(a.flags, b.flags) &&
+         a.cu_seqlens == b.cu_seqlens && a.compute == b.compute;
+}
+
+// Every input the forward intermediates depend on, in a fixed order (its index salts the fingerprint).
+std::array<const TensorView*, 8> kept_inputs(const Inputs& in) {
+  return {&in.q, &in.k, &in.v, &in.g, &in.beta, &in.A_log, &in.dt_bias, &in.initial_state};
+}
+
+std::vector<std::pair<DType, Shape>> view_keys(const Inputs& in) {
+  std::vector<std::pair<DType, Shape>> keys;
+  for (const TensorView* t : kept_inputs(in)) keys.emplace_back(t->dtype, t->empty() ? Shape{} : t->shape);
+  return keys;
+}
+
+void fingerprint_inputs(const Inputs& in, unsigned long long* slot, cudaStream_t stream) {
+  KCP_CUDA_CHECK(cudaMemsetAsync(slot, 0, sizeof(unsigned long long), stream));
+  uint64_t salt = 1;
+  for (const TensorView* t : kept_inputs(in)) launch_fingerprint_add(*t, salt++, slot, stream);
+}
+
+}  // namespace
+
+void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outputs& out) {
+  const Setup st = setup(p, in, 0, -1, true);  // h, vnew, w, u carved as backward_setup carves them
+  StageTimer timer(stream);
+  timer.mark();
+  run_front(st, !state_fold_applies(st.c, st.dtype));  // u: read by the unfolded state kernel only
+  timer.mark();
+  StateParams sp = state_params(st, p, in, out);
+  sp.o = rows_view<OutRowsView>(out.o, "o");
+  sp.h = static_cast<float*>(buf.h.data);
+  sp.vnew = st.c.gla ? nullptr : static_cast<float*>(buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
+  launch_state(sp, st.dtype);
+  timer.mark();
+  if (!d_fp) KCP_CUDA_CHECK(cudaMalloc(&d_fp, 2 * sizeof(unsigned long long)));
+  fingerprint_inputs(in, d_fp, stream);
+  kept.p = p, kept.views = view_keys(in), kept.valid = true;
+  timer.mark();
+  static const char* const kNames[] = {"front", "state+output", "fingerprint"};
+  timer.report("forward (kept)", kNames);
+}
+
+bool Pipeline::Impl::keep_matches(const Problem& p, const Inputs& in, bool consume) {
+  if (!kept.valid) return false;
+  kept.valid = false;  // one backward per kept forward; a matching transition_backward restores it below
+  if (!same_problem(kept.p, p) || kept.views != view_keys(in)) return false;
+  fingerprint_inputs(in, d_fp + 1, stream);
+  unsigned long long f[2] = {0, 1};
+  KCP_CUDA_CHECK(cudaMemcpyAsync(f, d_fp, sizeof f, cudaMemcpyDeviceToHost, stream));
+  KCP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (f[0] != f[1]) return false;
+  ++kept_reuses;
+  kept.valid = !consume;
+  return true;
+}
+
+int64_t Pipeline::kept_reuses() const { return impl_->kept_reuses; }
+
+}  // namespace kcp::cuda

@@ -1,0 +1,256 @@
+// The kept forward (cuda::Pipeline::set_keep_forward, cuda/chunkwise_keep.cu): a forward that keeps
+// its intermediates gives the plain forward's o and final state, and the backward after it (which
+// skips the recompute: kept_reuses() counts it) gives the recomputing backward's gradients, bit for
+// bit (the same kernels on the same inputs), over gdn, kda, gla x bf16, float32 x packed and dense
+// layouts x h0, final state, state_v_first, the fused gate and L2 norm. And the record is used at most
+// once and never for other inputs: a second backward, a call in between, inputs changed in place
+// (the fingerprint), another problem: each recomputes and still equals the plain pipeline. And the CP
+// layer's order (forward, transition_backward of all sequences, backward) reuses it twice. And the
+// fingerprint itself: its two paths (contiguous words, gathered words) agree on a strided view and its
+// contiguous copy, and one changed element or another salt changes it.
+// Outputs and gradients NaN-poisoned first. Skipped where no CUDA device is present.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/transition.h"
+#include "cuda/backend_cuda.h"
+#include "cuda/chunkwise.h"
+#include "cuda/input_fingerprint.cuh"
+#include "tests/cuda/cuda_support.h"
+#include "validation/compare.h"
+
+using namespace kcp;
+
+namespace {
+
+struct KeepCase {
+  val::CaseSpec spec;
+  DType qkv = DType::bf16;
+  std::string name() const { return spec.name() + " qkv=" + std::string(dtype_name(qkv)); }
+};
+
+std::vector<KeepCase> cases(uint64_t seed) {
+  std::vector<KeepCase> out;
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
+    for (DType qkv : {DType::bf16, DType::f32})
+      for (int layout = 0; layout < 3; ++layout) {
+        KeepCase k;
+        val::CaseSpec& s = k.spec;
+        s.variant = var;
+        if (layout == 0) s.seqlens = {64, 1, 65, 300, 0, 129}, s.H = 1, s.HV = 2, s.K = 64, s.V = 32;
+        if (layout == 1) s.B = 2, s.T = 333, s.H = 2, s.HV = 2, s.K = 128, s.V = 128, s.flags.state_v_first = true;
+        if (layout == 2) s.T = 700, s.H = 1, s.HV = 2, s.K = 128, s.V = 64, s.initial_state = false;
+        if (layout == 2) s.flags.use_gate_in_kernel = s.flags.use_qk_l2norm_in_kernel = true;
+        s.seed = seed + out.size();
+        k.qkv = qkv;
+        out.push_back(k);
+      }
+  return out;
+}
+
+// Bit-for-bit equality of two device results (both NaN-poisoned before their runs).
+void check_same(const std::string& what, const Tensor<double>& kept, const Tensor<double>& plain, const std::string& name) {
+  const val::Metrics m = val::compare(kept.view(), plain.view());
+  INFO(what, " ", name, ": max |kept - plain| ", m.max_abs, ", NaN ", m.nan_a, " / ", m.nan_b);
+  CHECK(m.nan_a == 0);
+  CHECK(m.nan_b == 0);
+  CHECK(m.max_abs == 0.0);
+}
+
+struct Staged {
+  val::CaseData c;
+  Problem p;
+  test::DeviceInputs din;
+  test::DeviceTensor d_o, dht;
+  val::GradSet<double> shapes;  // what gradients to ask for, and their dtypes (device_grads)
+};
+
+Staged stage(Backend& gpu, const KeepCase& kc) {
+  Staged s{test::round_case(val::make_case(kc.spec), kc.qkv), {}, {}, {}, {}, {}};
+  s.p = s.c.problem(DType::f32);
+  s.din = test::upload_inputs(gpu, s.c, kc.qkv);
+  s.d_o = test::to_device(gpu, s.c.d_o, kc.qkv);
+  if (!s.c.dht.empty()) s.dht = test::to_device(gpu, s.c.dht, DType::f32);
+  s.shapes = val::make_grads<double>(s.c.problem(), s.c.inputs());
+  return s;
+}
+
+struct Results {
+  Tensor<double> o, ht;
+  std::vector<std::pair<std::string, Tensor<double>>> grads;
+};
+
+Results forward(Backend& gpu, cuda::Pipeline& pipe, const Staged& s) {
+  test::DeviceTensor o = test::poisoned(gpu, DType::f32, shape_v(s.p)), ht;
+  if (s.c.spec.final_state) ht = test::poisoned(gpu, DType::f32, shape_state(s.p));
+  pipe.forward(s.p, s.din.views, {o.view, ht.view});
+  Results r;
+  r.o = test::to_host(gpu, o.view);
+  if (s.c.spec.final_state) r.ht = test::to_host(gpu, ht.view);
+  return r;
+}
+
+void backward(Backend& gpu, cuda::Pipeline& pipe, const Staged& s, const Inputs& in, DType qkv, Results& r) {
+  const test::DeviceGrads dg = test::device_grads(gpu, s.shapes, qkv);
+  pipe.backward(s.p, in, {s.d_o.view, s.dht.view}, dg.views);
+  for (const test::DeviceGrad& d : dg.t) r.grads.emplace_back(d.name, test::to_host(gpu, d.t.view));
+}
+
+void check_grads_same(const Results& kept, const Results& plain, const std::string& name) {
+  REQUIRE(kept.grads.size() == plain.grads.size());
+  for (size_t j = 0; j < kept.grads.size(); ++j) check_same(kept.grads[j].first, kept.grads[j].second, plain.grads[j].second, name);
+}
+
+}  // namespace
+
+TEST_CASE("kept forward: the plain forward's outputs and the recomputing backward's gradients, bit for bit" *
+          doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  for (const KeepCase& kc : cases(val::seed_from_env(1400))) {
+    SUBCASE(kc.name().c_str()) {
+      const Staged s = stage(*gpu, kc);
+      cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
+      kept.set_keep_forward(true);
+      Results a = forward(*gpu, plain, s), b = forward(*gpu, kept, s);
+      check_same("o", b.o, a.o, kc.name());
+      if (kc.spec.final_state) check_same("final_state", b.ht, a.ht, kc.name());
+      backward(*gpu, plain, s, s.din.views, kc.qkv, a);
+      backward(*gpu, kept, s, s.din.views, kc.qkv, b);
+      CHECK(kept.kept_reuses() == 1);  // the backward used the kept forward
+      CHECK(plain.kept_reuses() == 0);
+      check_grads_same(b, a, kc.name());
+      std::printf("  kept forward: %zu gradients equal  %s\n", b.grads.size(), kc.name().c_str());
+    }
+  }
+}
+
+TEST_CASE("kept forward: used once, never after another call, for changed inputs or another problem" *
+          doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  const std::vector<KeepCase> all = cases(val::seed_from_env(1401));
+  for (const KeepCase& kc : {all[0], all[6 + 3 + 1]}) {  // gdn bf16 packed (the folded kernel), kda float32 dense
+    SUBCASE(kc.name().c_str()) {
+      const Staged s = stage(*gpu, kc);
+      cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
+      kept.set_keep_forward(true);
+      Results want;
+      backward(*gpu, plain, s, s.din.views, kc.qkv, want);
+      auto run_backward = [&](const Inputs& in) {
+        Results r;
+        backward(*gpu, kept, s, in, kc.qkv, r);
+        return r;
+      };
+      forward(*gpu, kept, s);
+      check_grads_same(run_backward(s.din.views), want, kc.name());
+      CHECK(kept.kept_reuses() == 1);
+      // a second backward: the record is gone (the backward's buffers overwrote the kept ones)
+      check_grads_same(run_backward(s.din.views), want, kc.name() + " (second backward)");
+      CHECK(kept.kept_reuses() == 1);
+      // a call in between
+      forward(*gpu, kept, s);
+      kept.prepare_stages(s.p, s.din.views);
+      check_grads_same(run_backward(s.din.views), want, kc.name() + " (call in between)");
+      CHECK(kept.kept_reuses() == 1);
+      // another problem (the scale) on the same inputs
+      forward(*gpu, kept, s);
+      {
+        Staged t = stage(*gpu, kc);
+        t.p.scale *= 0.5;
+        Results r2, w2;
+        backward(*gpu, kept, t, t.din.views, kc.qkv, r2);
+        backward(*gpu, plain, t, t.din.views, kc.qkv, w2);
+        check_grads_same(r2, w2, kc.name() + " (another scale)");
+      }
+      CHECK(kept.kept_reuses() == 1);
+      // q changed in place after the kept forward: same views, other contents
+      forward(*gpu, kept, s);
+      KeepCase other = kc;
+      other.spec.seed += 1000;
+      const val::CaseData c2 = test::round_case(val::make_case(other.spec), kc.qkv);
+      test::upload_into(*gpu, s.din.views.q, c2.q);
+      const Results changed = run_backward(s.din.views);
+      CHECK(kept.kept_reuses() == 1);
+      Results want2;
+      backward(*gpu, plain, s, s.din.views, kc.qkv, want2);
+      check_grads_same(changed, want2, kc.name() + " (q changed in place)");
+      // and the kept path is taken again for a fresh forward on the current inputs
+      forward(*gpu, kept, s);
+      check_grads_same(run_backward(s.din.views), want2, kc.name() + " (kept again)");
+      CHECK(kept.kept_reuses() == 2);
+    }
+  }
+}
+
+// The CP layer's order on a rank: forward, then transition_backward of all its sequences, then the
+// local backward. With the forward kept, the transition reads the kept front stages and leaves the
+// record (kept_reuses counts both), and the backward skips its recompute; every result equals the
+// plain pipeline's bit for bit (the transition's (dS_ext, M^T) included).
+TEST_CASE("kept forward: a transition_backward of all sequences between forward and backward" *
+          doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  const std::vector<KeepCase> all = cases(val::seed_from_env(1402));
+  for (const KeepCase& kc : {all[2], all[1], all[6 + 2], all[12 + 3 + 2]}) {  // gdn bf16 one sequence / dense, kda bf16, gla f32
+    SUBCASE(kc.name().c_str()) {
+      const Staged s = stage(*gpu, kc);
+      cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
+      kept.set_keep_forward(true);
+      const Shape tshape = transition_shape(s.p.N, s.p.HV, s.p.K, s.p.V);
+      Results a = forward(*gpu, plain, s), b = forward(*gpu, kept, s);
+      const test::DeviceTensor ta = test::poisoned(*gpu, DType::f32, tshape), tb = test::poisoned(*gpu, DType::f32, tshape);
+      plain.transition_backward(s.p, s.din.views, s.d_o.view, 0, ta.view);
+      kept.transition_backward(s.p, s.din.views, s.d_o.view, 0, tb.view);
+      check_same("transition_backward", test::to_host(*gpu, tb.view), test::to_host(*gpu, ta.view), kc.name());
+      CHECK(kept.kept_reuses() == 1);  // the transition read the kept front stages
+      backward(*gpu, plain, s, s.din.views, kc.qkv, a);
+      backward(*gpu, kept, s, s.din.views, kc.qkv, b);
+      CHECK(kept.kept_reuses() == 2);  // and the backward the rest
+      check_grads_same(b, a, kc.name());
+    }
+  }
+}
+
+namespace {
+
+uint64_t fingerprint(Backend& gpu, const TensorView& t, uint64_t salt) {
+  test::DeviceTensor slot = test::device_tensor(gpu, DType::i64, {1});
+  gpu.synchronize();  // the views' uploads, on the backend's queue, before the default stream reads them
+  REQUIRE(cudaMemset(slot.view.data, 0, sizeof(uint64_t)) == cudaSuccess);
+  cuda::launch_fingerprint_add(t, salt, static_cast<unsigned long long*>(slot.view.data), nullptr);
+  uint64_t f = 0;
+  REQUIRE(cudaMemcpy(&f, slot.view.data, sizeof f, cudaMemcpyDeviceToHost) == cudaSuccess);  // synchronizes
+  return f;
+}
+
+}  // namespace
+
+// The contiguous path reads words from memory; a column slice (strided rows) takes the gather path.
+// Both must give one value for the same logical contents, rows of whole words or with a padded tail.
+TEST_CASE("kept forward: the input fingerprint, strided and contiguous views of the same contents" *
+          doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  const uint64_t seed = val::seed_from_env(1403);
+  for (DType dt : {DType::bf16, DType::f32, DType::f64})
+    for (int64_t cols : {8, 7, 1}) {
+      const std::string name = std::string(dtype_name(dt)) + " cols=" + std::to_string(cols) + " seed=" + std::to_string(seed);
+      SUBCASE(name.c_str()) {
+        Tensor<double> wide({2, 3, 5, 2 * cols + 3});
+        const CounterRng rng{seed, uint64_t(cols)};
+        for (int64_t i = 0; i < wide.numel(); ++i) wide.data()[i] = rng.normal(uint64_t(i));
+        const test::DeviceTensor dw = test::to_device(*gpu, wide, dt);
+        const TensorView slice = dw.view.narrow(3, 1, cols);  // rows 2 * cols + 3 apart: gathered
+        Tensor<double> packed = to_tensor<double>(wide.view().narrow(3, 1, cols));
+        const test::DeviceTensor dp = test::to_device(*gpu, packed, dt);
+        const uint64_t f_slice = fingerprint(*gpu, slice, 3), f_packed = fingerprint(*gpu, dp.view, 3);
+        INFO(name, ": slice ", f_slice, ", contiguous ", f_packed);
+        CHECK(f_slice == f_packed);
+        CHECK(fingerprint(*gpu, dp.view, 4) != f_packed);  // another role, another fingerprint
+        packed(1, 2, 4, cols - 1) += 1.0;                  // one element, in the last (padded) word
+        const test::DeviceTensor dc = test::to_device(*gpu, packed, dt);
+        CHECK(fingerprint(*gpu, dc.view, 3) != f_packed);
+      }
+    }
+}
