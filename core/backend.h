@@ -53,6 +53,11 @@ class Backend {
 
   virtual void forward(const Problem& p, const Inputs& in, const Outputs& out) = 0;
   virtual void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) = 0;
+  // Optional: runs ahead the stages of a backward(p, in, {d_o, ...}) that depend on the inputs and d_o
+  // alone, not on d_final_state (which a CP rank receives from later ranks), so that they overlap its
+  // wait; a backward that follows on the same inputs and d_o may then skip them. Results are the same
+  // with or without it. Default: nothing (cuda-chunkwise with a kept forward: chunkwise_keep.cu).
+  virtual void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o) { (void)p, (void)in, (void)d_o; }
   virtual void transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) = 0;
   virtual void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq_begin,
                                    const TensorView& packed) = 0;

@@ -23,6 +23,9 @@ class ForwardingBackend : public Backend {
   void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& g) override {
     inner_->backward(p, in, d, g);
   }
+  void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o) override {
+    inner_->backward_prepare(p, in, d_o);
+  }
   void transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) override {
     inner_->transition_forward(p, in, seq_begin, packed);
   }

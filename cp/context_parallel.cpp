@@ -260,8 +260,12 @@ void ContextParallel::backward_impl(const Local& l, const Inputs& in, const Cota
   DeviceTensor mine(q, p.compute, transition_shape(1, p.HV, p.K, p.V));
   phase(bwd_times_.transition, [&] {
     if (c.empty()) return q.transition_identity(element(mine));
-    if (c.is_first_rank) return q.fill_zero(mine.view);
-    backward_transition(p, loc, d, mine);  // the first local sequence continues
+    if (c.is_first_rank) {  // no transition: the local backward's d_o-only stages while the others run theirs
+      backend_.backward_prepare(p, loc, d.d_o);
+      return q.fill_zero(mine.view);
+    }
+    backward_transition(p, loc, d, mine);  // the first local sequence continues (the backend may keep
+                                           // its d_o-only stages for the local backward, as prepare does)
     if (c.ends_here(0))  // dht folded in (5.7), and the chain stops here
       q.transition_start(element(mine), d.d_final_state.empty()
                                             ? TensorView()

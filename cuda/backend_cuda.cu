@@ -63,6 +63,13 @@ class CudaChunkwiseBackend final : public Backend {
       expect_device(*v, n);
     pipeline().backward(p, in, d, gr);
   }
+  void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o) override {
+    if (!supports_backward(p)) return;  // the backward will say why
+    expect_device(in.q, "q"), expect_device(d_o, "d_o");
+    KCP_CHECK(d_o.shape == shape_v(p), "backward_prepare: d_o: expected shape ", shape_str(shape_v(p)), ", got ",
+              shape_str(d_o.shape));
+    pipeline().backward_prepare(p, in, d_o);
+  }
   void transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) override {
     require_support(*this, p);
     expect_device(in.q, "q"), expect_device(packed, "packed");

@@ -75,6 +75,12 @@ class Pipeline {
   void set_keep_forward(bool on);
   // Backwards on this pipeline that skipped the recompute (a kept forward's workspace used), for tests.
   int64_t kept_reuses() const;
+  // With a kept forward on these inputs (else nothing): dhu_local's terms for d_o (Backend::backward_prepare).
+  void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o);
+  // Backwards and transition_backwards that skipped dhu_local: a backward_prepare or a
+  // transition_backward of all sequences on the kept forward left its terms for the same do (the
+  // CP layer's order), for tests.
+  int64_t kept_term_reuses() const;
   // Folded state kernel (gdn, 16-bit inputs): 16-column groups per block, 1 or 2; 0 (the default)
   // picks by the device's multiprocessor count. For tests, which must cover both.
   void set_state_groups(int groups);

@@ -120,6 +120,8 @@ void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d,
   StageTimer timer(impl_->stream);
   timer.mark();
   const bool kept = impl_->keep_matches(p, in);  // the kept forward's workspace: no recompute
+  // and a transition_backward's dhu_local terms for this do: no dhu_local
+  const bool terms = kept && impl_->kept_terms_match(d.d_o, true);
   BwdParams bp = impl_->backward_setup(p, in, 0, -1, true, !kept);
   timer.mark();
   bp.d_o = rows_view<RowsView>(d.d_o, "d_o");
@@ -129,7 +131,7 @@ void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d,
   bp.dg = out_rows(gr.dg, "dg"), bp.dbeta = out_rows(gr.dbeta, "dbeta");
   if (!in.A_log.empty()) bp.dA_log = out_scalar(gr.dA_log, "dA_log");
   if (!in.dt_bias.empty()) bp.ddt_bias = out_scalar(gr.ddt_bias, "ddt_bias");
-  launch_bwd_dhu_local(bp, impl_->stream);  // = launch_bwd_dhu, timed in parts
+  if (!terms) launch_bwd_dhu_local(bp, impl_->stream);  // = launch_bwd_dhu, timed in parts
   timer.mark();
   launch_bwd_dhu_serial(bp, impl_->stream);
   timer.mark();
@@ -164,7 +166,12 @@ void Pipeline::transition_backward(const Problem& p, const Inputs& in, const Ten
   // The chains read neither the forward states nor vnew: no state recompute (keep_states = false).
   BwdParams bp = impl_->backward_setup(p, in, seq_begin, count, false, !kept);
   bp.d_o = rows_view<RowsView>(d_o, "d_o");
-  launch_bwd_dhu_local(bp, impl_->stream);  // kg, and the dS_ext columns' A_c, B_c (into dvnew, dh)
+  // kg, and the dS_ext columns' A_c, B_c (into dvnew, dh), unless a backward_prepare (or an earlier
+  // transition) left them for this do; the local backward that follows may reuse them
+  if (!kept || !impl_->kept_terms_match(d_o, false)) {
+    launch_bwd_dhu_local(bp, impl_->stream);
+    if (kept) impl_->keep_terms(d_o);
+  }
   // dS_ext (from 0, with do: columns [0, V)) and M^T (from I, do = 0: columns [V, V + K)) as the columns
   // of one chain launch, of which only the end is kept; the S part alone (dS_ext) as the local
   // backward's chain from 0, V columns.

@@ -109,15 +109,21 @@ struct Pipeline::Impl {
   // follows as the next call, on the same problem and on inputs of the same dtypes, shapes and
   // contents (input_fingerprint.cuh), skips the recompute (keep_matches). A transition_backward of
   // all sequences in between (the CP layer's order) skips its front stages and keeps the record;
-  // any other call drops it.
+  // any other call drops it. That transition also leaves dhu_local's chunk terms (kg, A_c, B_c: they
+  // depend on the inputs and do alone, and its chains write neither dh[c] nor dvnew); the backward
+  // skips dhu_local when its do fingerprints as the transition's did (kept_terms_match).
   bool keep_forward = false;
   struct Kept {
     bool valid = false;
     Problem p;
     std::vector<std::pair<DType, Shape>> views;  // q, k, v, g, beta, A_log, dt_bias, initial_state
+    bool terms = false;                          // dhu_local's terms in the workspace, for d_fp[2]'s do
+    std::pair<DType, Shape> do_key;              // that do's dtype and shape
   } kept;
-  unsigned long long* d_fp = nullptr;  // [2] fingerprints: the kept forward's inputs, the backward's
-  int64_t kept_reuses = 0;             // backwards that used a kept forward
+  // [4] fingerprints: the kept forward's inputs, the backward's; the transition's do, the backward's
+  unsigned long long* d_fp = nullptr;
+  int64_t kept_reuses = 0;        // backwards (and transition_backwards) that used a kept forward
+  int64_t kept_term_reuses = 0;   // backwards that used a transition's dhu_local terms
 
   ~Impl() {
     for (Table& t : tables) cudaFree(t.d);  // destructor: errors cannot be reported, and the memory is gone either way
@@ -230,6 +236,11 @@ struct Pipeline::Impl {
   void forward_kept(const Problem& p, const Inputs& in, const Outputs& out);
   // consume = false (transition_backward): the record stays for the backward that follows.
   bool keep_matches(const Problem& p, const Inputs& in, bool consume = true);
+  // After a matching transition_backward: records its do (dhu_local's terms are in the workspace).
+  void keep_terms(const TensorView& d_o);
+  // In a call that keep_matches: whether the terms are there for this do (one host synchronization);
+  // consume: a backward, which rewrites them.
+  bool kept_terms_match(const TensorView& d_o, bool consume);
   // cumsum -> kkt -> WY; with_u = false leaves u unwritten (its readers: the unfolded state kernel).
   void run_front(const Setup& st, bool with_u = true) const {
     launch_chunk_cumsum(st.c, st.dtype, stream);

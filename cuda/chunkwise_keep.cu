@@ -11,8 +11,15 @@
 // transition_backward of all sequences (CP's backward runs one before the local backward): that call
 // reads the kept front stages (gate cumsum, P, Aqk, w) instead of recomputing them and writes only
 // buffers no reader of the record needs (kg, u: dead; dh, dvnew: the backward's own, rewritten).
+// Those it writes are dhu_local's terms (kg -> dkv, A_c -> dvnew, B_c -> dh[c]) from the inputs and its
+// do; its chains write neither dh[c] nor dvnew. keep_terms fingerprints that do (F2); a backward (or
+// another transition_backward) that reuses the record and whose do gives F3 = F2 (same dtype and
+// shape) skips dhu_local too. backward_prepare (Backend::backward_prepare: a CP rank with no
+// transition to run, while it waits) runs dhu_local alone on the record and leaves the same terms.
 // Covered by tests/cuda/test_cuda_keep.cpp.
+#include "cuda/chunk_bwd.cuh"
 #include "cuda/chunkwise_impl.cuh"
+#include "cuda/device_guard.cuh"
 #include "cuda/input_fingerprint.cuh"
 #include "cuda/stage_timer.cuh"
 
@@ -62,9 +69,9 @@ void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outp
   sp.vnew = st.c.gla ? nullptr : static_cast<float*>(buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
   launch_state(sp, st.dtype);
   timer.mark();
-  if (!d_fp) KCP_CUDA_CHECK(cudaMalloc(&d_fp, 2 * sizeof(unsigned long long)));
+  if (!d_fp) KCP_CUDA_CHECK(cudaMalloc(&d_fp, 4 * sizeof(unsigned long long)));
   fingerprint_inputs(in, d_fp, stream);
-  kept.p = p, kept.views = view_keys(in), kept.valid = true;
+  kept.p = p, kept.views = view_keys(in), kept.valid = true, kept.terms = false;
   timer.mark();
   static const char* const kNames[] = {"front", "state+output", "fingerprint"};
   timer.report("forward (kept)", kNames);
@@ -84,6 +91,36 @@ bool Pipeline::Impl::keep_matches(const Problem& p, const Inputs& in, bool consu
   return true;
 }
 
+void Pipeline::Impl::keep_terms(const TensorView& d_o) {
+  KCP_CUDA_CHECK(cudaMemsetAsync(d_fp + 2, 0, sizeof(unsigned long long), stream));
+  launch_fingerprint_add(d_o, 9, d_fp + 2, stream);
+  kept.terms = true, kept.do_key = {d_o.dtype, d_o.shape};
+}
+
+bool Pipeline::Impl::kept_terms_match(const TensorView& d_o, bool consume) {
+  if (!kept.terms) return false;
+  kept.terms = !consume;  // a backward rewrites dh[c] and dvnew
+  if (kept.do_key != std::make_pair(d_o.dtype, d_o.shape)) return false;
+  KCP_CUDA_CHECK(cudaMemsetAsync(d_fp + 3, 0, sizeof(unsigned long long), stream));
+  launch_fingerprint_add(d_o, 9, d_fp + 3, stream);
+  unsigned long long f[2] = {0, 1};
+  KCP_CUDA_CHECK(cudaMemcpyAsync(f, d_fp + 2, sizeof f, cudaMemcpyDeviceToHost, stream));
+  KCP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (f[0] != f[1]) return false;
+  ++kept_term_reuses;
+  return true;
+}
+
+void Pipeline::backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o) {
+  DeviceGuard guard(impl_->device);
+  if (!impl_->keep_matches(p, in, false)) return;  // without a kept forward the recompute would overwrite them
+  BwdParams bp = impl_->backward_setup(p, in, 0, -1, true, false);
+  bp.d_o = rows_view<RowsView>(d_o, "d_o");
+  launch_bwd_dhu_local(bp, impl_->stream);
+  impl_->keep_terms(d_o);
+}
+
 int64_t Pipeline::kept_reuses() const { return impl_->kept_reuses; }
+int64_t Pipeline::kept_term_reuses() const { return impl_->kept_term_reuses; }
 
 }  // namespace kcp::cuda

@@ -20,6 +20,10 @@ class SegmentedBackend final : public ForwardingBackend {
       : ForwardingBackend(std::move(inner)), opt_(opt) {}
   void forward(const Problem& p, const Inputs& in, const Outputs& out) override;
   void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) override;
+  // Forwarded where the backward runs unsplit (a cut backward calls the inner one per segment).
+  void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o) override {
+    if (opt_.mode != SegmentMode::forced) inner().backward_prepare(p, in, d_o);
+  }
   std::string explain_forward(const Problem& p) const override { return plan(p).describe(); }
 
   SegmentPlan plan(const Problem& p) const;  // what forward(p, ...) does (for the views it accepts)

@@ -94,9 +94,10 @@ Results forward(Backend& gpu, cuda::Pipeline& pipe, const Staged& s) {
   return r;
 }
 
-void backward(Backend& gpu, cuda::Pipeline& pipe, const Staged& s, const Inputs& in, DType qkv, Results& r) {
+void backward(Backend& gpu, cuda::Pipeline& pipe, const Staged& s, const Inputs& in, DType qkv, Results& r,
+              const TensorView* d_o = nullptr) {
   const test::DeviceGrads dg = test::device_grads(gpu, s.shapes, qkv);
-  pipe.backward(s.p, in, {s.d_o.view, s.dht.view}, dg.views);
+  pipe.backward(s.p, in, {d_o ? *d_o : s.d_o.view, s.dht.view}, dg.views);
   for (const test::DeviceGrad& d : dg.t) r.grads.emplace_back(d.name, test::to_host(gpu, d.t.view));
 }
 
@@ -185,32 +186,56 @@ TEST_CASE("kept forward: used once, never after another call, for changed inputs
   }
 }
 
-// The CP layer's order on a rank: forward, then transition_backward of all its sequences, then the
-// local backward. With the forward kept, the transition reads the kept front stages and leaves the
-// record (kept_reuses counts both), and the backward skips its recompute; every result equals the
-// plain pipeline's bit for bit (the transition's (dS_ext, M^T) included).
-TEST_CASE("kept forward: a transition_backward of all sequences between forward and backward" *
+// The CP layer's order on a rank: forward, then transition_backward of all its sequences (or, on the
+// first rank, backward_prepare), then the local backward. With the forward kept, the transition reads
+// the kept front stages and leaves the record (kept_reuses counts every call that used it), and the
+// backward skips its recompute and, its do being the transition's or the prepare's, dhu_local
+// (kept_term_reuses); every result equals the plain pipeline's bit for bit (the transition's
+// (dS_ext, M^T) included). With another do in the backward (0.5 do: a changed cotangent), it still
+// skips the recompute but runs dhu_local, and equals the plain pipeline's.
+TEST_CASE("kept forward: a transition_backward of all sequences or a backward_prepare between forward and backward" *
           doctest::skip(!test::gpu_present())) {
   auto gpu = cuda::make_cuda_backend();
   const std::vector<KeepCase> all = cases(val::seed_from_env(1402));
-  for (const KeepCase& kc : {all[2], all[1], all[6 + 2], all[12 + 3 + 2]}) {  // gdn bf16 one sequence / dense, kda bf16, gla f32
-    SUBCASE(kc.name().c_str()) {
-      const Staged s = stage(*gpu, kc);
-      cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
-      kept.set_keep_forward(true);
-      const Shape tshape = transition_shape(s.p.N, s.p.HV, s.p.K, s.p.V);
-      Results a = forward(*gpu, plain, s), b = forward(*gpu, kept, s);
-      const test::DeviceTensor ta = test::poisoned(*gpu, DType::f32, tshape), tb = test::poisoned(*gpu, DType::f32, tshape);
-      plain.transition_backward(s.p, s.din.views, s.d_o.view, 0, ta.view);
-      kept.transition_backward(s.p, s.din.views, s.d_o.view, 0, tb.view);
-      check_same("transition_backward", test::to_host(*gpu, tb.view), test::to_host(*gpu, ta.view), kc.name());
-      CHECK(kept.kept_reuses() == 1);  // the transition read the kept front stages
-      backward(*gpu, plain, s, s.din.views, kc.qkv, a);
-      backward(*gpu, kept, s, s.din.views, kc.qkv, b);
-      CHECK(kept.kept_reuses() == 2);  // and the backward the rest
-      check_grads_same(b, a, kc.name());
+  struct Mode {
+    const char* name;
+    bool prepare, transition, same_do;
+    int64_t reuses, term_reuses;
+  };
+  const Mode modes[] = {{"transition", false, true, true, 2, 1},
+                        {"transition, another do in the backward", false, true, false, 2, 0},
+                        {"prepare, transition", true, true, true, 3, 2},
+                        {"prepare (first rank)", true, false, true, 2, 1},
+                        {"prepare, another do in the backward", true, false, false, 2, 0}};
+  for (const KeepCase& kc : {all[2], all[1], all[6 + 2], all[12 + 3 + 2]})  // gdn bf16 one sequence / dense, kda bf16, gla f32
+    for (const Mode& m : modes) {
+      const std::string name = kc.name() + " (" + m.name + ")";
+      SUBCASE(name.c_str()) {
+        const Staged s = stage(*gpu, kc);
+        cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
+        kept.set_keep_forward(true);
+        Results a = forward(*gpu, plain, s), b = forward(*gpu, kept, s);
+        if (m.prepare) plain.backward_prepare(s.p, s.din.views, s.d_o.view), kept.backward_prepare(s.p, s.din.views, s.d_o.view);
+        if (m.transition) {
+          const Shape tshape = transition_shape(s.p.N, s.p.HV, s.p.K, s.p.V);
+          const test::DeviceTensor ta = test::poisoned(*gpu, DType::f32, tshape), tb = test::poisoned(*gpu, DType::f32, tshape);
+          plain.transition_backward(s.p, s.din.views, s.d_o.view, 0, ta.view);
+          kept.transition_backward(s.p, s.din.views, s.d_o.view, 0, tb.view);
+          check_same("transition_backward", test::to_host(*gpu, tb.view), test::to_host(*gpu, ta.view), name);
+        }
+        Tensor<double> half = s.c.d_o;
+        for (double& x : half.vec()) x *= 0.5;  // exact in every dtype
+        const test::DeviceTensor d_o2 = test::to_device(*gpu, half, kc.qkv);
+        const TensorView* d_o = m.same_do ? nullptr : &d_o2.view;
+        backward(*gpu, plain, s, s.din.views, kc.qkv, a, d_o);
+        backward(*gpu, kept, s, s.din.views, kc.qkv, b, d_o);
+        CHECK(kept.kept_reuses() == m.reuses);  // every call after the forward read its record
+        CHECK(kept.kept_term_reuses() == m.term_reuses);
+        CHECK(plain.kept_reuses() == 0);
+        CHECK(plain.kept_term_reuses() == 0);
+        check_grads_same(b, a, name);
+      }
     }
-  }
 }
 
 namespace {
