@@ -258,12 +258,14 @@ void ContextParallel::backward_impl(const Local& l, const Inputs& in, const Cota
   const DeviceTensor h0_local = local_initial_states(l, in);  // expand_h0
   loc.initial_state = h0_local.view;
   DeviceTensor mine(q, p.compute, transition_shape(1, p.HV, p.K, p.V));
+  // The first rank has no transition to run: the local backward's d_o-only stages run while the other
+  // ranks run theirs (timed as local work; with one rank there is no one to wait for).
+  double prepare_ms = 0;
+  if (c.is_first_rank && !c.is_last_rank && !c.empty())
+    phase(prepare_ms, [&] { backend_.backward_prepare(p, loc, d.d_o); });
   phase(bwd_times_.transition, [&] {
     if (c.empty()) return q.transition_identity(element(mine));
-    if (c.is_first_rank) {  // no transition: the local backward's d_o-only stages while the others run theirs
-      backend_.backward_prepare(p, loc, d.d_o);
-      return q.fill_zero(mine.view);
-    }
+    if (c.is_first_rank) return q.fill_zero(mine.view);
     backward_transition(p, loc, d, mine);  // the first local sequence continues (the backend may keep
                                            // its d_o-only stages for the local backward, as prepare does)
     if (c.ends_here(0))  // dht folded in (5.7), and the chain stops here
@@ -299,6 +301,7 @@ void ContextParallel::backward_impl(const Local& l, const Inputs& in, const Cota
     scatter_states(q, c, gr.d_initial_state, dh0_local.view, c.is_first_rank ? 0 : 1, c.n_local());
     q.synchronize();
   });
+  bwd_times_.local += prepare_ms;
   phase(bwd_times_.reduce, [&] { reduce_parameter_grads(l, dA, ddt, gr); });
 }
 
