@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA Hopper GPU: the CUDA test suites, the golden check on cuda-chunkwise
-# (when this build has `kcp check`), context parallelism on the GPU (cp-sweep over MPI with ranks
-# sharing the GPUs at N = 1..4, over NCCL with one GPU per rank, the fault test on both), the
+# (when this build has `kcp check`; also with the kept forward, KCP_CUDA_KEEP=1), context parallelism
+# on the GPU (cp-sweep over MPI with ranks sharing the GPUs at N = 1..4, over NCCL with one GPU per
+# rank, with and without the kept forward, the fault test on both), the
 # forward benchmark and cp-bench; a short table last.
 #   scripts/gpu.sh [BUILD_DIR]            default build/; binaries built elsewhere work (docs/CUDA.md);
 #                                         scripts/gpu_build.sh builds there without HDF5/doctest headers
@@ -45,6 +46,8 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     # Every tensor of every file against FLA's results, gradients included (the CUDA backward);
     # what cuda-chunkwise does not support is reported as skipped with the reason.
     run_suite golden_check "$BUILD/kcp" check --backend cuda-chunkwise --precision f32 data/golden
+    # the same with the kept forward (every backward after its forward skips the recompute)
+    run_suite golden_check_keep env KCP_CUDA_KEEP=1 "$BUILD/kcp" check --backend cuda-chunkwise --precision f32 data/golden
   else
     echo "golden check: this build has no 'kcp check': skipped"
     summary+=("| golden_check | skipped (no kcp check) | - |")
@@ -58,7 +61,8 @@ if [ -z "${KCP_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q libnccl
 fi
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-mpi=(mpirun --oversubscribe --bind-to none -x KCP_NCCL_LIBRARY -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np)
+mpi=(mpirun --oversubscribe --bind-to none -x KCP_NCCL_LIBRARY -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x KCP_CUDA_KEEP -np)
+export KCP_CUDA_KEEP=${KCP_CUDA_KEEP:-0}  # exported to every rank; the keep rows below set 1
 fault_job=$(find "$BUILD" -name cp_fault_job -type f -perm -u+x | head -1)
 # The fault job must end by itself (non-zero, rank 1's message) well inside the limit.
 fault_check() {  # comm ranks (3 under MPI: rank 1 fails while ranks 0 and 2 wait in the exchange)
@@ -76,10 +80,13 @@ if [ -z "${SKIP_CP:-}" ] && "$BUILD/kcp" help 2>&1 | grep -qE '^  cp-sweep '; th
       summary+=("| cp_sweep_mpi_np$n layer rows | FAILED (none passed) | - |")
     fi
   done
+  # the kept forward under CP: forward, backward transition (or the first rank's backward_prepare), backward
+  run_suite cp_sweep_mpi_np2_keep env KCP_CUDA_KEEP=1 "${mpi[@]}" 2 "$BUILD/kcp" cp-sweep --backend cuda-chunkwise --comm mpi
   run_suite cp_sweep_nccl_np1 "${mpi[@]}" 1 "$BUILD/kcp" cp-sweep --quick --backend cuda-chunkwise --comm nccl
   if [ "$gpus" -ge 2 ]; then  # one GPU per rank (the multi-GPU run, docs/CP.md)
     for n in 2 4; do
       [ "$gpus" -ge "$n" ] && run_suite "cp_sweep_nccl_np$n" "${mpi[@]}" "$n" "$BUILD/kcp" cp-sweep --backend cuda-chunkwise --comm nccl
+      [ "$gpus" -ge "$n" ] && run_suite "cp_sweep_nccl_np${n}_keep" env KCP_CUDA_KEEP=1 "${mpi[@]}" "$n" "$BUILD/kcp" cp-sweep --backend cuda-chunkwise --comm nccl
     done
   fi
   # More ranks than GPUs under NCCL: one clear line and exit 2 before any computation.
