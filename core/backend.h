@@ -52,6 +52,11 @@ class Backend {
   virtual Support supports_backward(const Problem& p) const { return supports(p); }
 
   virtual void forward(const Problem& p, const Inputs& in, const Outputs& out) = 0;
+  // Optional: runs ahead the stages of a forward(p, in, ...) that do not depend on in.initial_state
+  // (which a CP rank receives from earlier ranks), so that they overlap its wait; a forward that
+  // follows on the same inputs may then skip them. Results are the same with or without it.
+  // Default: nothing (cuda-chunkwise with keep_forward: chunkwise_keep.cu).
+  virtual void forward_prepare(const Problem& p, const Inputs& in) { (void)p, (void)in; }
   virtual void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) = 0;
   // Optional: runs ahead the stages of a backward(p, in, {d_o, ...}) that depend on the inputs and d_o
   // alone, not on d_final_state (which a CP rank receives from later ranks), so that they overlap its

@@ -23,6 +23,7 @@ class ForwardingBackend : public Backend {
   void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& g) override {
     inner_->backward(p, in, d, g);
   }
+  void forward_prepare(const Problem& p, const Inputs& in) override { inner_->forward_prepare(p, in); }
   void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o) override {
     inner_->backward_prepare(p, in, d_o);
   }

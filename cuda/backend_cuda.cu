@@ -63,6 +63,11 @@ class CudaChunkwiseBackend final : public Backend {
       expect_device(*v, n);
     pipeline().backward(p, in, d, gr);
   }
+  void forward_prepare(const Problem& p, const Inputs& in) override {
+    if (!supports(p)) return;  // the forward will say why
+    expect_device(in.q, "q");
+    pipeline().forward_prepare(p, in);
+  }
   void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o) override {
     if (!supports_backward(p)) return;  // the backward will say why
     expect_device(in.q, "q"), expect_device(d_o, "d_o");

@@ -94,7 +94,8 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   check_outputs(p, out);
   DeviceGuard guard(impl_->device);
   impl_->kept.valid = false;
-  if (impl_->keep_forward) return impl_->forward_kept(p, in, out);
+  if (impl_->keep_forward) return impl_->forward_kept(p, in, out);  // which uses or drops impl_->front
+  impl_->front.valid = false;
   const Impl::Setup st = impl_->setup(p, in, 0, -1, false);
   const cudaStream_t stream = impl_->stream;
   // gdn with 16-bit inputs: w and u folded into the state kernel (no WY stage).
@@ -117,7 +118,7 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
 
 void Pipeline::set_keep_forward(bool on) {
   impl_->keep_forward = on;
-  impl_->kept.valid = false;
+  impl_->kept.valid = impl_->front.valid = false;
 }
 
 void Pipeline::set_state_groups(int groups) {
@@ -132,14 +133,14 @@ void Pipeline::set_multiprocessors(int sms) {
 
 const StageBuffers& Pipeline::prepare_stages(const Problem& p, const Inputs& in) {
   DeviceGuard guard(impl_->device);
-  impl_->kept.valid = false;
+  impl_->kept.valid = impl_->front.valid = false;
   impl_->setup(p, in, 0, -1, true);
   return impl_->buf;
 }
 
 void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outputs& out) {
   DeviceGuard guard(impl_->device);
-  impl_->kept.valid = false;
+  impl_->kept.valid = impl_->front.valid = false;
   const Impl::Setup st = impl_->setup(p, in, 0, -1, true);
   const cudaStream_t stream = impl_->stream;
   switch (s) {
@@ -167,10 +168,13 @@ void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outp
 
 void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) {
   const int64_t count = check_transition_call(p, seq_begin, packed, Device::cuda, "transition_forward");
-  impl_->kept.valid = false;
+  impl_->kept.valid = impl_->front.valid = false;
   if (count == 0) return;
   DeviceGuard guard(impl_->device);
-  const Impl::Setup st = impl_->setup(p, in, seq_begin, count, false);
+  // With keep_forward, a transition of all sequences carves the workspace as the kept forward does
+  // and leaves its front stages to it (keep_front; the CP layer's order: transition, local forward).
+  const bool keep = impl_->keep_forward && seq_begin == 0 && count == p.N;
+  const Impl::Setup st = impl_->setup(p, in, seq_begin, count, keep);
   StateParams sp;
   sp.c = st.c;
   sp.Vw = int(p.V + p.K), sp.Vu = int(p.V), sp.u = st.c.u, sp.init = kInitTransition;
@@ -180,10 +184,12 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
     // (S carried as 16-bit hi + lo, TF32 P Y), checked against the oracle by test_cuda_transition.
     launch_chunk_cumsum(st.c, st.dtype, impl_->stream);
     launch_chunk_kkt(st.c, st.dtype, impl_->stream);
+    if (keep) impl_->keep_front(p, in, false);  // cumsum, kkt; not WY
     launch_chunk_state_fold(sp, st.dtype, 0, impl_->stream);
     return;
   }
   impl_->run_front(st);
+  if (keep) impl_->keep_front(p, in, true);
   if (!st.c.gla && chunk_state_blocks(st.c, int(p.V + p.K)) <= multiprocessors(st.c)) {
     // S_ext (from zero, with u) and M (from I, u = 0) as the V + K columns of one launch that fits on
     // the multiprocessors at once: the two chains run side by side instead of one after the other.

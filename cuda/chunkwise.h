@@ -75,6 +75,12 @@ class Pipeline {
   void set_keep_forward(bool on);
   // Backwards on this pipeline that skipped the recompute (a kept forward's workspace used), for tests.
   int64_t kept_reuses() const;
+  // With keep_forward (else nothing): the kept forward's front stages (gate cumsum, kkt + solve, WY),
+  // which do not read the initial state, for a forward on the same inputs (Backend::forward_prepare).
+  // A transition_forward of all sequences with keep_forward leaves its front stages the same way.
+  void forward_prepare(const Problem& p, const Inputs& in);
+  // Kept forwards that skipped their front stages (left by forward_prepare or transition_forward), for tests.
+  int64_t kept_front_reuses() const;
   // With a kept forward on these inputs (else nothing): dhu_local's terms for d_o (Backend::backward_prepare).
   void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o);
   // Backwards and transition_backwards that skipped dhu_local: a backward_prepare or a

@@ -117,6 +117,7 @@ void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d,
   check_cotangents(p, d);
   check_grads(p, in, gr);
   DeviceGuard guard(impl_->device);
+  impl_->front.valid = false;
   StageTimer timer(impl_->stream);
   timer.mark();
   const bool kept = impl_->keep_matches(p, in);  // the kept forward's workspace: no recompute
@@ -158,6 +159,7 @@ void Pipeline::transition_backward(const Problem& p, const Inputs& in, const Ten
   const int64_t count = check_transition_call(p, seq_begin, packed, Device::cuda, "transition_backward", true);
   KCP_CHECK(d_o.shape == shape_v(p), "transition_backward: d_o: expected shape ", shape_str(shape_v(p)), ", got ",
             shape_str(d_o.shape));
+  impl_->front.valid = false;
   if (count == 0) return;
   DeviceGuard guard(impl_->device);
   // A kept forward of these very sequences (all of them) left the front stages: read them, and leave

@@ -120,8 +120,19 @@ struct Pipeline::Impl {
     bool terms = false;                          // dhu_local's terms in the workspace, for d_fp[2]'s do
     std::pair<DType, Shape> do_key;              // that do's dtype and shape
   } kept;
-  // [4] fingerprints: the kept forward's inputs, the backward's; the transition's do, the backward's
+  // The front stages (gate cumsum, P, Aqk, WY) of a forward_prepare or of a transition_forward of all
+  // sequences with keep_forward, for the kept forward that follows on the same problem and inputs
+  // (the initial state aside: the front stages do not read it); any other call drops it.
+  struct Front {
+    bool valid = false;
+    bool wy = false;  // WY ran (gdn's folded transition runs cumsum and kkt alone)
+    Problem p;
+    std::vector<std::pair<DType, Shape>> views;  // q, k, v, g, beta, A_log, dt_bias
+  } front;
+  // [6] fingerprints: the kept forward's inputs, the backward's; the transition's do, the backward's;
+  // the front stages' inputs (q .. dt_bias), the kept forward's
   unsigned long long* d_fp = nullptr;
+  int64_t kept_front_reuses = 0;  // kept forwards that skipped their front stages
   int64_t kept_reuses = 0;        // backwards (and transition_backwards) that used a kept forward
   int64_t kept_term_reuses = 0;   // backwards that used a transition's dhu_local terms
 
@@ -234,6 +245,11 @@ struct Pipeline::Impl {
                            bool keep_states = true, bool recompute = true);
   // chunkwise_keep.cu
   void forward_kept(const Problem& p, const Inputs& in, const Outputs& out);
+  // After front stages computed by this call on these inputs (wy: WY among them): records them.
+  void keep_front(const Problem& p, const Inputs& in, bool wy);
+  // In forward_kept: whether the recorded front stages are for this problem and inputs (one host
+  // synchronization); drops the record.
+  bool front_matches(const Problem& p, const Inputs& in);
   // consume = false (transition_backward): the record stays for the backward that follows.
   bool keep_matches(const Problem& p, const Inputs& in, bool consume = true);
   // After a matching transition_backward: records its do (dhu_local's terms are in the workspace).

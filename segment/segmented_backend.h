@@ -20,6 +20,10 @@ class SegmentedBackend final : public ForwardingBackend {
       : ForwardingBackend(std::move(inner)), opt_(opt) {}
   void forward(const Problem& p, const Inputs& in, const Outputs& out) override;
   void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) override;
+  // Forwarded where the forward runs unsplit (a cut forward calls the inner one per segment).
+  void forward_prepare(const Problem& p, const Inputs& in) override {
+    if (inner().supports(p) && !plan(p).split) inner().forward_prepare(p, in);
+  }
   // Forwarded where the backward runs unsplit (a cut backward calls the inner one per segment).
   void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o) override {
     if (opt_.mode != SegmentMode::forced) inner().backward_prepare(p, in, d_o);

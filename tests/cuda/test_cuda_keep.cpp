@@ -7,7 +7,8 @@
 // (the fingerprint), another problem: each recomputes and still equals the plain pipeline. And the CP
 // layer's order (forward, transition_backward of all sequences, backward) reuses it twice. And the
 // fingerprint itself: its two paths (contiguous words, gathered words) agree on a strided view and its
-// contiguous copy, and one changed element or another salt changes it.
+// contiguous copy, and one changed element or another salt changes it. And the front stages a
+// transition_forward or forward_prepare leaves to the kept forward.
 // Outputs and gradients NaN-poisoned first. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
@@ -233,6 +234,57 @@ TEST_CASE("kept forward: a transition_backward of all sequences or a backward_pr
         CHECK(kept.kept_term_reuses() == m.term_reuses);
         CHECK(plain.kept_reuses() == 0);
         CHECK(plain.kept_term_reuses() == 0);
+        check_grads_same(b, a, name);
+      }
+    }
+}
+
+// The CP layer's forward order on a rank: transition_forward of all its sequences (its initial state
+// not yet known: none passed), or on the last rank forward_prepare, then the local forward with its
+// initial state. With keep_forward the kept forward reads the front stages they left
+// (kept_front_reuses) and still records the fingerprint of all its inputs (the front inputs' sum plus
+// the initial state's), so the backward after it reuses the record; every result equals the plain
+// pipeline's bit for bit. Front stages left for other inputs (another seed, same shapes) are not used.
+TEST_CASE("kept forward: front stages left by a transition_forward or a forward_prepare" *
+          doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  const uint64_t seed = val::seed_from_env(1404);
+  const std::vector<KeepCase> all = cases(seed);
+  struct Mode {
+    const char* name;
+    bool transition, other_inputs;
+  };
+  const Mode modes[] = {{"transition", true, false}, {"prepare", false, false}, {"prepare on other inputs", false, true}};
+  // gdn bf16 packed (folded: the transition runs no WY), gdn bf16 fused gate, gdn f32, kda bf16, gla f32
+  for (const KeepCase& kc : {all[0], all[2], all[3], all[6 + 1], all[12 + 3]})
+    for (const Mode& m : modes) {
+      const std::string name = kc.name() + " (" + m.name + ")";
+      SUBCASE(name.c_str()) {
+        const Staged s = stage(*gpu, kc);
+        KeepCase other = kc;
+        other.spec.seed += 1000;
+        const Staged s2 = stage(*gpu, other);
+        cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
+        kept.set_keep_forward(true);
+        Inputs no_h0 = (m.other_inputs ? s2 : s).din.views;
+        no_h0.initial_state = {};
+        if (m.transition) {
+          const Shape tshape = transition_shape(s.p.N, s.p.HV, s.p.K, s.p.V);
+          const test::DeviceTensor ta = test::poisoned(*gpu, DType::f32, tshape), tb = test::poisoned(*gpu, DType::f32, tshape);
+          plain.transition_forward(s.p, no_h0, 0, ta.view);
+          kept.transition_forward(s.p, no_h0, 0, tb.view);
+          check_same("transition_forward", test::to_host(*gpu, tb.view), test::to_host(*gpu, ta.view), name);
+        } else {
+          plain.forward_prepare(s.p, no_h0), kept.forward_prepare(s.p, no_h0);
+        }
+        Results a = forward(*gpu, plain, s), b = forward(*gpu, kept, s);
+        CHECK(kept.kept_front_reuses() == (m.other_inputs ? 0 : 1));
+        CHECK(plain.kept_front_reuses() == 0);
+        check_same("o", b.o, a.o, name);
+        if (kc.spec.final_state) check_same("final_state", b.ht, a.ht, name);
+        backward(*gpu, plain, s, s.din.views, kc.qkv, a);
+        backward(*gpu, kept, s, s.din.views, kc.qkv, b);
+        CHECK(kept.kept_reuses() == 1);  // the record's fingerprint covers the initial state too
         check_grads_same(b, a, name);
       }
     }
