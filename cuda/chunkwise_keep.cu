@@ -60,6 +60,20 @@ void fingerprint_inputs(const Inputs& in, unsigned long long* slot, cudaStream_t
     if (salt <= n) launch_fingerprint_add(*t, salt++, slot, stream);
 }
 
+// *slot = F(d_o) (its salt, 9, follows the inputs').
+void fingerprint_do(const TensorView& d_o, unsigned long long* slot, cudaStream_t stream) {
+  KCP_CUDA_CHECK(cudaMemsetAsync(slot, 0, sizeof(unsigned long long), stream));
+  launch_fingerprint_add(d_o, 9, slot, stream);
+}
+
+// Whether the device fingerprints pair[0] and pair[1] are equal (read back: one host synchronization).
+bool fingerprints_equal(const unsigned long long* pair, cudaStream_t stream) {
+  unsigned long long f[2] = {0, 1};
+  KCP_CUDA_CHECK(cudaMemcpyAsync(f, pair, sizeof f, cudaMemcpyDeviceToHost, stream));
+  KCP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return f[0] == f[1];
+}
+
 }  // namespace
 
 void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outputs& out) {
@@ -102,10 +116,7 @@ bool Pipeline::Impl::front_matches(const Problem& p, const Inputs& in) {
   front.valid = false;
   if (!same_problem(front.p, p) || front.views != view_keys(in, kFrontInputs)) return false;
   fingerprint_inputs(in, d_fp + 5, stream, kFrontInputs);
-  unsigned long long f[2] = {0, 1};
-  KCP_CUDA_CHECK(cudaMemcpyAsync(f, d_fp + 4, sizeof f, cudaMemcpyDeviceToHost, stream));
-  KCP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (f[0] != f[1]) return false;
+  if (!fingerprints_equal(d_fp + 4, stream)) return false;
   ++kept_front_reuses;
   return true;
 }
@@ -124,18 +135,14 @@ bool Pipeline::Impl::keep_matches(const Problem& p, const Inputs& in, bool consu
   kept.valid = false;  // one backward per kept forward; a matching transition_backward restores it below
   if (!same_problem(kept.p, p) || kept.views != view_keys(in)) return false;
   fingerprint_inputs(in, d_fp + 1, stream);
-  unsigned long long f[2] = {0, 1};
-  KCP_CUDA_CHECK(cudaMemcpyAsync(f, d_fp, sizeof f, cudaMemcpyDeviceToHost, stream));
-  KCP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (f[0] != f[1]) return false;
+  if (!fingerprints_equal(d_fp, stream)) return false;
   ++kept_reuses;
   kept.valid = !consume;
   return true;
 }
 
 void Pipeline::Impl::keep_terms(const TensorView& d_o) {
-  KCP_CUDA_CHECK(cudaMemsetAsync(d_fp + 2, 0, sizeof(unsigned long long), stream));
-  launch_fingerprint_add(d_o, 9, d_fp + 2, stream);
+  fingerprint_do(d_o, d_fp + 2, stream);
   kept.terms = true, kept.do_key = {d_o.dtype, d_o.shape};
 }
 
@@ -143,12 +150,8 @@ bool Pipeline::Impl::kept_terms_match(const TensorView& d_o, bool consume) {
   if (!kept.terms) return false;
   kept.terms = !consume;  // a backward rewrites dh[c] and dvnew
   if (kept.do_key != std::make_pair(d_o.dtype, d_o.shape)) return false;
-  KCP_CUDA_CHECK(cudaMemsetAsync(d_fp + 3, 0, sizeof(unsigned long long), stream));
-  launch_fingerprint_add(d_o, 9, d_fp + 3, stream);
-  unsigned long long f[2] = {0, 1};
-  KCP_CUDA_CHECK(cudaMemcpyAsync(f, d_fp + 2, sizeof f, cudaMemcpyDeviceToHost, stream));
-  KCP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (f[0] != f[1]) return false;
+  fingerprint_do(d_o, d_fp + 3, stream);
+  if (!fingerprints_equal(d_fp + 2, stream)) return false;
   ++kept_term_reuses;
   return true;
 }
