@@ -16,6 +16,10 @@
 // another transition_backward) that reuses the record and whose do gives F3 = F2 (same dtype and
 // shape) skips dhu_local too. backward_prepare (Backend::backward_prepare: a CP rank with no
 // transition to run, while it waits) runs dhu_local alone on the record and leaves the same terms.
+// Before the forward, in the same way: a transition_forward of all sequences with keep_forward, or
+// forward_prepare (the CP rank with no forward transition), leaves the front stages and F4, the
+// fingerprint of q .. dt_bias (not the initial state: the front stages do not read it); a kept
+// forward whose F5 = F4 skips them (front_matches) and sets F0 = F5 + F(initial_state).
 // Covered by tests/cuda/test_cuda_keep.cpp.
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunkwise_impl.cuh"
