@@ -2,7 +2,8 @@
 // log-depth scan against the linear fold (resets, identities, both directions), the two merges
 // through the whole CP layer, and the refusals: ranks that disagree on the configuration, a rank with
 // a bad local input, partitions that do not match cu_seqlens, backward before forward. Every refusal
-// must reach every rank as an exception before the backend computes anything.
+// must reach every rank as an exception before the backend computes anything. And which ranks ask the
+// backend to prepare a local pass while they wait.
 #include <doctest/doctest.h>
 
 #include "core/rng.h"
@@ -176,6 +177,47 @@ TEST_CASE("a rank holding one continuing sequence computes dS_ext alone; the gra
       }
     }
   }
+}
+
+// Records which ranks ask the backend to prepare: the stages a local pass can run ahead while the
+// rank waits for the others' transitions (Backend::forward_prepare, backward_prepare).
+class PrepareSpy final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  int forward_prepares = 0, backward_prepares = 0, forwards = 0;
+  void forward_prepare(const Problem& p, const Inputs& in) override {
+    CHECK(forwards == 0);  // ahead of the local forward
+    ++forward_prepares, ForwardingBackend::forward_prepare(p, in);
+  }
+  void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o) override {
+    CHECK(d_o.shape == shape_v(p));
+    ++backward_prepares, ForwardingBackend::backward_prepare(p, in, d_o);
+  }
+  void forward(const Problem& p, const Inputs& in, const Outputs& o) override {
+    ++forwards, ForwardingBackend::forward(p, in, o);
+  }
+};
+
+// The rank with no forward transition to run (the last) prepares its forward, the one with no
+// backward transition (the first) its backward; no other rank does; the results stay exact.
+TEST_CASE("the last rank prepares the local forward, the first the local backward, while they wait") {
+  cp::Comm& w = test::world();
+  REQUIRE(w.size() > 1);
+  PrepareSpy be(val::backend_create("cpu-recurrent"));
+  val::CaseSpec s = spec_for(Variant::gdn, w.size());
+  const val::CaseData c = val::make_case(s);
+  const auto got = app::run_cp_case<double>(w, be, c, cp::equal_bounds(c.cu_seqlens.back(), w.size()),
+                                            cp::MergeAlgorithm::linear);
+  auto oracle = val::backend_create("cpu-recurrent");
+  const app::SweepReference ref = app::sweep_reference(c, *oracle);
+  const app::NamedViews a = got.named(), b = ref.named();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].first);
+    CHECK(rel(a[i].second, b[i].second) <= val::tol::kExactF64);
+  }
+  CHECK(be.forward_prepares == (w.rank() == w.size() - 1 ? 1 : 0));
+  CHECK(be.backward_prepares == (w.rank() == 0 ? 1 : 0));
 }
 
 TEST_CASE("ranks that disagree on the configuration are stopped before any computation") {
