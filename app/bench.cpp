@@ -261,14 +261,12 @@ int cmd_bench(int argc, char** argv) {
   KCP_CHECK(repeat >= 1 && sets >= 1 && warmup >= 0, "bench: --repeat and --sets must be >= 1, --warmup >= 0");
   BackendOptions bo;
   if (a.has("segment")) bo.segment = seg::parse_segment_option(a.get("segment", "auto"), "--segment");
-  if (a.has("keep")) {
-    const int64_t keep = a.get_int("keep", 0);
-    KCP_CHECK(keep == 0 || keep == 1, "bench: --keep must be 0 or 1, got ", keep);
-    bo.keep_forward = keep == 1;
-  }
-  std::printf("kcp bench: %s, %s, %s q/k/v, float32 gates and beta%s, K=%lld V=%lld, B=1, median of %d after %d "
+  bo.keep_forward = a.get_switch("keep");
+  const bool keep = bo.keep_forward.value_or(val::keep_forward_from_env());
+  std::printf("kcp bench: %s, %s%s, %s q/k/v, float32 gates and beta%s, K=%lld V=%lld, B=1, median of %d after %d "
               "warm-up runs, %d rotating input sets\n",
               name.c_str(), rs.transitions ? "CP transitions" : backward ? "forward+backward" : "forward",
+              keep ? " (kept forward)" : "",
               std::string(dtype_name(dt)).c_str(), rs.fused ? " (fused: L2 norm, beta sigmoid, softplus gate with A_log and dt_bias in the kernel)" : "",
               (long long)K, (long long)V, repeat, warmup, sets);
   std::vector<Row> rows;

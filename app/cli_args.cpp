@@ -51,6 +51,13 @@ long long Args::get_int(const std::string& key, long long fallback) const {
   return v;
 }
 
+std::optional<bool> Args::get_switch(const std::string& key) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) return std::nullopt;
+  KCP_CHECK(it->second == "0" || it->second == "1", "--", key, ": expected 0 or 1, got '", it->second, "'");
+  return it->second == "1";
+}
+
 double Args::get_double(const std::string& key, double fallback) const {
   auto it = values_.find(key);
   if (it == values_.end()) return fallback;

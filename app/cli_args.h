@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@ class Args {
   std::string get(const std::string& key, const std::string& fallback) const;
   long long get_int(const std::string& key, long long fallback) const;
   double get_double(const std::string& key, double fallback) const;
+  // A 0|1 switch: unset when the option is absent; anything but 0 or 1 is an error naming it.
+  std::optional<bool> get_switch(const std::string& key) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:

@@ -139,13 +139,16 @@ namespace kcp::app {
 
 int cmd_cp_bench(int argc, char** argv) {
   return cp::run_mpi_command("kcp cp-bench", [&](cp::Comm& world) {
-    Args a(argc, argv, {"T", "H", "K", "V", "variant", "backend", "dtype", "ranks", "seqs", "merge", "comm", "repeat"},
+    Args a(argc, argv,
+           {"T", "H", "K", "V", "variant", "backend", "dtype", "ranks", "seqs", "merge", "comm", "repeat", "keep"},
            {"keep-denormals"}, "cp-bench");
     if (!a.has("keep-denormals")) flush_denormals();
     const std::string name = a.get("backend", "cpu-chunkwise");
     const int gpus = gpu_count();
     BackendOptions bo;
     bo.device = gpus > 0 ? local_rank() % gpus : -1;
+    bo.keep_forward = a.get_switch("keep");
+    const bool keep = bo.keep_forward.value_or(val::keep_forward_from_env());  // a device backend's option
     std::unique_ptr<Backend> be = backend_create(name, bo);
     const bool host = be->device() == Device::host;
     BenchCase bc;
@@ -160,7 +163,7 @@ int cmd_cp_bench(int argc, char** argv) {
     const CommKind kind = comm_kind_parse(a.get("comm", "auto"));
     const std::vector<int> ranks = parse_ranks(a.get("ranks", ""), world.size());
     if (world.rank() == 0)
-      std::printf("cp-bench: %s T=%lld per rank H=%lld K=%lld V=%lld %s, %lld sequence(s), backend %s on %s, merge "
+      std::printf("cp-bench: %s T=%lld per rank H=%lld K=%lld V=%lld %s, %lld sequence(s), backend %s%s on %s, merge "
                   "%s, %s, %d ranks in the job; ms, max over ranks, best of %d (wait: load imbalance before the "
                   "exchange; bwd columns zero when the backend has no backward; cp%%: trans + exch + merge of both "
                   "directions over the local passes, in %%)\n"
@@ -168,7 +171,7 @@ int cmd_cp_bench(int argc, char** argv) {
                   "    merge    local   reduce    total |  fwd+bwd    cp%%\n",
                   variant_name(bc.shape.variant).data(), (long long)bc.T_rank, (long long)bc.shape.H,
                   (long long)bc.shape.K, (long long)bc.shape.V, std::string(dtype_name(bc.shape.qkv)).c_str(),
-                  (long long)bc.nseq, name.c_str(), be->queue().describe().c_str(),
+                  (long long)bc.nseq, name.c_str(), keep && !host ? " (kept forward)" : "", be->queue().describe().c_str(),
                   std::string(merge_name(merge)).c_str(),
                   a.has("keep-denormals") ? "IEEE denormals" : "denormals flushed to zero", world.size(), repeat);
     for (int P : ranks) {

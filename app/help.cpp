@@ -117,6 +117,8 @@ options:
   --merge M           linear | log-depth (default linear)
   --comm C            auto | mpi | nccl (default auto)
   --repeat N          default 1
+  --keep 0|1          1 (cuda-chunkwise): each rank's forward keeps its intermediates for its transitions
+                      and backward (no recompute); default KCP_CUDA_KEEP, else 0
   --keep-denormals    do not flush denormals to zero
 )"},
 };
