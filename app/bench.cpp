@@ -251,12 +251,12 @@ int cmd_bench(int argc, char** argv) {
   const std::string name = a.get("backend", "cuda-chunkwise");
   const DType dt = dtype_parse(a.get("dtype", "bfloat16"));
   const int64_t K = a.get_int("K", 128), V = a.get_int("V", 128);
-  const bool backward = a.get_int("backward", 0) != 0;
+  const bool backward = a.get_switch("backward").value_or(false);
   RunSettings rs;
   rs.warmup = int(a.get_int("warmup", 5)), rs.repeat = int(a.get_int("repeat", 50)), rs.sets = int(a.get_int("sets", 3));
-  rs.backward = backward, rs.explain = a.has("explain"), rs.check = a.get_int("check", 1) != 0;
-  rs.transitions = a.get_int("transitions", 0) != 0;
-  rs.fused = a.get_int("fused", 0) != 0;
+  rs.backward = backward, rs.explain = a.has("explain"), rs.check = a.get_switch("check").value_or(true);
+  rs.transitions = a.get_switch("transitions").value_or(false);
+  rs.fused = a.get_switch("fused").value_or(false);
   const int warmup = rs.warmup, repeat = rs.repeat, sets = rs.sets;
   KCP_CHECK(repeat >= 1 && sets >= 1 && warmup >= 0, "bench: --repeat and --sets must be >= 1, --warmup >= 0");
   BackendOptions bo;
