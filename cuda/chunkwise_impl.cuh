@@ -110,8 +110,9 @@ struct Pipeline::Impl {
   // contents (input_fingerprint.cuh), skips the recompute (keep_matches). A transition_backward of
   // all sequences in between (the CP layer's order) skips its front stages and keeps the record;
   // any other call drops it. That transition also leaves dhu_local's chunk terms (kg, A_c, B_c: they
-  // depend on the inputs and do alone, and its chains write neither dh[c] nor dvnew); the backward
-  // skips dhu_local when its do fingerprints as the transition's did (kept_terms_match).
+  // depend on the inputs and do alone, and its chains write neither dh[c] nor dvnew), as
+  // backward_prepare does; the backward skips dhu_local when its do fingerprints as theirs did
+  // (kept_terms_match).
   bool keep_forward = false;
   struct Kept {
     bool valid = false;
@@ -134,7 +135,7 @@ struct Pipeline::Impl {
   unsigned long long* d_fp = nullptr;
   int64_t kept_front_reuses = 0;  // kept forwards that skipped their front stages
   int64_t kept_reuses = 0;        // backwards (and transition_backwards) that used a kept forward
-  int64_t kept_term_reuses = 0;   // backwards that used a transition's dhu_local terms
+  int64_t kept_term_reuses = 0;   // backwards and transition_backwards that skipped dhu_local
 
   ~Impl() {
     for (Table& t : tables) cudaFree(t.d);  // destructor: errors cannot be reported, and the memory is gone either way
@@ -252,7 +253,7 @@ struct Pipeline::Impl {
   bool front_matches(const Problem& p, const Inputs& in);
   // consume = false (transition_backward): the record stays for the backward that follows.
   bool keep_matches(const Problem& p, const Inputs& in, bool consume = true);
-  // After a matching transition_backward: records its do (dhu_local's terms are in the workspace).
+  // After dhu_local on a kept forward (transition_backward, backward_prepare): records its do.
   void keep_terms(const TensorView& d_o);
   // In a call that keep_matches: whether the terms are there for this do (one host synchronization);
   // consume: a backward, which rewrites them.
