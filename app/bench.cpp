@@ -262,7 +262,7 @@ int cmd_bench(int argc, char** argv) {
   BackendOptions bo;
   if (a.has("segment")) bo.segment = seg::parse_segment_option(a.get("segment", "auto"), "--segment");
   bo.keep_forward = a.get_switch("keep");
-  const bool keep = bo.keep_forward.value_or(val::keep_forward_from_env());
+  const bool keep = val::keep_forward_resolved(bo);
   std::printf("kcp bench: %s, %s%s, %s q/k/v, float32 gates and beta%s, K=%lld V=%lld, B=1, median of %d after %d "
               "warm-up runs, %d rotating input sets\n",
               name.c_str(), rs.transitions ? "CP transitions" : backward ? "forward+backward" : "forward",

@@ -148,7 +148,7 @@ int cmd_cp_bench(int argc, char** argv) {
     BackendOptions bo;
     bo.device = gpus > 0 ? local_rank() % gpus : -1;
     bo.keep_forward = a.get_switch("keep");
-    const bool keep = bo.keep_forward.value_or(val::keep_forward_from_env());  // a device backend's option
+    const bool keep = val::keep_forward_resolved(bo);  // a device backend's option
     std::unique_ptr<Backend> be = backend_create(name, bo);
     const bool host = be->device() == Device::host;
     BenchCase bc;

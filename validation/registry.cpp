@@ -34,13 +34,17 @@ bool keep_forward_from_env() {
   throw Error(detail::concat("KCP_CUDA_KEEP: expected 1 (keep the forward's intermediates) or 0, got '", e, "'"));
 }
 
+bool keep_forward_resolved(const BackendOptions& opt) {
+  return opt.keep_forward ? *opt.keep_forward : keep_forward_from_env();
+}
+
 std::unique_ptr<Backend> backend_create(std::string_view name, const BackendOptions& opt) {
   if (name == "cpu-recurrent") return host_backend(ref::CpuAlgorithm::recurrent, opt);
   if (name == "cpu-chunkwise") return host_backend(ref::CpuAlgorithm::chunkwise, opt);
 #ifdef KCP_HAS_CUDA_BACKEND
   if (name == "cuda-chunkwise") {  // shapes padded outermost: the segmented plan sees the kernels' chunk size
     cuda::CudaBackendOptions bopt;
-    bopt.keep_forward = opt.keep_forward ? *opt.keep_forward : keep_forward_from_env();
+    bopt.keep_forward = keep_forward_resolved(opt);
     auto split = seg::make_segmented_backend(cuda::make_cuda_backend({opt.device, nullptr}, bopt),
                                              opt.segment ? *opt.segment : seg::segment_options_from_env("KCP_CUDA_SEGMENT"));
     return make_padded_backend(std::move(split), cuda::pad_rule());

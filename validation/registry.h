@@ -32,6 +32,8 @@ struct BackendOptions {
 std::vector<std::string> backend_names();  // compiled in
 // KCP_CUDA_KEEP as BackendOptions::keep_forward's default; throws on a value other than 0 or 1.
 bool keep_forward_from_env();
+// What cuda-chunkwise made with opt does: opt.keep_forward, else KCP_CUDA_KEEP (read only then).
+bool keep_forward_resolved(const BackendOptions& opt);
 // Throws on an unknown name, or when the backend cannot start (e.g. no CUDA device), with the reason.
 std::unique_ptr<Backend> backend_create(std::string_view name, const BackendOptions& opt = {});
 // Number of CUDA devices this build can use (0 without CUDA or without a device).
