@@ -59,10 +59,9 @@ struct DhuTiling {
 template <int KD, int BV>
 struct LocalTerms {
   float a[DhuTiling<KD, BV>::NV][4], b[DhuTiling<KD, BV>::MW][DhuTiling<KD, BV>::NU][4];
-  __device__ void load(const BwdParams& bp, int c, int hv, int v0, bool local) {
+  __device__ void load(const BwdParams& bp, const ChunkInfo& ck, int c, int hv, int v0, bool local) {
     using Tl = DhuTiling<KD, BV>;
     const ChunkParams& p = bp.c;
-    const ChunkInfo ck = p.chunks[c];
     const int lt = lane_g(), c2 = 2 * lane_t();  // accumulator elements (e, e + 1) are adjacent columns
     const float* A = bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V + v0 + c2;  // row r at A + r * HV * V
     const float* B = bp.dh + (int64_t(c) * p.HV + hv) * KD * p.V + v0 + c2;     // row i at B + i * V
@@ -87,12 +86,11 @@ struct LocalTerms {
   }
 };
 
-// cp.async of chunk c's tiles into buffer b: kg, w (rows >= L zero), b_end.
+// cp.async of chunk ck's tiles into buffer b: kg, w (rows >= L zero), b_end.
 template <int KD, int BV, bool kKDA>
-__device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, int c, int hv) {
+__device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv) {
   using S = DhuSmem<KD, BV>;
   const ChunkParams& p = bp.c;
-  const ChunkInfo ck = p.chunks[c];
   const int L = ck.len;
   for (int idx = threadIdx.x; idx < kChunk * KD / 4; idx += kBwdThreads) {
     const int r = idx / (KD / 4), i = 4 * (idx % (KD / 4)), rr = r < L ? r : 0;
@@ -133,10 +131,11 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
 #pragma unroll
   for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
+    for (int e = 0; e < 4; e += 2) {  // elements e, e + 1: columns col, col + 1 of row r
       const int r = acc_row(m0, e), col = acc_col(Tl::nv(j), e);
-      s.dvn[r * ld + col] = c[j][e];
-      if (bp.dvnew && bp.keep && r < ck.len) bp.dvnew[(int64_t(ck.t0 + r) * bp.c.HV + hv) * bp.Vw + v0 + col] = c[j][e];
+      s.dvn[r * ld + col] = c[j][e], s.dvn[r * ld + col + 1] = c[j][e + 1];
+      if (bp.dvnew && bp.keep && r < ck.len)
+        *reinterpret_cast<float2*>(bp.dvnew + (int64_t(ck.t0 + r) * bp.c.HV + hv) * bp.Vw + v0 + col) = make_float2(c[j][e], c[j][e + 1]);
     }
 }
 
@@ -196,26 +195,37 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
   for (int idx = threadIdx.x; idx < KD * BV; idx += kBwdThreads)
     s.dh[(idx / BV) * ld + idx % BV] = dhu_init(bp, n, hv, idx / BV, v0 + idx % BV);
   const int c_hi = p.seq_chunk0[n + 1] - 1, c_lo = p.seq_chunk0[n];
+  // The chunk table is read a chunk ahead (ck: chunk c, ckn: c - 1, loaded while c + 1 ran), so no
+  // step waits on it before its copies and loads can be addressed.
   LocalTerms<KD, BV> cur, nxt;
+  ChunkInfo ck = {}, ckn = {};
   if (c_hi >= c_lo) {
-    dhu_fetch<KD, BV, kKDA>(bp, s, 0, c_hi, hv);
-    cur.load(bp, c_hi, hv, v0, local);
+    ck = p.chunks[c_hi];
+    ckn = c_hi > c_lo ? p.chunks[c_hi - 1] : ck;
+    dhu_fetch<KD, BV, kKDA>(bp, s, 0, ck, hv);
+    cur.load(bp, ck, c_hi, hv, v0, local);
   }
   for (int c = c_hi, b = 0; c >= c_lo; --c, b ^= 1) {
     cp_async_wait<0>();
     __syncthreads();  // buffer b has arrived; buffer b ^ 1 and dvn are free
+    const ChunkInfo ckp = ckn;  // chunk c - 1
     if (c > c_lo) {
-      dhu_fetch<KD, BV, kKDA>(bp, s, b ^ 1, c - 1, hv);
-      nxt.load(bp, c - 1, hv, v0, local);
+      dhu_fetch<KD, BV, kKDA>(bp, s, b ^ 1, ckp, hv);
+      nxt.load(bp, ckp, c - 1, hv, v0, local);
+      if (c - 1 > c_lo) ckn = p.chunks[c - 2];
     }
-    const ChunkInfo ck = p.chunks[c];
-    if (bp.dh && bp.keep)
-      for (int idx = threadIdx.x; idx < KD * BV; idx += kBwdThreads)
-        bp.dh[((int64_t(c) * p.HV + hv) * KD + idx / BV) * bp.Vw + v0 + idx % BV] = s.dh[(idx / BV) * ld + idx % BV];
+    if (bp.dh && bp.keep) {  // dh[c], four columns per store
+      float* g = bp.dh + (int64_t(c) * p.HV + hv) * KD * bp.Vw + v0;
+      for (int idx = threadIdx.x; idx < KD * BV / 4; idx += kBwdThreads) {
+        const int i = idx / (BV / 4), j = 4 * (idx % (BV / 4));
+        *reinterpret_cast<float4*>(g + int64_t(i) * bp.Vw + j) = *reinterpret_cast<const float4*>(s.dh + i * ld + j);
+      }
+    }
     dhu_dvnew<KD, BV, kSplit>(bp, s, b, ck, hv, v0, cur);
     __syncthreads();
     dhu_update<KD, BV, kKDA, kSplit>(s, b, p.gla ? 0 : ck.len, cur);  // gla: no w^T dvnew term (w = 0)
     cur = nxt;
+    ck = ckp;
   }
   __syncthreads();
   if (bp.dh0.p)

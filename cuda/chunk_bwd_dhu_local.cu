@@ -108,8 +108,10 @@ __device__ void local_products(const BwdParams& bp, const LocalSmem<KD>& s, cons
   store_local<MT>(bp.dh + (int64_t(blockIdx.x) * p.HV + hv) * KD * p.V + j0, p.V, KD, nc, acc);
 }
 
+// Two blocks per multiprocessor (<= 128 registers): a thread keeps its 16 do loads in flight at once
+// (load_rows_any); at three (<= 80 registers) they no longer fit without spills.
 template <int KD, bool kKDA, bool kSplit>
-__global__ void __launch_bounds__(kBwdThreads) bwd_dhu_local_kernel(const __grid_constant__ BwdParams bp) {
+__global__ void __launch_bounds__(kBwdThreads, 2) bwd_dhu_local_kernel(const __grid_constant__ BwdParams bp) {
   using S = LocalSmem<KD>;
   const ChunkParams& p = bp.c;
   const ChunkInfo ck = p.chunks[blockIdx.x];

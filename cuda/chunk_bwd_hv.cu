@@ -39,6 +39,8 @@ using namespace hv;
 template <bool S>
 __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0, float (&vp)[2]) {
   const int W = threadIdx.x >> 5, m0 = 16 * (W & 3), n0 = 8 * (W >> 2), L = ck.len;
+  SlabV sv;  // v for v . dXu, in flight during the product
+  sv.load(bp.c.v, ck.t0, hv, L, j0);
   float c[4] = {};
   for (int k0 = m0; k0 < L; k0 += 8) {  // P'_sr = 0 for s < r
     const FragA<S> a = load_a<S>([&](int m, int k) { return s.P[m * kLdC + k]; }, m0, k0);
@@ -51,7 +53,7 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
     s.dxu[r * kLdV + j] = c[e];
     if (r < L) {
       if (bp.dv.p) store_any(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0 + r, hv) + j0 + j, s.bet[r] * c[e]);
-      vp[e >> 1] = fmaf(load_any(v.p, v.dt, row_off(v, ck.t0 + r, hv) + j0 + j), c[e], vp[e >> 1]);
+      vp[e >> 1] = fmaf(bits_to_float(sv.bits[e], v.dt), c[e], vp[e >> 1]);
     }
   }
 }
@@ -150,12 +152,12 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
 #pragma unroll
   for (int nt = 0; nt < S::NTW; ++nt) {
     float qv[4], kv[4], gr[4], ge[4];  // all loads of this tile first (no store may alias them)
+    QkPairBits qb[2], kb[2];            // issued together, converted after: one round trip per tile
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // elements e, e + 1: keys d, d + 1 (d even) of one row
       const int rr = min(acc_row(m0, e), L - 1), d = d0 + acc_col(hb + 8 * nt, e);
       const int64_t tt = ck.t0 + rr;
-      const float2 q2 = qk_pair(q_rows(p), p.H, tt, h, d), k2 = qk_pair(k_rows(p), p.H, tt, h, d);
-      qv[e] = q2.x, qv[e + 1] = q2.y, kv[e] = k2.x, kv[e + 1] = k2.y;
+      qb[e / 2] = qk_pair_load(q_rows(p), p.H, tt, h, d), kb[e / 2] = qk_pair_load(k_rows(p), p.H, tt, h, d);
       if constexpr (kKDA) {  // gcum rows are K floats: pairs 8-byte aligned
         const float2 g2 = *reinterpret_cast<const float2*>(p.gcum + (tt * p.HV + hv) * KD + d);
         const float2 e2 = *reinterpret_cast<const float2*>(p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d);
@@ -163,6 +165,11 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
       } else {
         gr[e] = gr[e + 1] = s.gsc[rr], ge[e] = ge[e + 1] = s.gsc[L - 1];
       }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const float2 q2 = qk_pair_value(qb[e / 2], p.q.dt), k2 = qk_pair_value(kb[e / 2], p.k.dt);
+      qv[e] = q2.x, qv[e + 1] = q2.y, kv[e] = k2.x, kv[e + 1] = k2.y;
     }
     float dqk[4] = {}, dkk[4] = {};  // dq, dk of the tile, stored in pairs below
 #pragma unroll

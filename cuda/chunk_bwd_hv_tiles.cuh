@@ -71,19 +71,36 @@ __device__ __forceinline__ HvThread hv_thread() {
 template <int NT>
 struct SlabPrefetch {
   static constexpr int kN = kChunk * kSlab / NT;
-  float val[kN];
+  uint32_t bits[kN];  // raw (load_bits): converted at the store, so the loads do not wait for each other
+  int dt;
   __device__ void load(const RowsView& v, int64_t t0, int x, int L, int j0) {
+    dt = v.dt;
 #pragma unroll
     for (int u = 0; u < kN; ++u) {
       const int idx = threadIdx.x + u * NT, r = idx / kSlab, c = idx % kSlab;
-      val[u] = v.p && r < L ? load_any(v.p, v.dt, row_off(v, t0 + r, x) + j0 + c) : 0.0f;
+      bits[u] = v.p && r < L ? load_bits(v.p, v.dt, row_off(v, t0 + r, x) + j0 + c) : 0u;  // 0 bits: 0.0
     }
   }
   __device__ void store(float* s) const {
 #pragma unroll
     for (int u = 0; u < kN; ++u) {
       const int idx = threadIdx.x + u * NT;
-      s[(idx / kSlab) * kLdV + idx % kSlab] = val[u];
+      s[(idx / kSlab) * kLdV + idx % kSlab] = bits_to_float(bits[u], dt);
+    }
+  }
+};
+
+// v at the four accumulator positions of this thread's dXu tile in slab_dxu (rows m0 + g, m0 + g + 8,
+// columns n0 + 2 t, + 1 of warp W's tile: m0 = 16 (W % 4), n0 = 8 (W / 4)), raw, loaded before the
+// P^T dvnew product and used after it (v . dXu for dbeta).
+struct SlabV {
+  uint32_t bits[4];
+  __device__ void load(const RowsView& v, int64_t t0, int x, int L, int j0) {
+    const int W = threadIdx.x >> 5, m0 = 16 * (W & 3), n0 = 8 * (W >> 2);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = acc_row(m0, e), j = acc_col(n0, e);
+      bits[e] = r < L ? load_bits(v.p, v.dt, row_off(v, t0 + r, x) + j0 + j) : 0u;
     }
   }
 };

@@ -62,24 +62,33 @@ __device__ __forceinline__ void cp_async_wait_all() {
 
 // The same from a [B,T,X,D] view of any dtype: rows t0 + r of head x, columns [c0, c0 + ncols)
 // (ncols <= kMaxCols), each row times rscale[(t0 + r) * rstride] when rscale is given (the L2 norm's
-// rstd), all loads of a thread issued before its stores; complete on return.
-template <int kMaxCols>
-__device__ __forceinline__ void load_rows_any(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0,
-                                              int ncols, const float* rscale = nullptr, int rstride = 0) {
+// rstd); complete on return. Every load of a thread (raw bits, load_bits) is issued before the first
+// conversion, so the call costs one memory round trip, not one per element.
+template <int kMaxCols, bool kScale>
+__device__ __forceinline__ void load_rows_bits(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0,
+                                               int ncols, const float* rscale, int rstride) {
   constexpr int kMax = kChunk * kMaxCols / kBwdThreads;
-  float val[kMax];
+  uint32_t bits[kMax];
+  float sc[kScale ? kMax : 1];
 #pragma unroll
   for (int u = 0; u < kMax; ++u) {
     const int idx = threadIdx.x + u * kBwdThreads, r = idx / ncols, c = idx % ncols;
     const bool in = v.p && idx < kChunk * ncols && r < L;
-    val[u] = in ? load_any(v.p, v.dt, row_off(v, t0 + r, x) + c0 + c) : 0.0f;
-    if (in && rscale) val[u] *= rscale[(t0 + r) * rstride];
+    bits[u] = in ? load_bits(v.p, v.dt, row_off(v, t0 + r, x) + c0 + c) : 0u;  // 0 bits: 0.0 in every code
+    if constexpr (kScale) sc[u] = in ? rscale[(t0 + r) * rstride] : 0.0f;
   }
 #pragma unroll
   for (int u = 0; u < kMax; ++u) {
     const int idx = threadIdx.x + u * kBwdThreads;
-    if (idx < kChunk * ncols) s[(idx / ncols) * lds + idx % ncols] = val[u];
+    const float y = bits_to_float(bits[u], v.dt);
+    if (idx < kChunk * ncols) s[(idx / ncols) * lds + idx % ncols] = kScale ? y * sc[kScale ? u : 0] : y;
   }
+}
+template <int kMaxCols>
+__device__ __forceinline__ void load_rows_any(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0,
+                                              int ncols, const float* rscale = nullptr, int rstride = 0) {
+  if (rscale) load_rows_bits<kMaxCols, true>(s, lds, v, t0, x, L, c0, ncols, rscale, rstride);
+  else load_rows_bits<kMaxCols, false>(s, lds, v, t0, x, L, c0, ncols, nullptr, 0);
 }
 
 // The backward reads q and k as the forward used them: qn = q rstd_q, kn = k rstd_k with the fused
@@ -96,22 +105,28 @@ __device__ __forceinline__ float qk_at(const QkRows& x, int H, int64_t tt, int h
   const float y = load_any(x.v.p, x.v.dt, row_off(x.v, tt, h) + d);
   return x.rstd ? y * x.rstd[tt * H + h] : y;
 }
-// Two adjacent keys d, d + 1 (d even) of token tt, head h: one 4-byte load for 16-bit inputs.
-__device__ __forceinline__ float2 qk_pair(const QkRows& x, int H, int64_t tt, int h, int d) {
+// Two adjacent keys d, d + 1 (d even) of token tt, head h, in two steps so that a caller issues all
+// its loads before the first use: qk_pair_load (raw bits, one 4-byte load for aligned bfloat16, and
+// the row's rstd), then qk_pair_value.
+struct QkPairBits {
+  uint32_t a, b;  // packed: both bfloat16 keys in a; else one element's bits each
+  float sc;
+  bool packed;
+};
+__device__ __forceinline__ QkPairBits qk_pair_load(const QkRows& x, int H, int64_t tt, int h, int d) {
   const RowsView& v = x.v;
   const int64_t i = row_off(v, tt, h) + d;
-  float2 y;
-  if (v.dt == kBF16 && (i & 1) == 0) {  // the common case; others element by element
-    const uint32_t w = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(v.p) + i);
-    y = make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
-  } else {
-    y = make_float2(load_any(v.p, v.dt, i), load_any(v.p, v.dt, i + 1));
-  }
-  if (x.rstd) {
-    const float r = x.rstd[tt * H + h];
-    y.x *= r, y.y *= r;
-  }
-  return y;
+  QkPairBits r;
+  r.packed = v.dt == kBF16 && (i & 1) == 0;  // the common case; others element by element
+  if (r.packed) r.a = *reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(v.p) + i), r.b = 0;
+  else r.a = load_bits(v.p, v.dt, i), r.b = load_bits(v.p, v.dt, i + 1);
+  r.sc = x.rstd ? x.rstd[tt * H + h] : 1.0f;
+  return r;
+}
+__device__ __forceinline__ float2 qk_pair_value(const QkPairBits& r, int dt) {
+  const float2 y = r.packed ? make_float2(__uint_as_float(r.a << 16), __uint_as_float(r.a & 0xffff0000u))
+                            : make_float2(bits_to_float(r.a, dt), bits_to_float(r.b, dt));
+  return make_float2(y.x * r.sc, y.y * r.sc);  // sc = 1 without the fused norm: exact
 }
 
 // 16-byte groups of E elements of a [B,T,X,D] view: usable when the base, both strides and the

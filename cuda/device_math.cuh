@@ -52,6 +52,26 @@ __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
   }
 }
 
+// The same element as raw bits, converted later by bits_to_float: the conversion inside load_any's
+// switch is the load's first use, so a loop of load_any waits out one memory round trip per element;
+// a loop of load_bits issues all its loads first (16-bit codes in the low half; float64 is converted
+// here, the one form whose bits do not fit).
+__device__ __forceinline__ uint32_t load_bits(const void* p, int dt, int64_t i) {
+  switch (dt) {
+    case kF16:
+    case kBF16: return static_cast<const uint16_t*>(p)[i];
+    case kF64: return __float_as_uint(float(static_cast<const double*>(p)[i]));
+    default: return static_cast<const uint32_t*>(p)[i];
+  }
+}
+__device__ __forceinline__ float bits_to_float(uint32_t b, int dt) {
+  switch (dt) {
+    case kF16: return __half2float(__ushort_as_half(uint16_t(b)));
+    case kBF16: return __uint_as_float(b << 16);
+    default: return __uint_as_float(b);
+  }
+}
+
 // Narrowing stores round to nearest even, like torch's .to(dtype).
 __device__ __forceinline__ void store_any(void* p, int dt, int64_t i, float x) {
   switch (dt) {
