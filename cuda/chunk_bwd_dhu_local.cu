@@ -28,23 +28,37 @@ struct LocalSmem {
 };
 
 // kg to the workspace and scale qg into shared memory (rows >= L zero), 32 keys at a time: q, k
-// (with the fused norm applied; load_qk_slabs) and kda's gates (cp.async) staged in the A / dO tiles (free until the products).
+// (with the fused norm applied; QkSlab, the next slab's loads in flight during this slab's work) and
+// kda's gates (cp.async) staged in the A / dO tiles (free until the products). Four keys per thread
+// and step: float4 reads of the staged rows, one 16-byte kg store.
 template <int KD, bool kKDA>
 __device__ void local_gated_rows(const BwdParams& bp, const LocalSmem<KD>& s, const ChunkInfo& ck, int hv) {
   const ChunkParams& p = bp.c;
   const int L = ck.len, h = hv / p.G;
   float *qs = s.A, *ks = qs + kChunk * kLdS, *gs = kKDA ? ks + kChunk * kLdS : s.gsc;
+  float* kg = bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD;  // row r at kg + r * HV * KD
+  const int64_t ldg = int64_t(p.HV) * KD;
+  QkSlab next;
+  next.load(p, ck.t0, h, L, 0, true);
   for (int d0 = 0; d0 < KD; d0 += kSlab) {
     __syncthreads();  // the previous slab is consumed
-    if constexpr (kKDA) copy_gates_async<true>(gs, kLdS, p, ck, hv, d0, kSlab);  // in flight during the q, k loads
-    load_qk_slabs(qs, ks, kLdS, p, ck.t0, h, L, d0);
+    if constexpr (kKDA) copy_gates_async<true>(gs, kLdS, p, ck, hv, d0, kSlab);  // in flight during the q, k stores
+    next.store(qs, ks, kLdS, p, ck.t0, h, L, d0);
+    if (d0 + kSlab < KD) next.load(p, ck.t0, h, L, d0 + kSlab, true);
     cp_async_wait_all();
     __syncthreads();
-    for (int idx = threadIdx.x; idx < kChunk * kSlab; idx += kBwdThreads) {
-      const int r = idx / kSlab, c = idx % kSlab;
-      const float g = gate_of<kKDA>(gs, kLdS, r, c), ge = gate_of<kKDA>(gs, kLdS, L - 1, c);
-      if (r < L) bp.dkv[(int64_t(ck.t0 + r) * p.HV + hv) * KD + d0 + c] = ks[r * kLdS + c] * exp2f(ge - g);
-      s.qg[r * LocalSmem<KD>::ldq + d0 + c] = p.scale * qs[r * kLdS + c] * exp2f(g);  // rows >= L: q = 0
+    for (int idx = threadIdx.x; idx < kChunk * kSlab / 4; idx += kBwdThreads) {
+      const int r = idx / (kSlab / 4), c = 4 * (idx % (kSlab / 4));
+      const float4 k4 = lds4(ks + r * kLdS + c), q4 = lds4(qs + r * kLdS + c);
+      float g[4], ge[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) g[e] = gate_of<kKDA>(gs, kLdS, r, c + e), ge[e] = gate_of<kKDA>(gs, kLdS, L - 1, c + e);
+      if (r < L)
+        *reinterpret_cast<float4*>(kg + r * ldg + d0 + c) = make_float4(k4.x * exp2f(ge[0] - g[0]), k4.y * exp2f(ge[1] - g[1]),
+                                                                         k4.z * exp2f(ge[2] - g[2]), k4.w * exp2f(ge[3] - g[3]));
+      *reinterpret_cast<float4*>(s.qg + r * LocalSmem<KD>::ldq + d0 + c) =  // rows >= L: q = 0
+          make_float4(p.scale * q4.x * exp2f(g[0]), p.scale * q4.y * exp2f(g[1]), p.scale * q4.z * exp2f(g[2]),
+                      p.scale * q4.w * exp2f(g[3]));
     }
   }
 }

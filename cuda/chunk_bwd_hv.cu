@@ -50,7 +50,7 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int r = acc_row(m0, e), j = acc_col(n0, e);
-    s.dxu[r * kLdV + j] = c[e];
+    s.dxu[r * kLdV + j] = operand_store<S>(c[e]);  // only ever a product operand: rounded once here
     if (r < L) {
       if (bp.dv.p) store_any(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0 + r, hv) + j0 + j, s.bet[r] * c[e]);
       vp[e >> 1] = fmaf(bits_to_float(sv.bits[e], v.dt), c[e], vp[e >> 1]);
@@ -66,6 +66,8 @@ struct HvAcc {
 // One slab of the products of warp w of a half (tensor cores, TF32 or 3xTF32 by S): the three h
 // products (kH) and dA (kX = 0, a = do) or W1 (kX = 1, a = dvnew). Warp w: rows 16 (w % 4); h columns
 // (w / 4) KW/2 + 8 nt, X columns 32 (w / 4) + 8 nt. gla (kDelta = false): no xw = dXu h^T, no W1.
+// do (and gla's v in s.vn) are stored TF32-rounded unless S (SlabPrefetch::store), dXu by slab_dxu:
+// their fragments need no rounding on load.
 template <int KW, bool kH, int kX, bool kDelta, bool S>
 __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
   constexpr int NTW = KW / 16;
@@ -77,13 +79,13 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
 #pragma unroll 1
   for (int k0 = 0; k0 < kSlab; k0 += 8) {
     FragA<S> ax;
-    if constexpr (kXp) ax = ldm_a_row<S>(kX == 0 ? s.dO : s.dvn, kLdV, m0, k0, false);
+    if constexpr (kXp) ax = ldm_a_row<S>(kX == 0 ? s.dO : s.dvn, kLdV, m0, k0, kX == 0);
     if constexpr (kH) {
       FragA<S> ado, axu;
       if constexpr (kX == 0 && kXp) ado = ax;
-      else ado = ldm_a_row<S>(s.dO, kLdV, m0, k0, false);
-      if constexpr (kDelta) axu = ldm_a_row<S>(s.dxu, kLdV, m0, k0, false);
-      const FragA<S> avn = ldm_a_row<S>(s.vn, kLdV, m0, k0, false);
+      else ado = ldm_a_row<S>(s.dO, kLdV, m0, k0, true);
+      if constexpr (kDelta) axu = ldm_a_row<S>(s.dxu, kLdV, m0, k0, true);  // stored rounded by slab_dxu
+      const FragA<S> avn = ldm_a_row<S>(s.vn, kLdV, m0, k0, !kDelta);
 #pragma unroll
       for (int nt = 0; nt < NTW; nt += 2) {
         FragB<S> bh[2], bdh[2];
@@ -101,7 +103,7 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
 #pragma unroll
       for (int nt = 0; nt < 4; nt += 2) {
         FragB<S> b[2];
-        ldm_b_nk2<S>(b[0], b[1], s.vn, kLdV, k0, xb + 8 * nt, false);
+        ldm_b_nk2<S>(b[0], b[1], s.vn, kLdV, k0, xb + 8 * nt, !kDelta);
         mma<S>(a.X[nt], ax, b[0]);
         mma<S>(a.X[nt + 1], ax, b[1]);
       }
@@ -319,8 +321,8 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kerne
   for (int j = 0; j < ns; ++j) {
     const HvSmem s = carve_hv<KD, kDelta>(smem, j & 1, th.z);
     cp_async_wait_all();
-    pdo.store(s.dO);
-    if constexpr (!kDelta) pv.store(s.vn);
+    pdo.store<!kSplit>(s.dO);  // only product operands: rounded once here unless split
+    if constexpr (!kDelta) pv.store<!kSplit>(s.vn);
     __syncthreads();  // slab j complete; slab j - 1 consumed (its buffer takes slab j + 1)
     if (j + 1 < ns) {
       issue_slab<KD, kDelta, NT>(bp, carve_hv<KD, kDelta>(smem, (j + 1) & 1, 0), ck, hv, blk, kSlab * (j + 1));

@@ -81,11 +81,13 @@ struct SlabPrefetch {
       bits[u] = v.p && r < L ? load_bits(v.p, v.dt, row_off(v, t0 + r, x) + j0 + c) : 0u;  // 0 bits: 0.0
     }
   }
+  template <bool kRound>  // TF32-rounded (operand_store) when the slab only feeds unsplit products
   __device__ void store(float* s) const {
 #pragma unroll
     for (int u = 0; u < kN; ++u) {
       const int idx = threadIdx.x + u * NT;
-      s[(idx / kSlab) * kLdV + idx % kSlab] = bits_to_float(bits[u], dt);
+      const float x = bits_to_float(bits[u], dt);
+      s[(idx / kSlab) * kLdV + idx % kSlab] = kRound ? tf32_round(x) : x;
     }
   }
 };

@@ -90,6 +90,22 @@ __device__ __forceinline__ void load_rows_any(float* s, int lds, const RowsView&
   if (rscale) load_rows_bits<kMaxCols, true>(s, lds, v, t0, x, L, c0, ncols, rscale, rstride);
   else load_rows_bits<kMaxCols, false>(s, lds, v, t0, x, L, c0, ncols, nullptr, 0);
 }
+// The same, one element at a time (each load waits for its data): for rarely taken paths inside
+// kernels at their register bound, where load_rows_any's loads in flight would cost spills on the
+// common path too (load_qk_slabs's fallback: 120 bytes of spills in bwd_intra_gdn_kernel).
+template <int kMaxCols>
+__device__ __forceinline__ void load_rows_lean(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0,
+                                               int ncols, const float* rscale, int rstride) {
+  for (int idx = threadIdx.x; idx < kChunk * ncols; idx += kBwdThreads) {
+    const int r = idx / ncols, c = idx % ncols;
+    float y = 0.0f;
+    if (v.p && r < L) {
+      y = load_any(v.p, v.dt, row_off(v, t0 + r, x) + c0 + c);
+      if (rscale) y *= rscale[(t0 + r) * rstride];
+    }
+    s[r * lds + c] = y;
+  }
+}
 
 // The backward reads q and k as the forward used them: qn = q rstd_q, kn = k rstd_k with the fused
 // L2 norm, else q, k; converted on load (no float32 copy of q and k is kept: 2 TT H K floats).
@@ -175,29 +191,43 @@ __device__ __forceinline__ void qk_group_store(const QkGroup& g, int dt, float* 
 }
 
 // Rows [0, 64) x keys [c0, c0 + kSlab) of q (unless sq is null) and of k of chunk t0, head h
-// (QkRows: the fused norm applied) into sq, sk [r * lds + c], rows >= L zero. Every load of a thread
-// is issued before its stores (one global round trip per call, overlapping copies already in
-// flight): 16-byte loads (one 8-key group of a row per thread and tensor) where the views allow,
-// which the forward's expect_aligned_rows guarantees for 16-bit and float32 inputs of one dtype;
-// else element by element. c0 % 8 == 0; lds % 4 == 0.
+// (QkRows: the fused norm applied) into sq, sk [r * lds + c], rows >= L zero, in two steps so that a
+// caller can have the loads of the next slab in flight while it computes on this one: load() issues
+// 16-byte loads (one 8-key group of a row per thread and tensor) where the views allow, which the
+// forward's expect_aligned_rows guarantees for 16-bit and float32 inputs of one dtype; store()
+// converts them into shared memory (or, where the views do not allow, loads element by element).
+// c0 % 8 == 0; lds % 4 == 0. load_qk_slabs: both steps at once (one global round trip).
+struct QkSlab {
+  QkGroup gq, gk;  // zero for rows >= L
+  bool vec = false;
+  __device__ void load(const ChunkParams& p, int64_t t0, int h, int L, int c0, bool with_q) {
+    static_assert(kBwdThreads == kChunk * kSlab / 8, "one 8-key group of q and of k per thread");
+    const int dt = p.q.dt, E = dt == kF32 ? 4 : 8;
+    vec = p.k.dt == dt && (dt == kBF16 || dt == kF16 || dt == kF32) && rows_vec16(p.q, E) && rows_vec16(p.k, E);
+    const int r = int(threadIdx.x) >> 2, c = 8 * (int(threadIdx.x) & 3);  // row r, keys c0 + c .. + 7
+    gq = QkGroup{}, gk = QkGroup{};
+    if (vec && r < L) {
+      if (with_q) qk_group_load(gq, q_rows(p), p.H, t0 + r, h, c0 + c);
+      qk_group_load(gk, k_rows(p), p.H, t0 + r, h, c0 + c);
+    }
+  }
+  __device__ void store(float* sq, float* sk, int lds, const ChunkParams& p, int64_t t0, int h, int L, int c0) const {
+    if (!vec) {
+      const QkRows xq = q_rows(p), xk = k_rows(p);
+      if (sq) load_rows_lean<kSlab>(sq, lds, p.q, t0, h, L, c0, kSlab, xq.rstd ? xq.rstd + h : nullptr, p.H);
+      load_rows_lean<kSlab>(sk, lds, p.k, t0, h, L, c0, kSlab, xk.rstd ? xk.rstd + h : nullptr, p.H);
+      return;
+    }
+    const int r = int(threadIdx.x) >> 2, c = 8 * (int(threadIdx.x) & 3);
+    if (sq) qk_group_store(gq, p.q.dt, sq + r * lds + c);
+    qk_group_store(gk, p.q.dt, sk + r * lds + c);
+  }
+};
 __device__ __forceinline__ void load_qk_slabs(float* sq, float* sk, int lds, const ChunkParams& p, int64_t t0, int h,
                                               int L, int c0) {
-  static_assert(kBwdThreads == kChunk * kSlab / 8, "one 8-key group of q and of k per thread");
-  const QkRows xq = q_rows(p), xk = k_rows(p);
-  const int dt = p.q.dt, E = dt == kF32 ? 4 : 8;
-  if (p.k.dt != dt || (dt != kBF16 && dt != kF16 && dt != kF32) || !rows_vec16(p.q, E) || !rows_vec16(p.k, E)) {
-    if (sq) load_rows_any<kSlab>(sq, lds, p.q, t0, h, L, c0, kSlab, xq.rstd ? xq.rstd + h : nullptr, p.H);
-    load_rows_any<kSlab>(sk, lds, p.k, t0, h, L, c0, kSlab, xk.rstd ? xk.rstd + h : nullptr, p.H);
-    return;
-  }
-  const int r = int(threadIdx.x) >> 2, c = 8 * (int(threadIdx.x) & 3);  // row r, keys c0 + c .. + 7
-  QkGroup gq, gk;  // zero for rows >= L
-  if (r < L) {
-    if (sq) qk_group_load(gq, xq, p.H, t0 + r, h, c0 + c);
-    qk_group_load(gk, xk, p.H, t0 + r, h, c0 + c);
-  }
-  if (sq) qk_group_store(gq, dt, sq + r * lds + c);
-  qk_group_store(gk, dt, sk + r * lds + c);
+  QkSlab x;
+  x.load(p, t0, h, L, c0, sq != nullptr);
+  x.store(sq, sk, lds, p, t0, h, L, c0);
 }
 
 // The chunk's gate cumsum by cp.async: gdn into gs[64] (one per row), kda columns [c0, c0 + ncols)
