@@ -38,13 +38,14 @@ __device__ void local_gated_rows(const BwdParams& bp, const LocalSmem<KD>& s, co
   float *qs = s.A, *ks = qs + kChunk * kLdS, *gs = kKDA ? ks + kChunk * kLdS : s.gsc;
   float* kg = bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD;  // row r at kg + r * HV * KD
   const int64_t ldg = int64_t(p.HV) * KD;
+  const bool vec = qk_rows_vec16(p);
   QkSlab next;
-  next.load(p, ck.t0, h, L, 0, true);
+  next.load(p, ck.t0, h, L, 0, true, vec);
   for (int d0 = 0; d0 < KD; d0 += kSlab) {
     __syncthreads();  // the previous slab is consumed
     if constexpr (kKDA) copy_gates_async<true>(gs, kLdS, p, ck, hv, d0, kSlab);  // in flight during the q, k stores
     next.store(qs, ks, kLdS, p, ck.t0, h, L, d0);
-    if (d0 + kSlab < KD) next.load(p, ck.t0, h, L, d0 + kSlab, true);
+    if (d0 + kSlab < KD) next.load(p, ck.t0, h, L, d0 + kSlab, true, vec);
     cp_async_wait_all();
     __syncthreads();
     for (int idx = threadIdx.x; idx < kChunk * kSlab / 4; idx += kBwdThreads) {
@@ -122,10 +123,11 @@ __device__ void local_products(const BwdParams& bp, const LocalSmem<KD>& s, cons
   store_local<MT>(bp.dh + (int64_t(blockIdx.x) * p.HV + hv) * KD * p.V + j0, p.V, KD, nc, acc);
 }
 
-// Two blocks per multiprocessor (<= 128 registers): a thread keeps its 16 do loads in flight at once
-// (load_rows_any); at three (<= 80 registers) they no longer fit without spills.
+// Three blocks per multiprocessor (<= 80 registers; shared memory allows three): a thread keeps its
+// 16 do loads in flight at once (load_rows_any) and the next q/k slab's (QkSlab) without spills on
+// the 16-bit path (the float32-input one spills 12 bytes).
 template <int KD, bool kKDA, bool kSplit>
-__global__ void __launch_bounds__(kBwdThreads, 2) bwd_dhu_local_kernel(const __grid_constant__ BwdParams bp) {
+__global__ void __launch_bounds__(kBwdThreads, 3) bwd_dhu_local_kernel(const __grid_constant__ BwdParams bp) {
   using S = LocalSmem<KD>;
   const ChunkParams& p = bp.c;
   const ChunkInfo ck = p.chunks[blockIdx.x];

@@ -70,18 +70,24 @@ __device__ __forceinline__ void load_rows_bits(float* s, int lds, const RowsView
   constexpr int kMax = kChunk * kMaxCols / kBwdThreads;
   uint32_t bits[kMax];
   float sc[kScale ? kMax : 1];
+  // element idx = tid + 256 u at (row r, column c), stepped without a division per element
+  const int dr = kBwdThreads / ncols, dc = kBwdThreads % ncols, r0 = int(threadIdx.x) / ncols, c0t = int(threadIdx.x) % ncols;
+  int r = r0, c = c0t;
 #pragma unroll
   for (int u = 0; u < kMax; ++u) {
-    const int idx = threadIdx.x + u * kBwdThreads, r = idx / ncols, c = idx % ncols;
-    const bool in = v.p && idx < kChunk * ncols && r < L;
+    const bool in = v.p && r < kChunk && r < L;
     bits[u] = in ? load_bits(v.p, v.dt, row_off(v, t0 + r, x) + c0 + c) : 0u;  // 0 bits: 0.0 in every code
     if constexpr (kScale) sc[u] = in ? rscale[(t0 + r) * rstride] : 0.0f;
+    r += dr, c += dc;
+    if (c >= ncols) c -= ncols, ++r;
   }
+  r = r0, c = c0t;
 #pragma unroll
   for (int u = 0; u < kMax; ++u) {
-    const int idx = threadIdx.x + u * kBwdThreads;
     const float y = bits_to_float(bits[u], v.dt);
-    if (idx < kChunk * ncols) s[(idx / ncols) * lds + idx % ncols] = kScale ? y * sc[kScale ? u : 0] : y;
+    if (r < kChunk) s[r * lds + c] = kScale ? y * sc[kScale ? u : 0] : y;
+    r += dr, c += dc;
+    if (c >= ncols) c -= ncols, ++r;
   }
 }
 template <int kMaxCols>
@@ -197,13 +203,18 @@ __device__ __forceinline__ void qk_group_store(const QkGroup& g, int dt, float* 
 // forward's expect_aligned_rows guarantees for 16-bit and float32 inputs of one dtype; store()
 // converts them into shared memory (or, where the views do not allow, loads element by element).
 // c0 % 8 == 0; lds % 4 == 0. load_qk_slabs: both steps at once (one global round trip).
+// Whether q and k allow QkSlab's 16-byte loads (one dtype of 16 or 32 bits, aligned rows).
+__device__ __forceinline__ bool qk_rows_vec16(const ChunkParams& p) {
+  const int dt = p.q.dt, E = dt == kF32 ? 4 : 8;
+  return p.k.dt == dt && (dt == kBF16 || dt == kF16 || dt == kF32) && rows_vec16(p.q, E) && rows_vec16(p.k, E);
+}
 struct QkSlab {
   QkGroup gq, gk;  // zero for rows >= L
   bool vec = false;
-  __device__ void load(const ChunkParams& p, int64_t t0, int h, int L, int c0, bool with_q) {
+  // vec: qk_rows_vec16(p), evaluated once by a caller that loads several slabs
+  __device__ void load(const ChunkParams& p, int64_t t0, int h, int L, int c0, bool with_q, bool vec_ok) {
     static_assert(kBwdThreads == kChunk * kSlab / 8, "one 8-key group of q and of k per thread");
-    const int dt = p.q.dt, E = dt == kF32 ? 4 : 8;
-    vec = p.k.dt == dt && (dt == kBF16 || dt == kF16 || dt == kF32) && rows_vec16(p.q, E) && rows_vec16(p.k, E);
+    vec = vec_ok;
     const int r = int(threadIdx.x) >> 2, c = 8 * (int(threadIdx.x) & 3);  // row r, keys c0 + c .. + 7
     gq = QkGroup{}, gk = QkGroup{};
     if (vec && r < L) {
@@ -226,7 +237,7 @@ struct QkSlab {
 __device__ __forceinline__ void load_qk_slabs(float* sq, float* sk, int lds, const ChunkParams& p, int64_t t0, int h,
                                               int L, int c0) {
   QkSlab x;
-  x.load(p, t0, h, L, c0, sq != nullptr);
+  x.load(p, t0, h, L, c0, sq != nullptr, qk_rows_vec16(p));
   x.store(sq, sk, lds, p, t0, h, L, c0);
 }
 
