@@ -198,29 +198,29 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
     s.RO[r * kLdO + c2 + 1] = fmaf(qv.y, oq[i].y, kb.y * ol[i].y);
     s.CO[r * kLdO + c2] = kv.x * ot[i].x, s.CO[r * kLdO + c2 + 1] = kv.y * ot[i].y;
   }
-  __syncthreads();
-  const int m = threadIdx.x >> 5, dl = threadIdx.x & 31;
-  if (threadIdx.x < 128) {
-    intra_diag<kDelta>(s, L, m, dl);
-    intra_gate(s, L, m, dl);
-  }
-  __syncthreads();
-  if (threadIdx.x < 128) {  // read-modify-write of da (per key): all loads first
-    float x[16];
-    const int r0 = 16 * m, nr = min(16, L - r0);
-#pragma unroll
-    for (int u = 0; u < 16; ++u)
-      x[u] = u < nr ? bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] : 0.0f;
-#pragma unroll
-    for (int u = 0; u < 16; ++u)
-      if (u < nr) bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] = x[u] + s.ST[(r0 + u) * kLdO + dl];
-  }
-  float2 gq[4], gk[4];  // read-modify-write of dqv, dkv: all loads first
+  float2 gq[4], gk[4];  // read-modify-write of dqv, dkv: loaded here, in flight during the in-block pairs
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int r = min(ty + 16 * i, L - 1);
     const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * K + d0 + c2;
     gq[i] = *reinterpret_cast<const float2*>(bp.dqv + o), gk[i] = *reinterpret_cast<const float2*>(bp.dkv + o);
+  }
+  __syncthreads();
+  const int m = threadIdx.x >> 5, dl = threadIdx.x & 31;
+  const int r0 = 16 * m, nr = min(16, L - r0);
+  float x[16];  // read-modify-write of da (per key, threads < 128): loaded before the in-block pairs
+  if (threadIdx.x < 128) {
+#pragma unroll
+    for (int u = 0; u < 16; ++u)
+      x[u] = u < nr ? bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] : 0.0f;
+    intra_diag<kDelta>(s, L, m, dl);
+    intra_gate(s, L, m, dl);
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+#pragma unroll
+    for (int u = 0; u < 16; ++u)
+      if (u < nr) bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] = x[u] + s.ST[(r0 + u) * kLdO + dl];
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {

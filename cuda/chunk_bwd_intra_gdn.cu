@@ -168,9 +168,14 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_gdn_kernel(const __g
   __syncthreads();
   build_masks(s, L);
   float qk[4][4] = {}, kk[4][4] = {};
+  const bool vec = qk_rows_vec16(p);
   for (int d0 = 0; d0 < KD; d0 += NP) {
     __syncthreads();  // build_masks, or the previous pass, is done
-    for (int c = 0; c < NP; c += kSlab) load_qk_slabs(s.q + c, s.k + c, kLdM, p, ck.t0, h, L, d0 + c);
+    QkSlab x[NP / kSlab];  // every slab's loads in flight before the first store: one round trip per pass
+#pragma unroll
+    for (int c = 0; c < NP; c += kSlab) x[c / kSlab].load(p, ck.t0, h, L, d0 + c, true, vec);
+#pragma unroll
+    for (int c = 0; c < NP; c += kSlab) x[c / kSlab].store(s.q + c, s.k + c, kLdM, p, ck.t0, h, L, d0 + c);
     __syncthreads();
     gram_products<NP, kSplit>(s, qk, kk);
     float dq[NP / 16][4] = {}, dk[NP / 16][4] = {};

@@ -105,10 +105,14 @@ __device__ void wy_gram(const BwdParams& bp, const WySmem& s, const ChunkInfo& c
   const ChunkParams& p = bp.c;
   const int ty = bwd_ty(), tx = bwd_tx(), L = ck.len, h = hv / p.G;
   float acc[4][4] = {};
+  const bool vec = qk_rows_vec16(p);
+  QkSlab next;  // the next slab's k loads in flight during this slab's gram
+  next.load(p, ck.t0, h, L, 0, false, vec);
   for (int d0 = 0; d0 < KD; d0 += kSlab) {
     __syncthreads();
     if constexpr (kKDA) copy_gates_async<true>(s.g, kLdS, p, ck, hv, d0, kSlab);
-    load_qk_slabs(nullptr, s.k, kLdS, p, ck.t0, h, L, d0);
+    next.store(nullptr, s.k, kLdS, p, ck.t0, h, L, d0);
+    if (d0 + kSlab < KD) next.load(p, ck.t0, h, L, d0 + kSlab, false, vec);
     cp_async_wait_all();
     __syncthreads();
     if constexpr (kKDA) {
