@@ -1,6 +1,8 @@
 // Shared pieces of the backward chunk kernels (chunk_bwd_hv.cu, chunk_bwd_wy.cu, chunk_bwd_intra.cu):
 // the thread layout, vector loads from shared memory, and the copies of one chunk's rows into
-// shared tiles. 256 threads = 16 x 16: ty = tid / 16, tx = tid % 16. A 64x64 output is owned
+// shared tiles. The global loads of a copy are all issued before the first use of any of them (raw
+// bits, converted after: load_bits, QkSlab), so a copy costs one memory round trip, not one per
+// element (docs/CUDA.md, measured 2026-11-27). 256 threads = 16 x 16: ty = tid / 16, tx = tid % 16. A 64x64 output is owned
 // "strided": thread (ty, tx) holds rows ty + 16 i and columns tx + 16 j (i, j < 4), so that the
 // 16-row blocks of a chunk map to i and j and every operand row a warp reads is either one of two
 // (broadcast) or one of 16 consecutive rows (no bank conflicts with a row stride of 4 mod 32 words
