@@ -43,8 +43,8 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
   sv.load(bp.c.v, ck.t0, hv, L, j0);
   float c[4] = {};
   for (int k0 = m0; k0 < L; k0 += 8) {  // P'_sr = 0 for s < r
-    const FragA<S> a = load_a<S>([&](int m, int k) { return s.P[m * kLdC + k]; }, m0, k0);
-    mma<S>(c, a, load_b<S>([&](int k, int n) { return s.dvn[k * kLdV + n]; }, k0, n0));
+    const FragA<S> a = load_a<S, true>([&](int m, int k) { return s.P[m * kLdC + k]; }, m0, k0);
+    mma<S>(c, a, load_b<S, true>([&](int k, int n) { return s.dvn[k * kLdV + n]; }, k0, n0));
   }
   const RowsView& v = bp.c.v;
 #pragma unroll
@@ -66,8 +66,9 @@ struct HvAcc {
 // One slab of the products of warp w of a half (tensor cores, TF32 or 3xTF32 by S): the three h
 // products (kH) and dA (kX = 0, a = do) or W1 (kX = 1, a = dvnew). Warp w: rows 16 (w % 4); h columns
 // (w / 4) KW/2 + 8 nt, X columns 32 (w / 4) + 8 nt. gla (kDelta = false): no xw = dXu h^T, no W1.
-// do (and gla's v in s.vn) are stored TF32-rounded unless S (SlabPrefetch::store), dXu by slab_dxu:
-// their fragments need no rounding on load.
+// Every operand is stored TF32-rounded unless S, so no fragment is converted on load (exact = true;
+// split products split every fragment anyway): do and gla's v by SlabPrefetch::store, dXu by
+// slab_dxu, vnew, dvnew, h, dh by round_own_copies.
 template <int KW, bool kH, int kX, bool kDelta, bool S>
 __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
   constexpr int NTW = KW / 16;
@@ -79,18 +80,18 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
 #pragma unroll 1
   for (int k0 = 0; k0 < kSlab; k0 += 8) {
     FragA<S> ax;
-    if constexpr (kXp) ax = ldm_a_row<S>(kX == 0 ? s.dO : s.dvn, kLdV, m0, k0, kX == 0);
+    if constexpr (kXp) ax = ldm_a_row<S>(kX == 0 ? s.dO : s.dvn, kLdV, m0, k0, true);
     if constexpr (kH) {
       FragA<S> ado, axu;
       if constexpr (kX == 0 && kXp) ado = ax;
       else ado = ldm_a_row<S>(s.dO, kLdV, m0, k0, true);
-      if constexpr (kDelta) axu = ldm_a_row<S>(s.dxu, kLdV, m0, k0, true);  // stored rounded by slab_dxu
-      const FragA<S> avn = ldm_a_row<S>(s.vn, kLdV, m0, k0, !kDelta);
+      if constexpr (kDelta) axu = ldm_a_row<S>(s.dxu, kLdV, m0, k0, true);
+      const FragA<S> avn = ldm_a_row<S>(s.vn, kLdV, m0, k0, true);
 #pragma unroll
       for (int nt = 0; nt < NTW; nt += 2) {
         FragB<S> bh[2], bdh[2];
-        ldm_b_nk2<S>(bh[0], bh[1], s.h, kLdV, k0, hb + 8 * nt, false);
-        ldm_b_nk2<S>(bdh[0], bdh[1], s.dh, kLdV, k0, hb + 8 * nt, false);
+        ldm_b_nk2<S>(bh[0], bh[1], s.h, kLdV, k0, hb + 8 * nt, true);
+        ldm_b_nk2<S>(bdh[0], bdh[1], s.dh, kLdV, k0, hb + 8 * nt, true);
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           mma<S>(a.doh[nt + u], ado, bh[u]);
@@ -103,28 +104,11 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
 #pragma unroll
       for (int nt = 0; nt < 4; nt += 2) {
         FragB<S> b[2];
-        ldm_b_nk2<S>(b[0], b[1], s.vn, kLdV, k0, xb + 8 * nt, !kDelta);
+        ldm_b_nk2<S>(b[0], b[1], s.vn, kLdV, k0, xb + 8 * nt, true);
         mma<S>(a.X[nt], ax, b[0]);
         mma<S>(a.X[nt + 1], ax, b[1]);
       }
   }
-}
-
-// hdh[d] += sum_j h[d][j] dh[d][j] over one slab, key rows d < KW of a half: four threads per row,
-// eight columns each, summed by shuffles (the lane of quarter 0 accumulates).
-template <int KW>
-__device__ void slab_hdh(const HvSmem& s, int t) {
-  const int d = t >> 2, c = 8 * (t & 3);
-  float x = 0.0f;
-  if (d < KW) {
-    const float* hr = s.h + d * kLdV + c;
-    const float* dr = s.dh + d * kLdV + c;
-    x = dot4(lds4(hr), lds4(dr), x);
-    x = dot4(lds4(hr + 4), lds4(dr + 4), x);
-  }
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  x += __shfl_xor_sync(0xffffffffu, x, 2);
-  if (d < KW && (t & 3) == 0) s.hdh[d] += x;
 }
 
 // gla, half 0: dv = dvnew (P = I, u = v, no beta) for one slab, rows < L; 8 elements per thread,
@@ -314,13 +298,14 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kerne
   SlabPrefetch<NT> pdo, pv;  // do (and gla's v) of the next slab
   pdo.load(bp.d_o, ck.t0, hv, L, 0);
   if constexpr (!kDelta) pv.load(p.v, ck.t0, hv, L, 0);
-  hv_prologue<KD, kKDA, kDelta>(bp, smem, ck, hv, blk);
+  hv_prologue<KD, kKDA, kDelta, kSplit>(bp, smem, ck, hv, blk);
   HvAcc<S::NTW> a = {};
   float vp[2] = {};
   const int ns = p.V / kSlab;
   for (int j = 0; j < ns; ++j) {
     const HvSmem s = carve_hv<KD, kDelta>(smem, j & 1, th.z);
     cp_async_wait_all();
+    round_own_copies<KD, kDelta, !kSplit, NT>(carve_hv<KD, kDelta>(smem, j & 1, 0));
     pdo.store<!kSplit>(s.dO);  // only product operands: rounded once here unless split
     if constexpr (!kDelta) pv.store<!kSplit>(s.vn);
     __syncthreads();  // slab j complete; slab j - 1 consumed (its buffer takes slab j + 1)
@@ -331,7 +316,6 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kerne
     }
     if constexpr (kDelta) slab_dxu<kSplit>(bp, s, ck, hv, kSlab * j, vp);
     else if (th.z == 0) slab_dv_copy(bp, s, ck, hv, kSlab * j, th.t);
-    if (has_h) slab_hdh<S::KW>(s, th.t);
     if constexpr (kDelta) __syncthreads();  // dXu complete
     if (th.z == 0) slab_products<S::KW, true, 0, kDelta, kSplit>(s, a, th.w);
     else if (has_h) slab_products<S::KW, true, 1, kDelta, kSplit>(s, a, th.w);

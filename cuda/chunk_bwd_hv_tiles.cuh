@@ -126,9 +126,44 @@ __device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const ChunkInfo
   cp_async_commit();
 }
 
-// Before the slab loop: raw P staged in buffer 1 and transposed (P'), gdn's gates, beta, hdh = 0,
-// slab 0 issued into buffer 0.
-template <int KD, bool kKDA, bool kDelta>
+// Right after this thread's cp_async_wait_all, before the slab's barrier: the thread rounds to TF32
+// (kRound: products not split) the elements it copied itself in issue_slab, the only ones it may
+// touch before the barrier (copy_rows_async's mapping: quad idx = row idx / 8, columns 4 (idx % 8) ..
+// + 3 of each 64-row block; every copy of issue_slab uses it). Every product operand of a slab is then
+// stored rounded and its fragments load without conversion (four warps share each B fragment: the
+// conversions on load were hv's largest issue cost, ncu 2026-11-27). dvnew only with the delta rule
+// (gla copies it out as dv). rowsum(h dh) of the slab is taken from the exact values first: the
+// row's 8 threads sum their four-element dots by shuffles into hdh[key row] (s is half 0's view,
+// whose hdh spans both halves: half z's key rows start at 64 z).
+template <int KD, bool kDelta, bool kRound, int NT>
+__device__ void round_own_copies(const HvSmem& s) {
+  constexpr int kQuads = kSlab / 4;
+  static_assert(NT % 32 == 0 && (kChunk * kQuads) % NT == 0, "uniform trips: whole warps shuffle");
+  auto round4 = [](float* p) {
+    const float4 x = lds4(p);
+    *reinterpret_cast<float4*>(p) = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
+  };
+#pragma unroll
+  for (int idx = threadIdx.x; idx < kChunk * kQuads; idx += NT) {
+    const int r = idx / kQuads, c = 4 * (idx % kQuads);
+    if constexpr (kRound && kDelta) round4(s.vn + r * kLdV + c), round4(s.dvn + r * kLdV + c);
+#pragma unroll
+    for (int r0 = 0; r0 < KD; r0 += kChunk) {
+      float* h = s.h + (r0 + r) * kLdV + c;
+      float* dh = s.dh + (r0 + r) * kLdV + c;
+      float x = dot4(lds4(h), lds4(dh), 0.0f);
+      if constexpr (kRound) round4(h), round4(dh);
+      x += __shfl_xor_sync(0xffffffffu, x, 1);
+      x += __shfl_xor_sync(0xffffffffu, x, 2);
+      x += __shfl_xor_sync(0xffffffffu, x, 4);
+      if ((idx % kQuads) == 0 && r0 + r < KD) s.hdh[r0 + r] += x;
+    }
+  }
+}
+
+// Before the slab loop: raw P staged in buffer 1 and transposed (P', TF32-rounded unless kSplit: it
+// only enters P^T dvnew), gdn's gates, beta, hdh = 0, slab 0 issued into buffer 0.
+template <int KD, bool kKDA, bool kDelta, bool kSplit>
 __device__ void hv_prologue(const BwdParams& bp, float* smem, const ChunkInfo& ck, int hv, int64_t blk) {
   using S = HvShape<KD, kDelta>;
   constexpr int NT = S::kThreads;
@@ -145,7 +180,7 @@ __device__ void hv_prologue(const BwdParams& bp, float* smem, const ChunkInfo& c
   if constexpr (kDelta)
     for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += NT) {
       const int a = idx % kChunk, b = idx / kChunk;  // P'[a][b]: unit diagonal, strictly lower P; stored transposed
-      s.P[b * kLdC + a] = a == b ? 1.0f : (a > b ? stage[a * kLdC + b] : 0.0f);
+      s.P[b * kLdC + a] = a == b ? 1.0f : (a > b ? operand_store<kSplit>(stage[a * kLdC + b]) : 0.0f);
     }
 }
 

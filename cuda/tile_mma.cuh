@@ -94,13 +94,17 @@ __device__ __forceinline__ FragA<S> load_a(F&& f, int m0, int k0) {
   }
   return a;
 }
-// B[8x8] at (k0,n0) from any element function f(k, n).
-template <bool S, class F>
+// B[8x8] at (k0,n0) from any element function f(k, n); kExact: f returns TF32 values already.
+template <bool S, bool kExact = false, class F>
 __device__ __forceinline__ FragB<S> load_b(F&& f, int k0, int n0) {
   const int g = lane_g(), t = lane_t();
   FragB<S> b;
-  b.set(0, f(k0 + t, n0 + g));
-  b.set(1, f(k0 + t + 4, n0 + g));
+  const float v[2] = {f(k0 + t, n0 + g), f(k0 + t + 4, n0 + g)};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (kExact) b.set_exact(i, v[i]);
+    else b.set(i, v[i]);
+  }
   return b;
 }
 
