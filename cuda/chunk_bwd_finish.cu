@@ -41,42 +41,65 @@ __device__ float block_sum(float x, float* red) {
 }
 
 // dq (or dk) of one q/k row (token tt, head h), one warp: lane owns keys lane + 32 i (K <= kMaxK).
-// The G value heads are summed in order j = 0, 1, ...; the norm's dot product over the warp.
-__device__ void finish_row(const BwdParams& bp, const float* dxv, const QkRows& xn, const OutRowsView& out, int64_t tt,
-                           int h) {
-  const ChunkParams& p = bp.c;
+// The G value heads are summed in order j = 0, 1, ...; the norm's dot product over the warp. Split
+// in two so that bwd_qk_kernel issues the loads of both rows (dqv / dkv of value head 0, the raw q /
+// k bits, rstd) before any use: with the loads inside the sum over a runtime G and the conversion as
+// each load's first use, the kernel waited out one round trip per element (ncu: 55% of its stall
+// samples on long scoreboard, 2026-11-27).
+struct FinishRow {
+  static constexpr int kN = kMaxK / 32;
+  float g[kN];
+  uint32_t y[kN];  // raw bits of qn / kn (load_bits)
+  float r;         // rstd of the row (fused norm)
+};
+__device__ void finish_row_load(FinishRow& f, const ChunkParams& p, const float* dxv, const QkRows& xn, int64_t tt, int h) {
   const int lane = int(threadIdx.x) & 31;
-  float g[kMaxK / 32], y[kMaxK / 32], dot = 0.0f;
+  const float* src = dxv + (tt * p.HV + int64_t(h) * p.G) * p.K;  // value head j: + j K
+  const int64_t xo = row_off(xn.v, tt, h);
 #pragma unroll
-  for (int i = 0; i < kMaxK / 32; ++i) {
+  for (int i = 0; i < FinishRow::kN; ++i) {
     const int d = lane + 32 * i;
-    g[i] = 0.0f, y[i] = 0.0f;
-    if (d < p.K) {
-      for (int j = 0; j < p.G; ++j) g[i] += dxv[(tt * p.HV + h * p.G + j) * p.K + d];
-      if (p.l2norm) y[i] = qk_at(xn, p.H, tt, h, d);
-    }
-    dot = fmaf(g[i], y[i], dot);
+    f.g[i] = d < p.K ? src[d] : 0.0f;
+    f.y[i] = d < p.K && p.l2norm ? load_bits(xn.v.p, xn.v.dt, xo + d) : 0u;
   }
+  f.r = p.l2norm ? xn.rstd[tt * p.H + h] : 1.0f;
+  for (int j = 1; j < p.G; ++j)  // grouped value heads (rare): loads of one head at a time
+#pragma unroll
+    for (int i = 0; i < FinishRow::kN; ++i)
+      if (lane + 32 * i < p.K) f.g[i] += src[int64_t(j) * p.K + lane + 32 * i];
+}
+__device__ void finish_row_store(FinishRow& f, const ChunkParams& p, const QkRows& xn, const OutRowsView& out, int64_t tt,
+                                 int h) {
+  const int lane = int(threadIdx.x) & 31;
   if (p.l2norm) {
+    float y[FinishRow::kN], dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < FinishRow::kN; ++i) y[i] = bits_to_float(f.y[i], xn.v.dt) * f.r, dot = fmaf(f.g[i], y[i], dot);
     dot = warp_sum(dot);
-    const float r = xn.rstd[tt * p.H + h];
 #pragma unroll
-    for (int i = 0; i < kMaxK / 32; ++i) g[i] = r * (g[i] - dot * y[i]);
+    for (int i = 0; i < FinishRow::kN; ++i) f.g[i] = f.r * (f.g[i] - dot * y[i]);
   }
+  with_element_type(out.dt, [&](auto tag) {
+    using To = typename decltype(tag)::type;
+    To* o = static_cast<To*>(out.p) + tt * out.st + int64_t(h) * out.sx;
 #pragma unroll
-  for (int i = 0; i < kMaxK / 32; ++i)
-    if (lane + 32 * i < p.K) store_any(out.p, out.dt, tt * out.st + int64_t(h) * out.sx + lane + 32 * i, g[i]);
+    for (int i = 0; i < FinishRow::kN; ++i)
+      if (lane + 32 * i < p.K) o[lane + 32 * i] = from_float<To>(f.g[i]);
+  });
 }
 
-// One warp per (token, head) row: dq and dk.
+// One warp per (token, head) row: dq and dk, every load of both rows issued first.
 __global__ void __launch_bounds__(kThreads) bwd_qk_kernel(const BwdParams bp) {
   const ChunkParams& p = bp.c;
   const int64_t row = int64_t(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
   if (row >= p.TT * p.H) return;  // whole warps
   const int64_t tt = row / p.H;
   const int h = int(row % p.H);
-  if (bp.dq.p) finish_row(bp, bp.dqv, q_rows(p), bp.dq, tt, h);
-  if (bp.dk.p) finish_row(bp, bp.dkv, k_rows(p), bp.dk, tt, h);
+  FinishRow fq, fk;
+  if (bp.dq.p) finish_row_load(fq, p, bp.dqv, q_rows(p), tt, h);
+  if (bp.dk.p) finish_row_load(fk, p, bp.dkv, k_rows(p), tt, h);
+  if (bp.dq.p) finish_row_store(fq, p, q_rows(p), bp.dq, tt, h);
+  if (bp.dk.p) finish_row_store(fk, p, k_rows(p), bp.dk, tt, h);
 }
 
 // One thread per gate element (token, value head, d < Kg; Kg divides kThreads). gdn (Kg = 1): a
