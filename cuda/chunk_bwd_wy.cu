@@ -2,8 +2,9 @@
 // chunk_wy_backward's dP, dL, and chunk_intra_backward's dbeta term). Grid (chunks, HV), 256 threads;
 // 64x64 tiles in shared memory (the gram: register tiles of 4x4, rows ty + 16 i, columns tx + 16 j):
 //   G   = strict_lower(gated gram of k):  G_rs = sum_d k_r[d] k_s[d] 2^(b_r[d] - b_s[d])
-//         (gdn: (k_r . k_s) 2^(b_r - b_s); kda: off-diagonal 16-row blocks as F_r c_ij E_s products
-//         over 32-key slabs, chunk_bwd_tiles.cuh; diagonal blocks with exact exponents)
+//         (gdn: (k_r . k_s) 2^(b_r - b_s); kda: 16-row blocks as F_r c_ij E_s products over 32-key
+//         slabs, chunk_bwd_tiles.cuh, the diagonal ones with cd_i where the block's gate spread allows
+//         (build_diag), else with exact exponents)
 //   dP  = strict_lower(W1 (I + Lmat)^T),  Lmat = Diag(beta) G,  W1 = dvnew vnew^T (kernel 1)
 //   T   = P^T dP;   dL = -strict_lower(T P^T)   (P unit lower triangular, from kkt)
 //   dbeta_e = sum_s dL_rs G_rs                  (kernel 1's partials are added by the sum kernel)
@@ -19,16 +20,18 @@ namespace kcp::cuda {
 namespace {
 
 struct WySmem {
-  float *W, *G, *X, *P, *PT, *k, *g, *kF, *kE, *ct, *bet, *gsc, *red;
+  float *W, *G, *X, *P, *PT, *k, *g, *kF, *kE, *ct, *cd, *bet, *gsc, *red;
+  int* dok;  // kda: the diagonal blocks of this slab take the anchored product (build_diag)
   static constexpr int kTile = kChunk * kLdC, kSl = kChunk * kLdS;
   static constexpr int kRegion = 4 * kSl > 2 * kTile ? 4 * kSl : 2 * kTile;
-  static constexpr int floats = 3 * kTile + kRegion + kPairs * kSlab + 128 + kChunk * 17;
+  static constexpr int floats = 3 * kTile + kRegion + (kPairs + 4) * kSlab + 128 + kChunk * 17 + 4;
   __device__ explicit WySmem(float* s) {
     W = s, G = s + kTile, X = s + 2 * kTile, s += 3 * kTile;
     P = s, PT = s + kTile;                               // after the gram
     k = s, g = s + kSl, kF = s + 2 * kSl, kE = s + 3 * kSl;  // during the gram
     s += kRegion;
-    ct = s, bet = s + kPairs * kSlab, gsc = bet + 64, red = gsc + 64;
+    ct = s, cd = s + kPairs * kSlab, bet = cd + 4 * kSlab, gsc = bet + 64, red = gsc + 64;
+    dok = reinterpret_cast<int*>(red + kChunk * 17);
   }
 };
 
@@ -73,24 +76,27 @@ __device__ void gram_slab(float (&acc)[4][4], const WySmem& s) {
     }
     return;
   } else {
-    for (int c = 0; c < kSlab; c += 4) {  // off-diagonal blocks: (k_r F_r) c_ij (k_s E_s)
-      float4 a[4], b[3];
+    bool dok[4];
 #pragma unroll
-      for (int i = 1; i < 4; ++i) a[i] = lds4(s.kF + (ty + 16 * i) * kLdS + c);
+    for (int i = 0; i < 4; ++i) dok[i] = s.dok[i];
+    for (int c = 0; c < kSlab; c += 4) {  // (k_r F_r) c_ij (k_s E_s); diagonal blocks with cd_i where dok
+      float4 a[4], b[4];
 #pragma unroll
-      for (int j = 0; j < 3; ++j) b[j] = lds4(s.kE + (tx + 16 * j) * kLdS + c);
+      for (int i = 0; i < 4; ++i) a[i] = lds4(s.kF + (ty + 16 * i) * kLdS + c), b[i] = lds4(s.kE + (tx + 16 * i) * kLdS + c);
 #pragma unroll
-      for (int i = 1; i < 4; ++i)
+      for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < i; ++j) {
-          const float4 cf = lds4(s.ct + pair_index(i, j) * kSlab + c);
+        for (int j = 0; j <= i; ++j) {
+          if (j == i && !dok[i]) continue;
+          const float4 cf = lds4(j < i ? s.ct + pair_index(i, j) * kSlab + c : s.cd + i * kSlab + c);
           const float4 ac = make_float4(a[i].x * cf.x, a[i].y * cf.y, a[i].z * cf.z, a[i].w * cf.w);
           acc[i][j] = dot4(ac, b[j], acc[i][j]);
         }
     }
-    if (tx < ty)  // diagonal blocks, s = tx + 16 i < r = ty + 16 i: exact exponents
+    if (tx < ty)  // diagonal blocks without the anchored product, s = tx + 16 i < r = ty + 16 i: exact exponents
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
+        if (dok[i]) continue;
         const int r = ty + 16 * i, q = tx + 16 * i;
         float x = acc[i][i];
         for (int c = 0; c < kSlab; ++c)
@@ -117,6 +123,7 @@ __device__ void wy_gram(const BwdParams& bp, const WySmem& s, const ChunkInfo& c
     __syncthreads();
     if constexpr (kKDA) {
       build_scaled(s.g, s.k, nullptr, s.kF, s.kE, nullptr, s.ct, L);
+      build_diag(s.g, s.cd, s.dok, L);
       __syncthreads();
     }
     gram_slab<kKDA>(acc, s);
