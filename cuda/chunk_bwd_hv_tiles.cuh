@@ -130,8 +130,9 @@ __device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const ChunkInfo
 // (kRound: products not split) the elements it copied itself in issue_slab, the only ones it may
 // touch before the barrier (copy_rows_async's mapping: quad idx = row idx / 8, columns 4 (idx % 8) ..
 // + 3 of each 64-row block; every copy of issue_slab uses it). Every product operand of a slab is then
-// stored rounded and its fragments load without conversion (four warps share each B fragment: the
-// conversions on load were hv's largest issue cost, ncu 2026-11-27). dvnew only with the delta rule
+// stored rounded and its fragments load without conversion (four warps share each B fragment and
+// each converted it; ncu counted those conversions as hv's largest issue cost, yet removing them moved
+// hv by ~1.5%: docs/BENCHMARKS.md, eighth session). dvnew only with the delta rule
 // (gla copies it out as dv). rowsum(h dh) of the slab is taken from the exact values first: the
 // row's 8 threads sum their four-element dots by shuffles into hdh[key row] (s is half 0's view,
 // whose hdh spans both halves: half z's key rows start at 64 z).
