@@ -124,11 +124,6 @@ struct QkRows {
 };
 __device__ __forceinline__ QkRows q_rows(const ChunkParams& p) { return {p.q, p.l2norm ? p.rstd_q : nullptr}; }
 __device__ __forceinline__ QkRows k_rows(const ChunkParams& p) { return {p.k, p.l2norm ? p.rstd_k : nullptr}; }
-// Element (token tt, head h, key d).
-__device__ __forceinline__ float qk_at(const QkRows& x, int H, int64_t tt, int h, int d) {
-  const float y = load_any(x.v.p, x.v.dt, row_off(x.v, tt, h) + d);
-  return x.rstd ? y * x.rstd[tt * H + h] : y;
-}
 // Two adjacent keys d, d + 1 (d even) of token tt, head h, in two steps so that a caller issues all
 // its loads before the first use: qk_pair_load (raw bits, one 4-byte load for aligned bfloat16, and
 // the row's rstd), then qk_pair_value.
