@@ -8,7 +8,9 @@
 //   da_t += sum_{r>=t>s} Z_rs,  Z_rs = (dA_rs q_r + dL_rs beta_r k_r) k_s D_rs   (per key)
 // Pairs in different 16-row blocks run as products of the scaled slabs (chunk_bwd_tiles.cuh:
 // D_rs = F_r c_ij E_s), by row blocks ("right", output row r) and column blocks ("left", output
-// row s); pairs inside a block with exact exponents, one thread per (block, key). The gate sum
+// row s); pairs inside a block by the same anchored factors where the block's gate spread allows
+// (diag_rows, diag_gate: one thread per (block, key) in each half of the block, no exp2 per pair),
+// else with exact exponents (intra_diag, half 0). The gate sum
 // over the rectangle r >= t > s splits into: the pairs inside t's block (a running sum), row
 // sums of the off-block pairs of the rows r >= t of t's block, column sums of the off-block pairs
 // of the columns s < t of t's block, and whole later-by-earlier block pairs. All terms are
@@ -156,6 +158,98 @@ __device__ void intra_diag(const IntraSmem& s, int L, int m, int dl) {
   }
 }
 
+// The anchored form of the pairs inside block m (rows r0 = 16 m ..), where every key's gate range
+// over the block's rows is <= 64 in log2 units (kkt's and wy's rule; NaN gates fail it): D_rc =
+// F_r cd E_c with F_r = 2^(g_r - g_r0) <= 1, E_c = 2^(g_a - g_c) <= 1, cd = 2^(g_r0 - g_a) >= 1 (a the
+// block's last row), so a pair costs no exp2 and the block's two halves split the work:
+//   half 0 (diag_rows): DQ_r = dA_rr k_r + F_r cd sum_{c<r} dA_rc kE_c,
+//                       DK_r = dA_rr q_r + beta_r F_r cd sum_{c<r} dL_rc kE_c + E_r sum_{t>r} Y_tr,
+//   half 1 (diag_gate): ST_t = sum_{r>=t>c} Y_rc kE_c,   Y_rc = dA_rc qf_r + dL_rc kfb_r,
+// with kE_c = k_c E_c, qf_r = q_r F_r cd, kfb_r = beta_r k_r F_r cd (all added, as intra_diag).
+// Warp m of each half owns block m, lane dl key dl; the test is warp-uniform (one warp per block).
+__device__ __forceinline__ bool diag_anchored(const IntraSmem& s, int r0, int dl) {
+  const float g0 = gate_of<true>(s.g, kLdS, r0, dl);
+  float lo = g0, hi = g0;
+#pragma unroll
+  for (int u = 1; u < 16; ++u) {  // rows >= L repeat row L - 1 (copy_gates_async)
+    const float g = gate_of<true>(s.g, kLdS, r0 + u, dl);
+    lo = fminf(lo, g), hi = fmaxf(hi, g);
+  }
+  return __all_sync(0xffffffffu, hi - lo <= 64.0f);
+}
+
+// Block m's anchors for key dl and kE_c of its rows.
+struct DiagAnchor {
+  float g0, ga, cd, ke[16];
+  __device__ DiagAnchor(const IntraSmem& s, int L, int r0, int dl) {
+    g0 = gate_of<true>(s.g, kLdS, r0, dl), ga = gate_of<true>(s.g, kLdS, min(r0 + 15, L - 1), dl);
+    cd = exp2f(g0 - ga);
+#pragma unroll
+    for (int v = 0; v < 16; ++v) ke[v] = s.k[(r0 + v) * kLdS + dl] * exp2f(ga - gate_of<true>(s.g, kLdS, r0 + v, dl));
+  }
+  // F_r cd of row r
+  __device__ float fc(const IntraSmem& s, int r, int dl) const { return exp2f(gate_of<true>(s.g, kLdS, r, dl) - g0) * cd; }
+};
+
+template <bool kDelta>
+__device__ void diag_rows(const IntraSmem& s, int L, int m, int dl) {
+  const int r0 = 16 * m;
+  const DiagAnchor an(s, L, r0, dl);
+  float dkc[16] = {};  // sum over later rows t of Y_tc, column c = r0 + v
+#pragma unroll
+  for (int u = 0; u < 16; ++u) {
+    const int r = r0 + u;
+    if (r >= L) continue;
+    const float qr = s.q[r * kLdS + dl], kr = s.k[r * kLdS + dl], br = s.bet[r], fc = an.fc(s, r, dl);
+    const float qf = qr * fc, kfb = br * kr * fc;
+    float dq = 0.0f, dkl = 0.0f;
+#pragma unroll
+    for (int v = 0; v < u; ++v) {
+      const float a = s.dA[r * kLdC + r0 + v];
+      dq = fmaf(a, an.ke[v], dq);
+      if constexpr (kDelta) {  // gla: dL = 0, beta = 0
+        const float l = s.dL[r * kLdC + r0 + v];
+        dkl = fmaf(l, an.ke[v], dkl);
+        dkc[v] = fmaf(a, qf, fmaf(l, kfb, dkc[v]));
+      } else {
+        dkc[v] = fmaf(a, qf, dkc[v]);
+      }
+    }
+    const float a = s.dA[r * kLdC + r];
+    s.DQ[r * kLdO + dl] = fmaf(a, kr, fc * dq);
+    s.DK[r * kLdO + dl] = kDelta ? fmaf(a, qr, br * (fc * dkl)) : a * qr;
+  }
+#pragma unroll
+  for (int v = 0; v < 15; ++v) {  // the column terms (row r0 + 15 has no later row in the block)
+    const int c = r0 + v;
+    if (c < L) s.DK[c * kLdO + dl] += exp2f(an.ga - gate_of<true>(s.g, kLdS, c, dl)) * dkc[v];
+  }
+}
+
+template <bool kDelta>
+__device__ void diag_gate(const IntraSmem& s, int L, int m, int dl) {
+  const int r0 = 16 * m;
+  const DiagAnchor an(s, L, r0, dl);
+  float st[16] = {};
+#pragma unroll
+  for (int u = 1; u < 16; ++u) {
+    const int r = r0 + u;
+    if (r >= L) continue;
+    const float fc = an.fc(s, r, dl), qf = s.q[r * kLdS + dl] * fc, kfb = s.bet[r] * s.k[r * kLdS + dl] * fc;
+    float run = 0.0f;
+#pragma unroll
+    for (int v = 0; v < u; ++v) {
+      const float a = s.dA[r * kLdC + r0 + v];
+      const float y = kDelta ? fmaf(a, qf, s.dL[r * kLdC + r0 + v] * kfb) : a * qf;
+      run = fmaf(y, an.ke[v], run);
+      st[v + 1] += run;
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < 16; ++v)
+    if (r0 + v < L) s.ST[(r0 + v) * kLdO + dl] = st[v];
+}
+
 // da over the keys of block m, column dl: ST += (prefix of CO) + Q_m + (suffix of RO), all in block m.
 __device__ void intra_gate(const IntraSmem& s, int L, int m, int dl) {
   const int r0 = 16 * m, r1 = min(r0 + 16, L);
@@ -206,18 +300,25 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
     gq[i] = *reinterpret_cast<const float2*>(bp.dqv + o), gk[i] = *reinterpret_cast<const float2*>(bp.dkv + o);
   }
   __syncthreads();
-  const int m = threadIdx.x >> 5, dl = threadIdx.x & 31;
+  // In-block pairs: block m = warp % 4, key dl = lane; anchored (diag_rows on half 0, diag_gate on
+  // half 1) where the block's gates allow, else exact exponents on half 0 (intra_diag).
+  const int half = threadIdx.x >> 7, m = (threadIdx.x >> 5) & 3, dl = threadIdx.x & 31;
   const int r0 = 16 * m, nr = min(16, L - r0);
-  float x[16];  // read-modify-write of da (per key, threads < 128): loaded before the in-block pairs
-  if (threadIdx.x < 128) {
+  const bool anchored = diag_anchored(s, r0, dl);
+  float x[16];  // read-modify-write of da (half 1, per key): loaded before the in-block pairs
+  if (half == 1) {
 #pragma unroll
     for (int u = 0; u < 16; ++u)
       x[u] = u < nr ? bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] : 0.0f;
+    if (anchored) diag_gate<kDelta>(s, L, m, dl);
+  } else if (anchored) {
+    diag_rows<kDelta>(s, L, m, dl);
+  } else {
     intra_diag<kDelta>(s, L, m, dl);
-    intra_gate(s, L, m, dl);
   }
-  __syncthreads();
-  if (threadIdx.x < 128) {
+  __syncthreads();  // DQ, DK, ST complete
+  if (half == 1) {
+    intra_gate(s, L, m, dl);
 #pragma unroll
     for (int u = 0; u < 16; ++u)
       if (u < nr) bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] = x[u] + s.ST[(r0 + u) * kLdO + dl];
