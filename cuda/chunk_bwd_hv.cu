@@ -43,7 +43,9 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
   sv.load(bp.c.v, ck.t0, hv, L, j0);
   float c[4] = {};
   for (int k0 = m0; k0 < L; k0 += 8) {  // P'_sr = 0 for s < r
-    const FragA<S> a = load_a<S, true>([&](int m, int k) { return s.P[m * kLdC + k]; }, m0, k0);
+    FragA<S> a;  // ldmatrix (kLdC = 4 mod 32: conflict-free); element loads for split fragments (fewer registers)
+    if constexpr (S) a = load_a<S, true>([&](int m, int k) { return s.P[m * kLdC + k]; }, m0, k0);
+    else a = ldm_a_row<S>(s.P, kLdC, m0, k0, true);
     mma<S>(c, a, load_b<S, true>([&](int k, int n) { return s.dvn[k * kLdV + n]; }, k0, n0));
   }
   const RowsView& v = bp.c.v;
@@ -51,11 +53,17 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
   for (int e = 0; e < 4; ++e) {
     const int r = acc_row(m0, e), j = acc_col(n0, e);
     s.dxu[r * kLdV + j] = operand_store<S>(c[e]);  // only ever a product operand: rounded once here
-    if (r < L) {
-      if (bp.dv.p) store_any(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0 + r, hv) + j0 + j, s.bet[r] * c[e]);
-      vp[e >> 1] = fmaf(bits_to_float(sv.bits[e], v.dt), c[e], vp[e >> 1]);
-    }
+    if (r < L) vp[e >> 1] = fmaf(bits_to_float(sv.bits[e], v.dt), c[e], vp[e >> 1]);
   }
+  if (bp.dv.p) with_element_type(bp.dv.dt, [&](auto tag) {  // the dtype switch outside the stores
+    using To = typename decltype(tag)::type;
+    To* dv = static_cast<To*>(bp.dv.p) + row_off(bp.dv, ck.t0, hv) + j0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = acc_row(m0, e);
+      if (r < L) dv[int64_t(r) * bp.dv.st + acc_col(n0, e)] = from_float<To>(s.bet[r] * c[e]);
+    }
+  });
 }
 
 template <int NTW>
@@ -185,29 +193,57 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
     s.hdh[th.t] *= exp2f(p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * Kg + (kKDA ? d0 + th.t : 0)]);
 }
 
-// Gate cumsum backward of the inter terms of one half, first part: kda's per-key suffix / prefix
-// scans into da; gdn's row sums of X1, X2, Bk (into red[256 z + ..]). A block barrier follows.
+// Row r's sum over the half's KW keys of tile X ([64][kLdE]) by the four threads 4 r .. 4 r + 3 of the
+// half (a quarter of the keys each, then shuffles): every thread of the half calls it.
+template <int KW, int kLdE>
+__device__ __forceinline__ float row_sum4(const float* X, int t) {
+  constexpr int kQ = KW / 4;
+  const int r = t >> 2, q0 = kQ * (t & 3);
+  float a = 0.0f;
+#pragma unroll
+  for (int d = q0; d < q0 + kQ; ++d) a += X[r * kLdE + d];
+  a += __shfl_xor_sync(0xffffffffu, a, 1);
+  return a + __shfl_xor_sync(0xffffffffu, a, 2);
+}
+
+// Gate cumsum backward of the inter terms of one half, first part (every thread of the half; four
+// threads per row or key, so that 64 threads do not each walk 64 rows or keys in series): kda's per-key
+// suffix / prefix scans into da and Bk's row sums; gdn's row sums of X1, X2, Bk. Row sums go to
+// red[256 z + ..] (X1, X2, Bk at offsets 0, 64, 128). A block barrier follows.
 template <int KD, bool kKDA, bool kDelta>
 __device__ void hv_gate_rows(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int d0, const HvThread& th) {
   using S = HvShape<KD, kDelta>;
   const ChunkParams& p = bp.c;
   const int L = ck.len, t = th.t;
+  float* red = s.red + 4 * kChunk * th.z;
+  const float c = row_sum4<S::KW, S::kLdE>(s.Bk, t);
   if constexpr (kKDA) {
-    if (t < S::KW) {
-      float suf = 0.0f;
-      for (int r = L - 1; r >= 0; --r) suf += s.X1[r * S::kLdE + t], s.X1[r * S::kLdE + t] = suf;
-      float pre = s.hdh[t];
-      for (int r = 0; r < L; ++r) {
-        bp.da[(int64_t(ck.t0 + r) * p.HV + hv) * KD + d0 + t] = s.X1[r * S::kLdE + t] + pre;
-        pre += s.X2[r * S::kLdE + t];
+    // key d = t / 4, rows [16 q, 16 q + 16) for q = t % 4: the quarter's sums, then the other
+    // quarters' totals by shuffles (later quarters for the X1 suffix, earlier ones for the X2 prefix)
+    const int d = t >> 2, q = t & 3, ra = 16 * q, lane = t & 31;
+    const bool own = d < S::KW;
+    float A = 0.0f, B = 0.0f;
+    if (own)
+      for (int r = ra; r < min(ra + 16, L); ++r) A += s.X1[r * S::kLdE + d], B += s.X2[r * S::kLdE + d];
+    float suf = 0.0f, pre = own ? s.hdh[d] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float Aj = __shfl_sync(0xffffffffu, A, (lane & ~3) + j), Bj = __shfl_sync(0xffffffffu, B, (lane & ~3) + j);
+      if (j > q) suf += Aj;
+      if (j < q) pre += Bj;
+    }
+    if (own) {
+      for (int r = min(ra + 16, L) - 1; r >= ra; --r) suf += s.X1[r * S::kLdE + d], s.X1[r * S::kLdE + d] = suf;
+      for (int r = ra; r < min(ra + 16, L); ++r) {
+        bp.da[(int64_t(ck.t0 + r) * p.HV + hv) * KD + d0 + d] = s.X1[r * S::kLdE + d] + pre;
+        pre += s.X2[r * S::kLdE + d];
       }
     }
-  } else if (t < kChunk) {  // column t of red: X1, X2, Bk sums of row t
-    float a = 0.0f, b = 0.0f, c = 0.0f;
-    for (int d = 0; d < S::KW; ++d) a += s.X1[t * S::kLdE + d], b += s.X2[t * S::kLdE + d], c += s.Bk[t * S::kLdE + d];
-    float* red = s.red + 4 * kChunk * th.z;
-    red[t] = a, red[64 + t] = b, red[128 + t] = c;
+  } else {
+    const float a = row_sum4<S::KW, S::kLdE>(s.X1, t), b = row_sum4<S::KW, S::kLdE>(s.X2, t);
+    if ((t & 3) == 0) red[t >> 2] = a, red[64 + (t >> 2)] = b;
   }
+  if ((t & 3) == 0) red[128 + (t >> 2)] = c;
 }
 
 // Second part: the partials of row t = th.t of this half (dbeta; gdn's da), vsum = v . dXu of row t (half 0).
@@ -220,11 +256,9 @@ __device__ void hv_gate_partials(const BwdParams& bp, const HvSmem& s, const Chu
   if (t >= L) return;
   float db = 0.0f;
   float* pt = bp.part + (int64_t(ck.t0 + t) * p.HV + hv) * kPartSlots;
-  if constexpr (kKDA) {
-    for (int d = 0; d < S::KW; ++d) db += s.Bk[t * S::kLdE + d];
-  } else {
-    const float* red = s.red + 4 * kChunk * th.z;
-    db = red[128 + t];
+  const float* red = s.red + 4 * kChunk * th.z;
+  db = red[128 + t];
+  if constexpr (!kKDA) {
     float da = 0.0f;
     for (int d = 0; d < S::KW; ++d) da += s.hdh[d];
     for (int r = t; r < L; ++r) da += red[r];
@@ -263,9 +297,11 @@ __device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, cons
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < 4; e += 2) {  // columns c, c + 1 (c even) of row r: one 8-byte store
         const int r = acc_row(16 * (th.w & 3), e), c = acc_col(32 * (th.w >> 2) + 8 * nt, e);
-        X[r * kChunk + c] = th.z == 0 ? (c <= r ? p.scale * a.X[nt][e] : 0.0f) : a.X[nt][e];
+        const float x0 = a.X[nt][e], x1 = a.X[nt][e + 1];
+        *reinterpret_cast<float2*>(X + r * kChunk + c) =
+            th.z == 0 ? make_float2(c <= r ? p.scale * x0 : 0.0f, c + 1 <= r ? p.scale * x1 : 0.0f) : make_float2(x0, x1);
       }
   __syncthreads();  // slabs consumed: the epilogue tiles reuse them
   const HvSmem s = carve_hv<KD, kDelta>(smem, 0, th.z);
@@ -295,7 +331,7 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kerne
   const bool has_h = th.z < S::NH;
   const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
   extern __shared__ __align__(16) float smem[];
-  SlabPrefetch<NT> pdo, pv;  // do (and gla's v) of the next slab
+  SlabPrefetch<NT, !kSplit> pdo, pv;  // do (and gla's v) of the next slab
   pdo.load(bp.d_o, ck.t0, hv, L, 0);
   if constexpr (!kDelta) pv.load(p.v, ck.t0, hv, L, 0);
   hv_prologue<KD, kKDA, kDelta, kSplit>(bp, smem, ck, hv, blk);

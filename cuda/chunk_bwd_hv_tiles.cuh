@@ -64,21 +64,47 @@ __device__ __forceinline__ HvThread hv_thread() {
   return {i / kBwdThreads, i % kBwdThreads, (i % kBwdThreads) >> 5};
 }
 
+// bits[u] = element off(u) of view v where in(u), else 0 (0.0 in every code), the dtype switch
+// outside the element loop (load_bits switches per element: branches around every load, ncu).
+template <int N, class Off, class In>
+__device__ __forceinline__ void load_bits_all(uint32_t (&bits)[N], const RowsView& v, Off off, In in) {
+  if (v.dt == kBF16 || v.dt == kF16) {
+    const uint16_t* p = static_cast<const uint16_t*>(v.p);
+#pragma unroll
+    for (int u = 0; u < N; ++u) bits[u] = in(u) ? uint32_t(p[off(u)]) : 0u;
+  } else if (v.dt == kF32) {
+    const uint32_t* p = static_cast<const uint32_t*>(v.p);
+#pragma unroll
+    for (int u = 0; u < N; ++u) bits[u] = in(u) ? p[off(u)] : 0u;
+  } else {
+#pragma unroll
+    for (int u = 0; u < N; ++u) bits[u] = in(u) ? load_bits(v.p, v.dt, off(u)) : 0u;
+  }
+}
+
 // One slab of rows [0, 64) of a [B,T,X,V] view of any dtype (do; gla's v), held in registers between
 // the loads, issued a slab ahead, and the store into the slab that is computed next. load_rows_any's
 // two loops split in two, for full 32-column slabs only: a shared form with its column guard and row
 // scale spilled 20 to 236 bytes per thread in this kernel's instances (measured by ptxas).
-template <int NT>
+// kHoist: the dtype switch outside the loads (load_bits_all); off for the split products, whose
+// kernels spill ~50 bytes with it (ptxas), a register-allocation effect of the longer code.
+template <int NT, bool kHoist>
 struct SlabPrefetch {
   static constexpr int kN = kChunk * kSlab / NT;
   uint32_t bits[kN];  // raw (load_bits): converted at the store, so the loads do not wait for each other
   int dt;
   __device__ void load(const RowsView& v, int64_t t0, int x, int L, int j0) {
     dt = v.dt;
+    if constexpr (kHoist) {
+      const int64_t o = row_off(v, t0, x) + j0;
+      load_bits_all(bits, v, [&](int u) { const int idx = threadIdx.x + u * NT; return o + (idx / kSlab) * v.st + idx % kSlab; },
+                    [&](int u) { return v.p && (threadIdx.x + u * NT) / kSlab < L; });
+    } else {
 #pragma unroll
-    for (int u = 0; u < kN; ++u) {
-      const int idx = threadIdx.x + u * NT, r = idx / kSlab, c = idx % kSlab;
-      bits[u] = v.p && r < L ? load_bits(v.p, v.dt, row_off(v, t0 + r, x) + j0 + c) : 0u;  // 0 bits: 0.0
+      for (int u = 0; u < kN; ++u) {
+        const int idx = threadIdx.x + u * NT, r = idx / kSlab, c = idx % kSlab;
+        bits[u] = v.p && r < L ? load_bits(v.p, v.dt, row_off(v, t0 + r, x) + j0 + c) : 0u;  // 0 bits: 0.0
+      }
     }
   }
   template <bool kRound>  // TF32-rounded (operand_store) when the slab only feeds unsplit products
@@ -99,13 +125,26 @@ struct SlabV {
   uint32_t bits[4];
   __device__ void load(const RowsView& v, int64_t t0, int x, int L, int j0) {
     const int W = threadIdx.x >> 5, m0 = 16 * (W & 3), n0 = 8 * (W >> 2);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = acc_row(m0, e), j = acc_col(n0, e);
-      bits[e] = r < L ? load_bits(v.p, v.dt, row_off(v, t0 + r, x) + j0 + j) : 0u;
-    }
+    const int64_t o = row_off(v, t0, x) + j0;
+    load_bits_all(bits, v, [&](int e) { return o + acc_row(m0, e) * v.st + acc_col(n0, e); },
+                  [&](int e) { return acc_row(m0, e) < L; });
   }
 };
+
+// The cp.async copies of one [kRows][32] float slab from rows of g (row stride ldg, already offset to
+// the slab's first column; rows >= L zero-filled): thread t copies quads t + u NT, i.e. row t / 8 +
+// u NT / 8, columns 4 (t % 8) .. + 3 (copy_rows_async's mapping, which round_own_copies relies on),
+// without its division and loop bound (issue_slab's copies were a tenth of hv's instructions, ncu).
+template <int NT, int kRows>
+__device__ __forceinline__ void copy_slab_async(float* s, const float* g, int64_t ldg, int L) {
+  static_assert(NT % 8 == 0 && (kRows * 8) % NT == 0, "whole rows per pass");
+  const int r0 = int(threadIdx.x) >> 3, c = 4 * (int(threadIdx.x) & 7);
+#pragma unroll
+  for (int u = 0; u < kRows * 8 / NT; ++u) {
+    const int r = r0 + u * (NT / 8);
+    cp_async16(s + r * kLdV + c, g + (r < L ? r : 0) * ldg + c, r < L);
+  }
+}
 
 // Issues the cp.async copies of slab j0 into buffer view s (half 0's: h, dh from row 0): vnew
 // (delta rule; gla reads v by SlabPrefetch), dvnew, all K rows of h and dh (64 rows when K < 64,
@@ -113,22 +152,18 @@ struct SlabV {
 template <int KD, bool kDelta, int NT>
 __device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int64_t blk, int j0) {
   const ChunkParams& p = bp.c;
-  const int64_t ldv = int64_t(p.HV) * p.V, row0 = (int64_t(ck.t0) * p.HV + hv) * p.V;
-  if constexpr (kDelta) copy_rows_async<NT>(s.vn, kLdV, bp.vnew + row0, ldv, ck.len, j0, kSlab);
-  copy_rows_async<NT>(s.dvn, kLdV, bp.dvnew + row0, ldv, ck.len, j0, kSlab);
-  const float* hS = bp.h + blk * KD * p.V;
-  const float* dhS = bp.dh + blk * KD * p.V;
-#pragma unroll
-  for (int r0 = 0; r0 < KD; r0 += kChunk) {
-    copy_rows_async<NT>(s.h + r0 * kLdV, kLdV, hS + int64_t(r0) * p.V, p.V, KD - r0, j0, kSlab);
-    copy_rows_async<NT>(s.dh + r0 * kLdV, kLdV, dhS + int64_t(r0) * p.V, p.V, KD - r0, j0, kSlab);
-  }
+  constexpr int HR = KD < kChunk ? kChunk : KD;  // HvShape::HR
+  const int64_t ldv = int64_t(p.HV) * p.V, row0 = (int64_t(ck.t0) * p.HV + hv) * p.V + j0;
+  if constexpr (kDelta) copy_slab_async<NT, kChunk>(s.vn, bp.vnew + row0, ldv, ck.len);
+  copy_slab_async<NT, kChunk>(s.dvn, bp.dvnew + row0, ldv, ck.len);
+  copy_slab_async<NT, HR>(s.h, bp.h + blk * KD * p.V + j0, p.V, KD);
+  copy_slab_async<NT, HR>(s.dh, bp.dh + blk * KD * p.V + j0, p.V, KD);
   cp_async_commit();
 }
 
 // Right after this thread's cp_async_wait_all, before the slab's barrier: the thread rounds to TF32
 // (kRound: products not split) the elements it copied itself in issue_slab, the only ones it may
-// touch before the barrier (copy_rows_async's mapping: quad idx = row idx / 8, columns 4 (idx % 8) ..
+// touch before the barrier (copy_slab_async's mapping: quad idx = row idx / 8, columns 4 (idx % 8) ..
 // + 3 of each 64-row block; every copy of issue_slab uses it). Every product operand of a slab is then
 // stored rounded and its fragments load without conversion (four warps share each B fragment and
 // each converted it; ncu counted those conversions as hv's largest issue cost, yet removing them moved
