@@ -108,7 +108,8 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
         }
       }
     }
-    if constexpr (kXp)
+    if constexpr (kXp) {  // braces: nvcc 13 can take the statements after "if constexpr (c) #pragma unroll
+                          // for (...)" into the if (seen this session: a whole epilogue left the PTX)
 #pragma unroll
       for (int nt = 0; nt < 4; nt += 2) {
         FragB<S> b[2];
@@ -116,6 +117,7 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
         mma<S>(a.X[nt], ax, b[0]);
         mma<S>(a.X[nt + 1], ax, b[1]);
       }
+    }
   }
 }
 
@@ -293,7 +295,7 @@ __device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, cons
   const bool has_h = th.z < S::NH;
   const int d0 = has_h ? th.z * S::KW : 0;
   float* X = (th.z == 0 ? bp.dAc : bp.Wc) + blk * kChunk * kChunk;
-  if (kDelta || th.z == 0)  // gla: no W1
+  if (kDelta || th.z == 0) {  // gla: no W1
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -303,6 +305,7 @@ __device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, cons
         *reinterpret_cast<float2*>(X + r * kChunk + c) =
             th.z == 0 ? make_float2(c <= r ? p.scale * x0 : 0.0f, c + 1 <= r ? p.scale * x1 : 0.0f) : make_float2(x0, x1);
       }
+  }
   __syncthreads();  // slabs consumed: the epilogue tiles reuse them
   const HvSmem s = carve_hv<KD, kDelta>(smem, 0, th.z);
   float vsum = 0.0f;  // row t = tid of half 0 (gla: no dbeta term from v)

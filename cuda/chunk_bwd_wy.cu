@@ -93,7 +93,7 @@ __device__ void gram_slab(float (&acc)[4][4], const WySmem& s) {
           acc[i][j] = dot4(ac, b[j], acc[i][j]);
         }
     }
-    if (tx < ty)  // diagonal blocks without the anchored product, s = tx + 16 i < r = ty + 16 i: exact exponents
+    if (tx < ty) {  // diagonal blocks without the anchored product, s = tx + 16 i < r = ty + 16 i: exact exponents
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         if (dok[i]) continue;
@@ -103,6 +103,7 @@ __device__ void gram_slab(float (&acc)[4][4], const WySmem& s) {
           x = fmaf(s.k[r * kLdS + c] * s.k[q * kLdS + c], exp2f(s.g[r * kLdS + c] - s.g[q * kLdS + c]), x);
         acc[i][i] = x;
       }
+    }
   }
 }
 
