@@ -256,10 +256,9 @@ __device__ void hv_gate_partials(const BwdParams& bp, const HvSmem& s, const Chu
   const ChunkParams& p = bp.c;
   const int L = ck.len, t = th.t;
   if (t >= L) return;
-  float db = 0.0f;
   float* pt = bp.part + (int64_t(ck.t0 + t) * p.HV + hv) * kPartSlots;
   const float* red = s.red + 4 * kChunk * th.z;
-  db = red[128 + t];
+  float db = red[128 + t];  // rowsum of Bk (hv_gate_rows)
   if constexpr (!kKDA) {
     float da = 0.0f;
     for (int d = 0; d < S::KW; ++d) da += s.hdh[d];
