@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Same-call A/B on the lent GPU (docs/BENCHMARKS.md: "each change and its base built in the same
+# call"): the working tree ("new") and a base tree, built side by side on the device; then on new:
+# test_cuda, `kcp check --precision f32` of data/golden with and without KCP_CUDA_KEEP=1, racecheck
+# and memcheck on a small forward+backward of gdn, kda, gla; then `kcp bench --backward 1 --keep 1`
+# of new and base alternating (T = 8192 twice, 32768 once, per variant; gdn float32 at 8192), one
+# stage line each (KCP_CUDA_STAGE_TIMES=1); then, unless PROF=0, ncu (--set full) of six kernels
+# with their SASS-level csv (tools/ncu_sass.py reads them). A summary in $OUT/summary.txt, logs in
+# $OUT/logs.tgz and $OUT/prof.tgz (eight files at most come back from the device). About 6-9 minutes.
+# Here, before the call (the base is any commit; .gpu/ and .deps/ are git-ignored, carry both):
+#   git archive --prefix=base/ <commit> | gzip > .gpu/base.tgz; scripts/gpu_deps.sh
+# There:   [VARS="gdn kda gla"] [PROF=0] scripts/gpu_ab.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-logs}; mkdir -p "$OUT"
+S=$OUT/summary.txt; L=$OUT/logs; mkdir -p $L
+date > $S; nvidia-smi --query-gpu=name --format=csv,noheader >> $S
+export LD_LIBRARY_PATH=$PWD/.deps/hdf5/lib:${LD_LIBRARY_PATH:-}
+ROOT=$PWD; t0=$(date +%s)
+cfg() { cmake -S $1 -B $2 -G Ninja -DCMAKE_BUILD_TYPE=Release -Ddoctest_DIR=$ROOT/.deps/lib/cmake/doctest -DHDF5_ROOT=$ROOT/.deps/hdf5 -DHDF5_NO_FIND_PACKAGE_CONFIG_FILE=ON -DCMAKE_CUDA_FLAGS=; }
+mkdir -p /tmp/b && tar xzf "${BASE_TGZ:-.gpu/base.tgz}" -C /tmp/b
+( cfg . build-gpu > $L/cfg_new.log 2>&1 && cmake --build build-gpu -j 10 --target kcp test_cuda > $L/build_new.log 2>&1; echo "new build rc=$?" >> $S ) &
+( cfg /tmp/b/base /tmp/b/build > $L/cfg_base.log 2>&1 && cmake --build /tmp/b/build -j 6 --target kcp > $L/build_base.log 2>&1; echo "base build rc=$?" >> $S ) &
+wait
+echo "builds $(( $(date +%s) - t0 )) s" >> $S
+N=build-gpu/kcp; B=/tmp/b/build/kcp
+[ -x $N ] && [ -x $B ] || { tail -30 $L/build_new.log $L/build_base.log >> $S; exit 1; }
+TC=build-gpu/tests/cuda/test_cuda; [ -x $TC ] || TC=build-gpu/test_cuda
+timeout 300 $TC > $L/test_cuda.log 2>&1; echo "test_cuda rc=$?" >> $S; grep -E "test cases:|assertions:" $L/test_cuda.log >> $S
+$N check --backend cuda-chunkwise --precision f32 data/golden > $L/golden.log 2>&1; echo "golden rc=$?" >> $S; tail -2 $L/golden.log >> $S
+KCP_CUDA_KEEP=1 $N check --backend cuda-chunkwise --precision f32 data/golden > $L/golden_keep.log 2>&1; echo "golden keep rc=$?" >> $S; tail -2 $L/golden_keep.log >> $S
+SB=(bench --backend cuda-chunkwise --variant gdn,kda,gla --H 2 --T 200 --backward 1 --warmup 0 --repeat 1)
+compute-sanitizer --tool racecheck $N "${SB[@]}" > $L/race.log 2>&1; echo "racecheck rc=$?" >> $S; tail -1 $L/race.log >> $S
+compute-sanitizer --tool memcheck $N "${SB[@]}" > $L/mem.log 2>&1; echo "memcheck rc=$?" >> $S; tail -1 $L/mem.log >> $S
+echo "tests done $(( $(date +%s) - t0 )) s" >> $S
+VARS=${VARS:-gdn kda gla}
+for T in 8192 32768; do
+ ck=1; [ $T = 32768 ] && ck=0
+ for v in $VARS; do
+  reps="1 2"; [ $T = 32768 ] && reps=1
+  for rep in $reps; do
+   for tag in new base; do
+    X=$N; [ $tag = base ] && X=$B
+    KCP_CUDA_STAGE_TIMES=1 timeout 120 $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check $ck --warmup 2 --repeat 10 > $L/b_${v}_${T}_${tag}_$rep.log 2>&1
+    echo "$tag $v T=$T: $(grep -E "^\| $v" $L/b_${v}_${T}_${tag}_$rep.log | head -1) | $(grep 'backward stages' $L/b_${v}_${T}_${tag}_$rep.log | tail -1 | sed 's/.*(ms)://')" >> $S
+   done
+  done
+ done
+done
+for v in gdn; do for tag in new base; do
+  X=$N; [ $tag = base ] && X=$B
+  KCP_CUDA_STAGE_TIMES=1 timeout 120 $X bench --backend cuda-chunkwise --variant $v --H 16 --T 8192 --dtype float32 --backward 1 --keep 1 --check 1 --warmup 2 --repeat 10 > $L/f32_${v}_${tag}.log 2>&1
+  echo "$tag $v f32 T=8192: $(grep -E "^\| $v" $L/f32_${v}_${tag}.log | head -1) | $(grep 'backward stages' $L/f32_${v}_${tag}.log | tail -1 | sed 's/.*(ms)://')" >> $S
+done; done
+P=$OUT/prof; mkdir -p $P
+prof() {  # name variant kernel-regex
+  timeout 100 ncu --set full -k regex:$3 --launch-count 1 -o $P/$1 $N bench --backend cuda-chunkwise --variant $2 --H 16 --T 8192 --backward 1 --keep 1 --check 0 --warmup 0 --repeat 1 > $P/$1.run.log 2>&1
+  ncu -i $P/$1.ncu-rep > $P/$1.details.txt 2>&1
+  ncu -i $P/$1.ncu-rep --page source --csv --print-source sass > $P/$1.sass.csv 2>&1; gzip $P/$1.sass.csv; rm -f $P/$1.ncu-rep
+  echo "== $1: $(grep -E "^    Duration" $P/$1.details.txt | head -1)" >> $S
+}
+[ "${PROF:-1}" = 1 ] && { prof hv_gdn gdn bwd_hv_kernel; prof kkt_kda kda chunk_kkt_kernel; prof wyf_kda kda chunk_wy_kernel; prof state_kda kda chunk_state_kernel; prof wyb_kda kda bwd_wy_kernel; prof dhu_gdn gdn bwd_dhu_kernel; }
+echo "done $(( $(date +%s) - t0 )) s" >> $S
+tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L; [ -d $OUT/prof ] && tar czf $OUT/prof.tgz -C $OUT prof && rm -rf $OUT/prof
