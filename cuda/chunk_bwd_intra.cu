@@ -159,24 +159,14 @@ __device__ void intra_diag(const IntraSmem& s, int L, int m, int dl) {
 }
 
 // The anchored form of the pairs inside block m (rows r0 = 16 m ..), where every key's gate range
-// over the block's rows is <= 64 in log2 units (kkt's and wy's rule; NaN gates fail it): D_rc =
+// over the block's rows is <= 64 in log2 units (block_gate_spread, kkt's and wy's rule): D_rc =
 // F_r cd E_c with F_r = 2^(g_r - g_r0) <= 1, E_c = 2^(g_a - g_c) <= 1, cd = 2^(g_r0 - g_a) >= 1 (a the
 // block's last row), so a pair costs no exp2 and the block's two halves split the work:
 //   half 0 (diag_rows): DQ_r = dA_rr k_r + F_r cd sum_{c<r} dA_rc kE_c,
 //                       DK_r = dA_rr q_r + beta_r F_r cd sum_{c<r} dL_rc kE_c + E_r sum_{t>r} Y_tr,
 //   half 1 (diag_gate): ST_t = sum_{r>=t>c} Y_rc kE_c,   Y_rc = dA_rc qf_r + dL_rc kfb_r,
 // with kE_c = k_c E_c, qf_r = q_r F_r cd, kfb_r = beta_r k_r F_r cd (all added, as intra_diag).
-// Warp m of each half owns block m, lane dl key dl; the test is warp-uniform (one warp per block).
-__device__ __forceinline__ bool diag_anchored(const IntraSmem& s, int r0, int dl) {
-  const float g0 = gate_of<true>(s.g, kLdS, r0, dl);
-  float lo = g0, hi = g0;
-#pragma unroll
-  for (int u = 1; u < 16; ++u) {  // rows >= L repeat row L - 1 (copy_gates_async)
-    const float g = gate_of<true>(s.g, kLdS, r0 + u, dl);
-    lo = fminf(lo, g), hi = fmaxf(hi, g);
-  }
-  return __all_sync(0xffffffffu, hi - lo <= 64.0f);
-}
+// Warp m of each half owns block m, lane dl key dl; the test is warp-uniform.
 
 // Block m's anchors for key dl and kE_c of its rows.
 struct DiagAnchor {
@@ -304,7 +294,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   // half 1) where the block's gates allow, else exact exponents on half 0 (intra_diag).
   const int half = threadIdx.x >> 7, m = (threadIdx.x >> 5) & 3, dl = threadIdx.x & 31;
   const int r0 = 16 * m, nr = min(16, L - r0);
-  const bool anchored = diag_anchored(s, r0, dl);
+  const bool anchored = __all_sync(0xffffffffu, block_gate_spread(s.g, r0, dl) <= kMaxAnchorSpread);
   float x[16];  // read-modify-write of da (half 1, per key): loaded before the in-block pairs
   if (half == 1) {
 #pragma unroll

@@ -280,23 +280,33 @@ __device__ __forceinline__ void build_scaled(const float* gs, const float* k, co
   }
 }
 
-// The diagonal 16-row blocks of the same anchored products (kernel wy's gated gram of k): cd[i * 32 +
-// c] = 2^(g_{16 i} - g_{last row of block i}) for key c of the slab, so that for r, s in block i
-// D_rs = F_r cd_i E_s. Every factor stays within 2^+-64 while the gate spread of block i over its rows
-// is <= 64 (log2 units) for every key of the slab: ok[i] says so (kkt's rule for its diagonal
-// blocks); a block without it takes its pairs with exact exponents. Threads 0..127 (warp i: block i).
-__device__ __forceinline__ void build_diag(const float* gs, float* cd, int* ok, int L) {
-  const int t = threadIdx.x;
-  if (t >= 4 * kSlab) return;
-  const int i = t / kSlab, c = t % kSlab, r0 = 16 * i;
+// The anchored factors apply to 16-row block r0 / 16 for key c when the key's gate spread over the
+// block's rows is <= kMaxAnchorSpread (log2 units): F_r, E_s (<= 1) and cd (>= 1) then stay within
+// 2^+-64 (kkt's kMaxAnchorRange for its diagonal blocks). Callers vote over the warp's 32 keys (one
+// warp per block); NaN gates fail the test: the exact path.
+constexpr float kMaxAnchorSpread = 64.0f;
+__device__ __forceinline__ float block_gate_spread(const float* gs, int r0, int c) {
   const float g0 = gate_of<true>(gs, kLdS, r0, c);
   float lo = g0, hi = g0;
+#pragma unroll
   for (int r = r0 + 1; r < r0 + 16; ++r) {  // rows >= L repeat row L - 1
     const float g = gate_of<true>(gs, kLdS, r, c);
     lo = fminf(lo, g), hi = fmaxf(hi, g);
   }
-  cd[t] = exp2f(g0 - gate_of<true>(gs, kLdS, min(r0 + 15, L - 1), c));
-  const bool all = __all_sync(0xffffffffu, hi - lo <= 64.0f);  // false for NaN gates: the exact path
+  return hi - lo;
+}
+
+// The diagonal 16-row blocks of the same anchored products (kernel wy's gated gram of k): cd[i * 32 +
+// c] = 2^(g_{16 i} - g_{last row of block i}) for key c of the slab, so that for r, s in block i
+// D_rs = F_r cd_i E_s; ok[i]: the block's spread allows it for every key of the slab (else the block
+// takes its pairs with exact exponents). Threads 0..127 (warp i: block i).
+__device__ __forceinline__ void build_diag(const float* gs, float* cd, int* ok, int L) {
+  const int t = threadIdx.x;
+  if (t >= 4 * kSlab) return;
+  const int i = t / kSlab, c = t % kSlab, r0 = 16 * i;
+  const float spread = block_gate_spread(gs, r0, c);
+  cd[t] = exp2f(gate_of<true>(gs, kLdS, r0, c) - gate_of<true>(gs, kLdS, min(r0 + 15, L - 1), c));
+  const bool all = __all_sync(0xffffffffu, spread <= kMaxAnchorSpread);
   if (c == 0) ok[i] = all;
 }
 
