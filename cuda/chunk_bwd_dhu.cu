@@ -10,7 +10,9 @@
 // dS_ext (columns [0, V), from 0, with do) and M^T (columns [V, V + K), from I, no A_c, B_c). After chunk 0 dh is written to dh0. The next chunk's kg, w arrive by
 // cp.async and its A_c, B_c by loads into registers (each thread's accumulator positions) while the
 // current chunk is computed; the products on tensor cores (3xTF32 where bwd_split_products says so,
-// else one TF32 product: dh stays float32, only its operand copy is rounded). BV = 32 where the grid still has
+// else one TF32 product: dh stays float32, only its operand copy is rounded; dvnew's shared copy,
+// only ever a product operand, is stored rounded, and w arrives rounded (chunk_wy.cu stores it so
+// when the inputs are 16-bit, which unsplit products imply): their fragments load unconverted). BV = 32 where the grid still has
 // about a block per multiprocessor (the joint transition: V + K columns), else 16.
 // gla (ChunkParams::gla): w = 0, so w is neither fetched nor multiplied.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, end to end, and the
@@ -133,7 +135,7 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // elements e, e + 1: columns col, col + 1 of row r
       const int r = acc_row(m0, e), col = acc_col(Tl::nv(j), e);
-      s.dvn[r * ld + col] = c[j][e], s.dvn[r * ld + col + 1] = c[j][e + 1];
+      s.dvn[r * ld + col] = operand_store<kSp>(c[j][e]), s.dvn[r * ld + col + 1] = operand_store<kSp>(c[j][e + 1]);
       if (bp.dvnew && bp.keep && r < ck.len)
         *reinterpret_cast<float2*>(bp.dvnew + (int64_t(ck.t0 + r) * bp.c.HV + hv) * bp.Vw + v0 + col) = make_float2(c[j][e], c[j][e + 1]);
     }
@@ -159,10 +161,10 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
         c[q][nt][e] = fmaf(exp2f(s.ge(b)[kKDA ? i : 0]), s.dh[i * ld + j], lt.b[q][nt][e]);
       }
     for (int k0 = 0; k0 < L; k0 += 8) {
-      const FragA<kSp> a = load_a<kSp>([&](int m, int k) { return -wt[k * S::ldw + m]; }, m0, k0);
+      const FragA<kSp> a = load_a<kSp, true>([&](int m, int k) { return -wt[k * S::ldw + m]; }, m0, k0);
 #pragma unroll
       for (int nt = 0; nt < Tl::NU; ++nt)
-        mma<kSp>(c[q][nt], a, load_b<kSp>([&](int k, int n) { return s.dvn[k * ld + n]; }, k0, 8 * nt));
+        mma<kSp>(c[q][nt], a, load_b<kSp, true>([&](int k, int n) { return s.dvn[k * ld + n]; }, k0, 8 * nt));
     }
   }
   __syncthreads();  // every read of dh is done

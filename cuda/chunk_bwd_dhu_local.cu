@@ -31,7 +31,7 @@ struct LocalSmem {
 // (with the fused norm applied; QkSlab, the next slab's loads in flight during this slab's work) and
 // kda's gates (cp.async) staged in the A / dO tiles (free until the products). Four keys per thread
 // and step: float4 reads of the staged rows, one 16-byte kg store.
-template <int KD, bool kKDA>
+template <int KD, bool kKDA, bool kSplit>
 __device__ void local_gated_rows(const BwdParams& bp, const LocalSmem<KD>& s, const ChunkInfo& ck, int hv) {
   const ChunkParams& p = bp.c;
   const int L = ck.len, h = hv / p.G;
@@ -57,9 +57,8 @@ __device__ void local_gated_rows(const BwdParams& bp, const LocalSmem<KD>& s, co
       if (r < L)
         *reinterpret_cast<float4*>(kg + r * ldg + d0 + c) = make_float4(k4.x * exp2f(ge[0] - g[0]), k4.y * exp2f(ge[1] - g[1]),
                                                                          k4.z * exp2f(ge[2] - g[2]), k4.w * exp2f(ge[3] - g[3]));
-      *reinterpret_cast<float4*>(s.qg + r * LocalSmem<KD>::ldq + d0 + c) =  // rows >= L: q = 0
-          make_float4(p.scale * q4.x * exp2f(g[0]), p.scale * q4.y * exp2f(g[1]), p.scale * q4.z * exp2f(g[2]),
-                      p.scale * q4.w * exp2f(g[3]));
+      auto qg = [&](float q, int e) { return operand_store<kSplit>(p.scale * q * exp2f(g[e])); };  // only a product operand
+      *reinterpret_cast<float4*>(s.qg + r * LocalSmem<KD>::ldq + d0 + c) = make_float4(qg(q4.x, 0), qg(q4.y, 1), qg(q4.z, 2), qg(q4.w, 3));  // rows >= L: q = 0
     }
   }
 }
@@ -74,7 +73,9 @@ struct LocalTiling {
 };
 
 // acc (+)= X^T dO over the rows t in [t_lo(m0), L) of this warp's tiles, X = s.A (Aqk, masked to its
-// lower triangle t >= r) or s.qg; tensor cores, split operands (3xTF32) when S.
+// lower triangle t >= r) or s.qg; tensor cores, split operands (3xTF32) when S. Unsplit, every
+// operand is TF32 already: Aqk as kkt stores it, qg as local_gated_rows stores it, dO from 16-bit do
+// (unsplit products imply 16-bit q, k, v and do), so the fragments load without a conversion.
 template <int MT, bool kTri, int ldx, bool S>
 __device__ void local_product(const float* X, const float* dO, int L, float (&acc)[LocalTiling<MT>::MW][LocalTiling<MT>::NW][4]) {
   using Tl = LocalTiling<MT>;
@@ -82,10 +83,10 @@ __device__ void local_product(const float* X, const float* dO, int L, float (&ac
   for (int i = 0; i < Tl::MW; ++i) {
     const int m0 = Tl::m0(i);
     for (int k0 = kTri ? m0 : 0; k0 < L; k0 += 8) {  // Aqk^T: rows t < m0 are zero for the whole tile
-      const FragA<S> a = load_a<S>([&](int m, int k) { return (!kTri || k >= m) && k < L ? X[k * ldx + m] : 0.0f; }, m0, k0);
+      const FragA<S> a = load_a<S, true>([&](int m, int k) { return (!kTri || k >= m) && k < L ? X[k * ldx + m] : 0.0f; }, m0, k0);
 #pragma unroll
       for (int j = 0; j < Tl::NW; ++j)
-        mma<S>(acc[i][j], a, load_b<S>([&](int k, int n) { return dO[k * kLdT + n]; }, k0, Tl::n0(j)));
+        mma<S>(acc[i][j], a, load_b<S, true>([&](int k, int n) { return dO[k * kLdT + n]; }, k0, Tl::n0(j)));
     }
   }
 }
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(kBwdThreads, 3) bwd_dhu_local_kernel(const __g
   extern __shared__ __align__(16) float smem[];
   const S s(smem);
   if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);  // waited for with the first slab
-  local_gated_rows<KD, kKDA>(bp, s, ck, hv);
+  local_gated_rows<KD, kKDA, kSplit>(bp, s, ck, hv);
   if (!bp.d_o.p) return;
   __syncthreads();  // the staged slabs are consumed
   copy_rows_async(s.A, kLdT, p.Aqk + (int64_t(blockIdx.x) * p.HV + hv) * kChunk * kChunk, kChunk, kChunk, 0, kChunk);

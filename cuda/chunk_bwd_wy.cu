@@ -37,17 +37,18 @@ struct WySmem {
 
 // c += A B^T on 64x64 tiles (rows of kLdC floats, 4 mod 32: ldmatrix fragments without bank
 // conflicts), on tensor cores (3xTF32 when S): warp w owns rows 16 (w % 4) and the 8-column tiles
-// 4 (w / 4) + j; acc[j][e] is element e of tile j (tile_mma.cuh: acc_row, acc_col).
-template <bool S>
+// 4 (w / 4) + j; acc[j][e] is element e of tile j (tile_mma.cuh: acc_row, acc_col). kExactA / kExactB:
+// that tile holds TF32 values already (no conversion in the fragments unless S).
+template <bool S, bool kExactA, bool kExactB>
 __device__ __forceinline__ void tile_nt(float (&acc)[4][4], const float* A, const float* B) {
   const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = 32 * (w >> 2);
 #pragma unroll 2
   for (int k0 = 0; k0 < kChunk; k0 += 8) {
-    const FragA<S> a = ldm_a_row<S>(A, kLdC, m0, k0, false);
+    const FragA<S> a = ldm_a_row<S>(A, kLdC, m0, k0, kExactA);
 #pragma unroll
     for (int j = 0; j < 4; j += 2) {
       FragB<S> b[2];
-      ldm_b_nk2<S>(b[0], b[1], B, kLdC, k0, n0 + 8 * j, false);
+      ldm_b_nk2<S>(b[0], b[1], B, kLdC, k0, n0 + 8 * j, kExactB);
       mma<S>(acc[j], a, b[0]);
       mma<S>(acc[j + 1], a, b[1]);
     }
@@ -162,24 +163,26 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_con
   }
   __syncthreads();
   float acc[4][4] = {};
-  tile_nt<kSplit>(acc, s.W, s.G);  // sum_t W1_rt G_st
+  // P' (kkt stores P rounded when the products are not split) and this kernel's dP and T (only ever
+  // product operands: stored rounded) need no conversion; W1 and G are also read as values.
+  tile_nt<kSplit, false, false>(acc, s.W, s.G);  // sum_t W1_rt G_st
 #pragma unroll
   for (int j = 0; j < 4; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {  // dP, stored transposed
       const int r = nt_row(e), c = nt_col(j, e);
-      s.X[c * kLdC + r] = c < r ? s.W[r * kLdC + c] + s.bet[c] * acc[j][e] : 0.0f;
+      s.X[c * kLdC + r] = c < r ? operand_store<kSplit>(s.W[r * kLdC + c] + s.bet[c] * acc[j][e]) : 0.0f;
       acc[j][e] = 0.0f;
     }
   __syncthreads();
-  tile_nt<kSplit>(acc, s.PT, s.X);  // T_rs = sum_m P'_mr dP_ms
+  tile_nt<kSplit, true, true>(acc, s.PT, s.X);  // T_rs = sum_m P'_mr dP_ms
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < 4; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s.W[nt_row(e) * kLdC + nt_col(j, e)] = acc[j][e], acc[j][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) s.W[nt_row(e) * kLdC + nt_col(j, e)] = operand_store<kSplit>(acc[j][e]), acc[j][e] = 0.0f;
   __syncthreads();
-  tile_nt<kSplit>(acc, s.W, s.P);  // (T P'^T)_rs = sum_m T_rm P'_sm
+  tile_nt<kSplit, true, true>(acc, s.W, s.P);  // (T P'^T)_rs = sum_m T_rm P'_sm
   float db[2] = {};  // rows nt_row(0), nt_row(2)
 #pragma unroll
   for (int j = 0; j < 4; ++j)
