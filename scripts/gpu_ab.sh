@@ -9,7 +9,7 @@
 # $OUT/logs.tgz and $OUT/prof.tgz (eight files at most come back from the device). About 6-9 minutes.
 # Here, before the call (the base is any commit; .gpu/ and .deps/ are git-ignored, carry both):
 #   git archive --prefix=base/ <commit> | gzip > .gpu/base.tgz; scripts/gpu_deps.sh
-# There:   [VARS="gdn kda gla"] [PROF=0] scripts/gpu_ab.sh
+# There:   [VARS="gdn kda gla"] [REPS32=1] [PROF=0 | PROFS="name:variant:kernel-regex ..."] scripts/gpu_ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-logs}; mkdir -p "$OUT"
@@ -37,7 +37,7 @@ VARS=${VARS:-gdn kda gla}
 for T in 8192 32768; do
  ck=1; [ $T = 32768 ] && ck=0
  for v in $VARS; do
-  reps="1 2"; [ $T = 32768 ] && reps=1
+  reps="1 2"; [ $T = 32768 ] && reps=$(seq -s' ' 1 ${REPS32:-1})
   for rep in $reps; do
    for tag in new base; do
     X=$N; [ $tag = base ] && X=$B
@@ -59,6 +59,8 @@ prof() {  # name variant kernel-regex
   ncu -i $P/$1.ncu-rep --page source --csv --print-source sass > $P/$1.sass.csv 2>&1; gzip $P/$1.sass.csv; rm -f $P/$1.ncu-rep
   echo "== $1: $(grep -E "^    Duration" $P/$1.details.txt | head -1)" >> $S
 }
-[ "${PROF:-1}" = 1 ] && { prof hv_gdn gdn bwd_hv_kernel; prof kkt_kda kda chunk_kkt_kernel; prof wyf_kda kda chunk_wy_kernel; prof state_kda kda chunk_state_kernel; prof wyb_kda kda bwd_wy_kernel; prof dhu_gdn gdn bwd_dhu_kernel; }
+# PROFS: "name:variant:kernel-regex ..." (default: six kernels); PROF=0: none.
+PROFS=${PROFS:-hv_gdn:gdn:bwd_hv_kernel kkt_kda:kda:chunk_kkt_kernel wyf_kda:kda:chunk_wy_kernel state_kda:kda:chunk_state_kernel wyb_kda:kda:bwd_wy_kernel dhu_gdn:gdn:bwd_dhu_kernel}
+[ "${PROF:-1}" = 1 ] && for x in $PROFS; do IFS=: read -r pn pv pk <<< "$x"; prof "$pn" "$pv" "$pk"; done
 echo "done $(( $(date +%s) - t0 )) s" >> $S
 tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L; [ -d $OUT/prof ] && tar czf $OUT/prof.tgz -C $OUT prof && rm -rf $OUT/prof
