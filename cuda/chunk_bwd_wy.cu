@@ -8,8 +8,9 @@
 //   dP  = strict_lower(W1 (I + Lmat)^T),  Lmat = Diag(beta) G,  W1 = dvnew vnew^T (kernel 1)
 //   T   = P^T dP;   dL = -strict_lower(T P^T)   (P unit lower triangular, from kkt)
 //   dbeta_e = sum_s dL_rs G_rs                  (kernel 1's partials are added by the sum kernel)
-// dL replaces W1 in the workspace (bp.Wc) for kernel 3. The gram in float32 FMA; dP, T and dL as
-// 64x64 products on tensor cores (3xTF32 where bwd_split_products says so, else one TF32 product).
+// dL replaces W1 in the workspace (bp.Wc) for kernel 3. gdn's gram (raw dots k k^T, the decay applied
+// after) and dP, T and dL as 64x64 products on tensor cores (3xTF32 where bwd_split_products says
+// so, else one TF32 product, as the forward's kkt forms the same dots); kda's gram in float32 FMA.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
@@ -58,57 +59,59 @@ __device__ __forceinline__ void tile_nt(float (&acc)[4][4], const float* A, cons
 __device__ __forceinline__ int nt_row(int e) { return acc_row(16 * ((threadIdx.x >> 5) & 3), e); }
 __device__ __forceinline__ int nt_col(int j, int e) { return acc_col(32 * (threadIdx.x >> 7) + 8 * j, e); }
 
-// One 32-key slab of the gram into acc (rows ty + 16 i, columns tx + 16 j, j <= i).
-template <bool kKDA>
-__device__ void gram_slab(float (&acc)[4][4], const WySmem& s) {
-  const int ty = bwd_ty(), tx = bwd_tx();
-  if constexpr (!kKDA) {  // raw dots; the decay is applied at the end
-#pragma unroll 2
-    for (int c = 0; c < kSlab; c += 4) {
-      float4 a[4];
+// One 32-key slab of gdn's raw gram k k^T on tensor cores, in tile_nt's layout (tiles wholly above
+// the diagonal skipped: the strict lower triangle is all that is kept).
+template <bool S>
+__device__ __forceinline__ void gram_slab_gdn(float (&acc)[4][4], const WySmem& s) {
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = 32 * (w >> 2);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) a[i] = lds4(s.k + (ty + 16 * i) * kLdS + c);
+  for (int k0 = 0; k0 < kSlab; k0 += 8) {
+    const FragA<S> a = ldm_a_row<S>(s.k, kLdS, m0, k0, false);  // kLdS = 4 mod 32
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float4 b = lds4(s.k + (tx + 16 * j) * kLdS + c);
-#pragma unroll
-        for (int i = j; i < 4; ++i) acc[i][j] = dot4(a[i], b, acc[i][j]);
-      }
-    }
-    return;
-  } else {
-    bool dok[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) dok[i] = s.dok[i];
-    for (int c = 0; c < kSlab; c += 4) {  // (k_r F_r) c_ij (k_s E_s); diagonal blocks with cd_i where dok
-      float4 a[4], b[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) a[i] = lds4(s.kF + (ty + 16 * i) * kLdS + c), b[i] = lds4(s.kE + (tx + 16 * i) * kLdS + c);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j <= i; ++j) {
-          if (j == i && !dok[i]) continue;
-          const float4 cf = lds4(j < i ? s.ct + pair_index(i, j) * kSlab + c : s.cd + i * kSlab + c);
-          const float4 ac = make_float4(a[i].x * cf.x, a[i].y * cf.y, a[i].z * cf.z, a[i].w * cf.w);
-          acc[i][j] = dot4(ac, b[j], acc[i][j]);
-        }
-    }
-    if (tx < ty) {  // diagonal blocks without the anchored product, s = tx + 16 i < r = ty + 16 i: exact exponents
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if (dok[i]) continue;
-        const int r = ty + 16 * i, q = tx + 16 * i;
-        float x = acc[i][i];
-        for (int c = 0; c < kSlab; ++c)
-          x = fmaf(s.k[r * kLdS + c] * s.k[q * kLdS + c], exp2f(s.g[r * kLdS + c] - s.g[q * kLdS + c]), x);
-        acc[i][i] = x;
-      }
+    for (int j = 0; j < 4; j += 2) {
+      if (n0 + 8 * j >= m0 + 16) continue;
+      FragB<S> b[2];
+      ldm_b_nk2<S>(b[0], b[1], s.k, kLdS, k0, n0 + 8 * j, false);  // B(k, n) = k_n[k]
+      mma<S>(acc[j], a, b[0]);
+      mma<S>(acc[j + 1], a, b[1]);
     }
   }
 }
 
-template <int KD, bool kKDA>
+// One 32-key slab of kda's gram into acc (rows ty + 16 i, columns tx + 16 j, j <= i).
+__device__ void gram_slab_kda(float (&acc)[4][4], const WySmem& s) {
+  const int ty = bwd_ty(), tx = bwd_tx();
+  bool dok[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) dok[i] = s.dok[i];
+  for (int c = 0; c < kSlab; c += 4) {  // (k_r F_r) c_ij (k_s E_s); diagonal blocks with cd_i where dok
+    float4 a[4], b[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = lds4(s.kF + (ty + 16 * i) * kLdS + c), b[i] = lds4(s.kE + (tx + 16 * i) * kLdS + c);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j <= i; ++j) {
+        if (j == i && !dok[i]) continue;
+        const float4 cf = lds4(j < i ? s.ct + pair_index(i, j) * kSlab + c : s.cd + i * kSlab + c);
+        const float4 ac = make_float4(a[i].x * cf.x, a[i].y * cf.y, a[i].z * cf.z, a[i].w * cf.w);
+        acc[i][j] = dot4(ac, b[j], acc[i][j]);
+      }
+  }
+  if (tx < ty) {  // diagonal blocks without the anchored product, s = tx + 16 i < r = ty + 16 i: exact exponents
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (dok[i]) continue;
+      const int r = ty + 16 * i, q = tx + 16 * i;
+      float x = acc[i][i];
+      for (int c = 0; c < kSlab; ++c)
+        x = fmaf(s.k[r * kLdS + c] * s.k[q * kLdS + c], exp2f(s.g[r * kLdS + c] - s.g[q * kLdS + c]), x);
+      acc[i][i] = x;
+    }
+  }
+}
+
+template <int KD, bool kKDA, bool kSplit>
 __device__ void wy_gram(const BwdParams& bp, const WySmem& s, const ChunkInfo& ck, int hv) {
   const ChunkParams& p = bp.c;
   const int ty = bwd_ty(), tx = bwd_tx(), L = ck.len, h = hv / p.G;
@@ -127,18 +130,28 @@ __device__ void wy_gram(const BwdParams& bp, const WySmem& s, const ChunkInfo& c
       build_scaled(s.g, s.k, nullptr, s.kF, s.kE, nullptr, s.ct, L);
       build_diag(s.g, s.cd, s.dok, L);
       __syncthreads();
+      gram_slab_kda(acc, s);
+    } else {
+      gram_slab_gdn<kSplit>(acc, s);
     }
-    gram_slab<kKDA>(acc, s);
   }
+  if constexpr (kKDA) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = ty + 16 * i, c = tx + 16 * j;
-      float x = 0.0f;
-      if (c < r) x = kKDA ? acc[i][j] : acc[i][j] * exp2f(s.gsc[r] - s.gsc[c]);
-      s.G[r * kLdC + c] = x;
-    }
+      for (int j = 0; j < 4; ++j) {
+        const int r = ty + 16 * i, c = tx + 16 * j;
+        s.G[r * kLdC + c] = c < r ? acc[i][j] : 0.0f;
+      }
+  } else {  // tile_nt's layout; the decay 2^(b_r - b_c) applied here
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = nt_row(e), c = nt_col(j, e);
+        s.G[r * kLdC + c] = c < r ? acc[j][e] * exp2f(s.gsc[r] - s.gsc[c]) : 0.0f;
+      }
+  }
 }
 
 template <int KD, bool kKDA, bool kSplit>
@@ -154,7 +167,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_con
   float* Wg = bp.Wc + blk * kChunk * kChunk;
   copy_rows_async(s.W, kLdC, Wg, kChunk, kChunk, 0, kChunk);  // W1, and raw P into X (both free until dP)
   copy_rows_async(s.X, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  wy_gram<KD, kKDA>(bp, s, ck, hv);
+  wy_gram<KD, kKDA, kSplit>(bp, s, ck, hv);
   __syncthreads();  // the slabs are consumed: P', P'^T take their place
   for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
     const int a = idx / kChunk, b = idx % kChunk;
