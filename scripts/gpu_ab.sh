@@ -9,7 +9,7 @@
 # $OUT/logs.tgz and $OUT/prof.tgz (eight files at most come back from the device). About 6-9 minutes.
 # Here, before the call (the base is any commit; .gpu/ and .deps/ are git-ignored, carry both):
 #   git archive --prefix=base/ <commit> | gzip > .gpu/base.tgz; scripts/gpu_deps.sh
-# There:   [VARS="gdn kda gla"] [REPS32=1] [PROF=0 | PROFS="name:variant:kernel-regex ..."] scripts/gpu_ab.sh
+# There:   [VARS="gdn kda gla"] [REPS32=1] [FWD=1] [PROF=0 | PROFS="name:variant:kernel-regex ..."] scripts/gpu_ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-logs}; mkdir -p "$OUT"
@@ -52,6 +52,12 @@ for v in gdn; do for tag in new base; do
   KCP_CUDA_STAGE_TIMES=1 timeout 120 $X bench --backend cuda-chunkwise --variant $v --H 16 --T 8192 --dtype float32 --backward 1 --keep 1 --check 1 --warmup 2 --repeat 10 > $L/f32_${v}_${tag}.log 2>&1
   echo "$tag $v f32 T=8192: $(grep -E "^\| $v" $L/f32_${v}_${tag}.log | head -1) | $(grep 'backward stages' $L/f32_${v}_${tag}.log | tail -1 | sed 's/.*(ms)://')" >> $S
 done; done
+# FWD=1: the forward alone (keep 0), new and base alternating, every variant at both lengths.
+[ "${FWD:-0}" = 1 ] && for T in 8192 32768; do for v in gdn kda gla; do for tag in new base; do
+  X=$N; [ $tag = base ] && X=$B
+  timeout 60 $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 0 --check 0 --warmup 3 --repeat 20 > $L/fwd.log 2>&1
+  echo "$tag $v fwd T=$T: $(grep -E "^\| $v" $L/fwd.log | head -1)" >> $S
+done; done; done
 P=$OUT/prof; mkdir -p $P
 prof() {  # name variant kernel-regex
   timeout 100 ncu --set full -k regex:$3 --launch-count 1 -o $P/$1 $N bench --backend cuda-chunkwise --variant $2 --H 16 --T 8192 --backward 1 --keep 1 --check 0 --warmup 0 --repeat 1 > $P/$1.run.log 2>&1
