@@ -7,9 +7,9 @@
 // x to ~2^-22 relative (3xTF32 products). Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -20,16 +20,8 @@ using namespace kcp;
 
 namespace {
 
-float from_bits(uint32_t b) {
-  float x;
-  std::memcpy(&x, &b, 4);
-  return x;
-}
-uint32_t to_bits(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-}
+float from_bits(uint32_t b) { return std::bit_cast<float>(b); }
+uint32_t to_bits(float x) { return std::bit_cast<uint32_t>(x); }
 
 // Round to nearest, ties to even, keeping the top 19 bits (sign, 8 exponent, 10 mantissa); a carry
 // into the exponent is the correct result (up to infinity). Finite inputs only.
