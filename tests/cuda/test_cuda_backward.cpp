@@ -7,6 +7,7 @@
 //  2. the whole gradient against the float64 oracle (cpu-recurrent) over the forward tests' sweep:
 //     lengths 1, 63, 64, 65, odd long, packed sequences, grouped value heads, every flag, q/k/v in
 //     float32, float16, bfloat16; dq, dk, dv and d_o in the input dtype, the rest float32 (FLA's dtypes);
+//     and kda / gla with gates that put anchored and exact-exponent 16-row blocks in one chunk;
 //  3. transition_backward (dS_ext, M^T) of a range of sequences against the oracle's (both as the
 //     columns of one chain launch), through the backend and with 32-column blocks (assumed 1 or 24 multiprocessors).
 // Every output is NaN-poisoned first: a NaN left is an unwritten element.
@@ -96,6 +97,35 @@ const Tensor<S>& host_grad(const val::GradSet<S>& g, const std::string& n) {
   return g.ddt_bias;
 }
 
+// The whole gradient of one case (its gates already in c) against the float64 oracle, at the bars
+// described at the top of this file.
+void check_gradient(Backend& gpu, Backend& oracle, const BwdCase& bc, val::CaseData& c) {
+  for (int64_t i = 0; i < c.d_o.numel(); ++i) c.d_o.data()[i] = round_to(bc.qkv, c.d_o.data()[i]);  // FLA: do in the input dtype
+  const auto ref = val::run_case<double>(oracle, c, true);
+  const Problem p = c.problem(DType::f32);
+  test::DeviceInputs din = test::upload_inputs(gpu, c, bc.qkv);
+  test::DeviceTensor d_o = test::to_device(gpu, c.d_o, bc.qkv), dht;
+  if (!c.dht.empty()) dht = test::to_device(gpu, c.dht, DType::f32);
+  test::DeviceGrads dg = test::device_grads(gpu, ref.grads, bc.qkv);
+  gpu.backward(p, din.views, {d_o.view, dht.view}, dg.views);
+  val::RunResult<float> r32;
+  val::GradConditioning cond;
+  const bool f32 = bc.qkv == DType::f32;
+  if (f32) {  // the float32 rule's baseline: the float32 recurrence on the same inputs
+    r32 = val::run_case<float>(oracle, c, true);
+    cond = val::grad_conditioning(c.problem(DType::f64), c.inputs(), c.cotangents(), ref.grads.dg.view());
+  }
+  for (const test::DeviceGrad& d : dg.t) {
+    const std::string& name = d.name;
+    const Tensor<double>& want = *d.want;
+    double bar = test::fla_chunk_bar(name);
+    if (f32)  // the forward's float32 bar, or the float32 rule where that is looser (the gate sums)
+      bar = std::max(val::tol::kFloatVsDouble,
+                     val::float_rule_bar(val::compare(host_grad(r32.grads, name).view(), want.view()).rel_l2, cond.of(name)));
+    test::check_rel_l2(name, bc.name(), test::to_host(gpu, d.t.view), want.view(), bar);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("cuda-chunkwise backward matches the float64 oracle" * doctest::skip(!test::gpu_present())) {
@@ -104,32 +134,50 @@ TEST_CASE("cuda-chunkwise backward matches the float64 oracle" * doctest::skip(!
   for (const BwdCase& bc : sweep(val::seed_from_env(800))) {
     SUBCASE(bc.name().c_str()) {
       val::CaseData c = test::round_case(val::make_case(bc.spec), bc.qkv);
-      for (int64_t i = 0; i < c.d_o.numel(); ++i) c.d_o.data()[i] = round_to(bc.qkv, c.d_o.data()[i]);  // FLA: do in the input dtype
-      const auto ref = val::run_case<double>(*oracle, c, true);
-      const Problem p = c.problem(DType::f32);
-      test::DeviceInputs din = test::upload_inputs(*gpu, c, bc.qkv);
-      test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, bc.qkv), dht;
-      if (!c.dht.empty()) dht = test::to_device(*gpu, c.dht, DType::f32);
-      test::DeviceGrads dg = test::device_grads(*gpu, ref.grads, bc.qkv);
-      gpu->backward(p, din.views, {d_o.view, dht.view}, dg.views);
-      val::RunResult<float> r32;
-      val::GradConditioning cond;
-      const bool f32 = bc.qkv == DType::f32;
-      if (f32) {  // the float32 rule's baseline: the float32 recurrence on the same inputs
-        r32 = val::run_case<float>(*oracle, c, true);
-        cond = val::grad_conditioning(c.problem(DType::f64), c.inputs(), c.cotangents(), ref.grads.dg.view());
-      }
-      for (const test::DeviceGrad& d : dg.t) {
-        const std::string& name = d.name;
-        const Tensor<double>& want = *d.want;
-        double bar = test::fla_chunk_bar(name);
-        if (f32)  // the forward's float32 bar, or the float32 rule where that is looser (the gate sums)
-          bar = std::max(val::tol::kFloatVsDouble,
-                         val::float_rule_bar(val::compare(host_grad(r32.grads, name).view(), want.view()).rel_l2, cond.of(name)));
-        test::check_rel_l2(name, bc.name(), test::to_host(*gpu, d.t.view), want.view(), bar);
-      }
+      check_gradient(*gpu, *oracle, bc, c);
     }
   }
+}
+
+// kda and gla's 16-row blocks take anchored products (kkt's diagonal blocks, wy's build_diag, intra's
+// in-block pairs) where the block's gate spread is <= 64 in log2 units, else exact exponents; the
+// sweep's gates keep every block on one side per case. Here one chunk holds both: key 0 decays by
+// -4 per token (natural log) in rows 16..31 of every chunk (spread 15 * 4 / ln 2 = 87 in log2 units)
+// and by at most 0.3 elsewhere (spread <= 6.5), so in each chunk block 1's slab with key 0 runs the
+// exact pairs and every other block and slab the anchored ones, in the forward's kkt and in the
+// backward. The case checks that premise on the host before the gradient.
+TEST_CASE("cuda-chunkwise backward with anchored and exact blocks in one chunk" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  const uint64_t seed = val::seed_from_env(803);
+  for (Variant var : {Variant::kda, Variant::gla})
+    for (DType dt : {DType::bf16, DType::f32}) {
+      BwdCase bc;
+      bc.spec.variant = var, bc.spec.seqlens = {150, 70}, bc.spec.H = 1, bc.spec.HV = 2, bc.spec.K = 64, bc.spec.V = 32;
+      bc.spec.seed = seed, bc.qkv = dt;
+      SUBCASE((bc.name() + " gates=straddle").c_str()) {
+        val::CaseData c = test::round_case(val::make_case(bc.spec), dt);
+        const Problem p = c.problem();
+        double strong = 1e300, mild = 0;  // the smallest spread of a strong block, the largest elsewhere
+        for (int64_t n = 0; n < p.N; ++n) {
+          const SeqRange seq = p.sequence(n);
+          for (int64_t hv = 0; hv < p.HV; ++hv) {
+            for (int64_t r = 0; r < seq.len; ++r)
+              if (r % 64 >= 16 && r % 64 < 32) c.g(0, seq.t0 + r, hv, 0) = -4.0;
+            for (int64_t b0 = 0; b0 + 16 <= seq.len; b0 += 16)  // whole blocks
+              for (int64_t k = 0; k < p.K; ++k) {
+                double sp = 0;
+                for (int64_t r = b0 + 1; r < b0 + 16; ++r) sp -= c.g(0, seq.t0 + r, hv, k) / std::log(2.0);
+                if (k == 0 && b0 % 64 == 16) strong = std::min(strong, sp);
+                else mild = std::max(mild, sp);
+              }
+          }
+        }
+        REQUIRE(strong > 80.0);  // well on each side of the kernels' 64
+        REQUIRE(mild < 10.0);
+        check_gradient(*gpu, *oracle, bc, c);
+      }
+    }
 }
 
 TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctest::skip(!test::gpu_present())) {
