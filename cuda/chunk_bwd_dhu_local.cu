@@ -73,9 +73,10 @@ struct LocalTiling {
 };
 
 // acc (+)= X^T dO over the rows t in [t_lo(m0), L) of this warp's tiles, X = s.A (Aqk, masked to its
-// lower triangle t >= r) or s.qg; tensor cores, split operands (3xTF32) when S. Unsplit, every
-// operand is TF32 already: Aqk as kkt stores it, qg as local_gated_rows stores it, dO from 16-bit do
-// (unsplit products imply 16-bit q, k, v and do), so the fragments load without a conversion.
+// lower triangle t >= r) or s.qg; tensor cores, split operands (3xTF32) when S. Unsplit, X is TF32
+// already (Aqk as kkt stores it, qg as local_gated_rows stores it), so its fragments load without a
+// conversion; dO's are converted: unsplit products admit a float64 do (bwd_split_products splits for
+// float32 do only), whose float32 copy is not TF32.
 template <int MT, bool kTri, int ldx, bool S>
 __device__ void local_product(const float* X, const float* dO, int L, float (&acc)[LocalTiling<MT>::MW][LocalTiling<MT>::NW][4]) {
   using Tl = LocalTiling<MT>;
@@ -86,7 +87,7 @@ __device__ void local_product(const float* X, const float* dO, int L, float (&ac
       const FragA<S> a = load_a<S, true>([&](int m, int k) { return (!kTri || k >= m) && k < L ? X[k * ldx + m] : 0.0f; }, m0, k0);
 #pragma unroll
       for (int j = 0; j < Tl::NW; ++j)
-        mma<S>(acc[i][j], a, load_b<S, true>([&](int k, int n) { return dO[k * kLdT + n]; }, k0, Tl::n0(j)));
+        mma<S>(acc[i][j], a, load_b<S>([&](int k, int n) { return dO[k * kLdT + n]; }, k0, Tl::n0(j)));
     }
   }
 }
