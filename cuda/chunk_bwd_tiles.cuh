@@ -281,10 +281,9 @@ __device__ __forceinline__ void build_scaled(const float* gs, const float* k, co
 }
 
 // The anchored factors apply to 16-row block r0 / 16 for key c when the key's gate spread over the
-// block's rows is <= kMaxAnchorSpread (log2 units): F_r, E_s (<= 1) and cd (>= 1) then stay within
-// 2^+-64 (kkt's kMaxAnchorRange for its diagonal blocks). Callers vote over the warp's 32 keys (one
-// warp per block); NaN gates fail the test: the exact path.
-constexpr float kMaxAnchorSpread = 64.0f;
+// block's rows is <= kMaxAnchorSpread (chunk_params.cuh): F_r, E_s (<= 1) and cd (>= 1) then stay
+// within 2^+-64. Callers vote over the warp's 32 keys (one warp per block); NaN gates fail the test:
+// the exact path.
 __device__ __forceinline__ float block_gate_spread(const float* gs, int r0, int c) {
   const float g0 = gate_of<true>(gs, kLdS, r0, c);
   float lo = g0, hi = g0;

@@ -32,7 +32,6 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kLdL = 68;                  // 64x64 float tiles (row-major A pattern)
-constexpr float kMaxAnchorRange = 64.0f;  // log2 units: anchored factors stay within 2^-64 .. 2^64
 
 constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 
@@ -269,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) chunk_kkt_kernel(const ChunkParams p
   const int n = 16 * warp;
   if (n < ck.len) {
     bool diag_mma = true;
-    if constexpr (kKDA) diag_mma = block_gate_range<KD>(s.gs, s.ldg, n, min(n + 15, ck.len - 1)) <= kMaxAnchorRange;
+    if constexpr (kKDA) diag_mma = block_gate_range<KD>(s.gs, s.ldg, n, min(n + 15, ck.len - 1)) <= kMaxAnchorSpread;
     row_block_products<S, kDelta>(p, ck.len, s, aqk, warp, diag_mma);
     if constexpr (kKDA)
       if (!diag_mma) diagonal_block_pairwise<S, kDelta>(p, ck.len, s, aqk, warp);

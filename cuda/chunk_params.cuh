@@ -17,6 +17,11 @@
 namespace kcp::cuda {
 
 constexpr int kChunk = 64;  // C: the only chunk size the kernels instantiate
+// kda / gla: a 16-row block takes its pairs through anchored factors (one 2^x per row and key
+// instead of one per pair) when the key's gate spread over the block's rows is at most this, in log2
+// units: the factors then stay within 2^-64 .. 2^64; wider blocks take exact per-pair exponents.
+// kkt's diagonal blocks, wy's build_diag and intra's in-block pairs share the rule.
+constexpr float kMaxAnchorSpread = 64.0f;
 
 struct ChunkInfo {
   int seq;  // sequence n
