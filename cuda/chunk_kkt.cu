@@ -192,19 +192,26 @@ __device__ void diagonal_block_pairwise(const ChunkParams& p, int L, const KktSm
   }
 }
 
-// gla: kg = k E, qg = q Gamma of the chunk's rows < L (store_gated_kq, as the WY stage's kda slabs),
-// from the loaded tiles (gates of rows >= L repeat row L-1).
+// gla: kg = k E, qg = q Gamma of the chunk's rows < L (gated_kq, as the WY stage's kda slabs), from
+// the loaded tiles (gates of rows >= L repeat row L-1); four keys per thread and step, stored as
+// 16-byte vectors (the element loop was 44% of this kernel's instructions).
 template <bool S, class Tin, int KD>
 __device__ void write_gated_rows(const ChunkParams& p, const ChunkInfo& ck, int hv, const KktSmem<Tin, KD, true>& s) {
   using Sm = KktSmem<Tin, KD, true>;
   const int L = ck.len;
   const float* be = s.gs + (L - 1) * Sm::ldg;
-  for (int idx = threadIdx.x; idx < L * KD; idx += kThreads) {
-    const int r = idx / KD, d = idx % KD;
-    const float b = s.gs[r * Sm::ldg + d];
+  for (int idx = threadIdx.x; idx < L * KD / 4; idx += kThreads) {
+    const int r = idx / (KD / 4), d = 4 * (idx % (KD / 4));
+    float kg[4], qg[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 x = gated_kq<S>(to_float(s.ks[r * Sm::ldk + d + j]), to_float(s.qs[r * Sm::ldk + d + j]), s.rk[r],
+                                   s.rq[r], s.gs[r * Sm::ldg + d + j], be[d + j]);
+      kg[j] = x.x, qg[j] = x.y;
+    }
     const int64_t out = (int64_t(ck.t0 + r) * p.HV + hv) * KD + d;
-    store_gated_kq<S>(p, out, to_float(s.ks[r * Sm::ldk + d]), to_float(s.qs[r * Sm::ldk + d]), s.rk[r], s.rq[r], b,
-                      be[d]);
+    *reinterpret_cast<float4*>(p.kg + out) = make_float4(kg[0], kg[1], kg[2], kg[3]);
+    *reinterpret_cast<float4*>(p.qg + out) = make_float4(qg[0], qg[1], qg[2], qg[3]);
   }
 }
 

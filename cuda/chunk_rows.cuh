@@ -31,10 +31,14 @@ __device__ __forceinline__ void load_chunk_row_scalars(const ChunkParams& p, con
 // One element (row r's offset `out` in [TT,HV,K], channel gate b, the chunk's last gate b_end) of
 // kg = k rk 2^(b_end - b) and qg = q rq 2^b, TF32-rounded unless products are split (S).
 template <bool S>
+__device__ __forceinline__ float2 gated_kq(float k, float q, float rk, float rq, float b, float b_end) {
+  return make_float2(operand_store<S>(k * rk * exp2f(b_end - b)), operand_store<S>(q * rq * exp2f(b)));
+}
+template <bool S>
 __device__ __forceinline__ void store_gated_kq(const ChunkParams& p, int64_t out, float k, float q, float rk, float rq,
                                                float b, float b_end) {
-  p.kg[out] = operand_store<S>(k * rk * exp2f(b_end - b));
-  p.qg[out] = operand_store<S>(q * rq * exp2f(b));
+  const float2 x = gated_kq<S>(k, q, rk, rq, b, b_end);
+  p.kg[out] = x.x, p.qg[out] = x.y;
 }
 
 }  // namespace kcp::cuda
