@@ -9,7 +9,11 @@
 # $OUT/logs.tgz and $OUT/prof.tgz (eight files at most come back from the device). About 6-9 minutes.
 # Here, before the call (the base is any commit; .gpu/ and .deps/ are git-ignored, carry both):
 #   git archive --prefix=base/ <commit> | gzip > .gpu/base.tgz; scripts/gpu_deps.sh
-# There:   [VARS="gdn kda gla"] [REPS32=1] [FWD=1] [PROF=0 | PROFS="name:variant:kernel-regex ..."] scripts/gpu_ab.sh
+# There:   [VARS="gdn kda gla"] [REPS32=1] [FWD=1 [FWD_VARS=...]] [PROF=0 | PROFS="name:variant:kernel-regex ..."]
+#          [FLA_SHAPES="gla:8192:16,gla:32768:16"] scripts/gpu_ab.sh
+# FLA_SHAPES (carry .fla): FLA's forward and forward+backward of those shapes in the same call
+# (scripts/bench_fla_backward.py), once during the builds (Triton's compile and autotuning, untimed)
+# and once, timed, after kcp's benches; the table lines go to the summary.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-logs}; mkdir -p "$OUT"
@@ -19,9 +23,18 @@ export LD_LIBRARY_PATH=$PWD/.deps/hdf5/lib:${LD_LIBRARY_PATH:-}
 ROOT=$PWD; t0=$(date +%s)
 cfg() { cmake -S $1 -B $2 -G Ninja -DCMAKE_BUILD_TYPE=Release -Ddoctest_DIR=$ROOT/.deps/lib/cmake/doctest -DHDF5_ROOT=$ROOT/.deps/hdf5 -DHDF5_NO_FIND_PACKAGE_CONFIG_FILE=ON -DCMAKE_CUDA_FLAGS=; }
 mkdir -p /tmp/b && tar xzf "${BASE_TGZ:-.gpu/base.tgz}" -C /tmp/b
+export FLA_PATH=$ROOT/.fla TRITON_CACHE_DIR=/tmp/triton-cache
+fla() {  # $1: seconds, $2: log name, then bench_fla_backward.py's arguments
+  local lim=$1 log=$L/$2; shift 2
+  timeout $lim python3 scripts/bench_fla_backward.py --shapes "$FLA_SHAPES" "$@" > $log 2>&1; echo "fla $* rc=$?" >> $S
+}
+# the forward+backward warm-up compiles the forward's kernels too (a forward-only warm-up of gla ran
+# past 150 s on the H200 of 2026-11-28 and was not needed)
+[ -n "${FLA_SHAPES:-}" ] && fla 300 fla_warm.log --repeat 2 --warmup 1 &
 ( cfg . build-gpu > $L/cfg_new.log 2>&1 && cmake --build build-gpu -j 10 --target kcp test_cuda > $L/build_new.log 2>&1; echo "new build rc=$?" >> $S ) &
+bn=$!
 ( cfg /tmp/b/base /tmp/b/build > $L/cfg_base.log 2>&1 && cmake --build /tmp/b/build -j 6 --target kcp > $L/build_base.log 2>&1; echo "base build rc=$?" >> $S ) &
-wait
+wait $bn $!
 echo "builds $(( $(date +%s) - t0 )) s" >> $S
 N=build-gpu/kcp; B=/tmp/b/build/kcp
 [ -x $N ] && [ -x $B ] || { tail -30 $L/build_new.log $L/build_base.log >> $S; exit 1; }
@@ -33,6 +46,7 @@ SB=(bench --backend cuda-chunkwise --variant gdn,kda,gla --H 2 --T 200 --backwar
 compute-sanitizer --tool racecheck $N "${SB[@]}" > $L/race.log 2>&1; echo "racecheck rc=$?" >> $S; tail -1 $L/race.log >> $S
 compute-sanitizer --tool memcheck $N "${SB[@]}" > $L/mem.log 2>&1; echo "memcheck rc=$?" >> $S; tail -1 $L/mem.log >> $S
 echo "tests done $(( $(date +%s) - t0 )) s" >> $S
+wait  # the FLA warm-up
 VARS=${VARS:-gdn kda gla}
 for T in 8192 32768; do
  ck=1; [ $T = 32768 ] && ck=0
@@ -52,12 +66,19 @@ for v in gdn; do for tag in new base; do
   KCP_CUDA_STAGE_TIMES=1 timeout 120 $X bench --backend cuda-chunkwise --variant $v --H 16 --T 8192 --dtype float32 --backward 1 --keep 1 --check 1 --warmup 2 --repeat 10 > $L/f32_${v}_${tag}.log 2>&1
   echo "$tag $v f32 T=8192: $(grep -E "^\| $v" $L/f32_${v}_${tag}.log | head -1) | $(grep 'backward stages' $L/f32_${v}_${tag}.log | tail -1 | sed 's/.*(ms)://')" >> $S
 done; done
-# FWD=1: the forward alone (keep 0), new and base alternating, every variant at both lengths.
-[ "${FWD:-0}" = 1 ] && for T in 8192 32768; do for v in gdn kda gla; do for tag in new base; do
+# FWD=1: the forward alone (keep 0), new and base alternating, each of FWD_VARS (default VARS) at both
+# lengths, and a stage line from one more run of each.
+[ "${FWD:-0}" = 1 ] && for T in 8192 32768; do for v in ${FWD_VARS:-$VARS}; do for tag in new base; do
   X=$N; [ $tag = base ] && X=$B
-  timeout 60 $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 0 --check 0 --warmup 3 --repeat 20 > $L/fwd.log 2>&1
-  echo "$tag $v fwd T=$T: $(grep -E "^\| $v" $L/fwd.log | head -1)" >> $S
+  FB=(bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 0 --check 0)
+  timeout 60 $X "${FB[@]}" --warmup 3 --repeat 20 > $L/fwd.log 2>&1
+  KCP_CUDA_STAGE_TIMES=1 timeout 60 $X "${FB[@]}" --warmup 1 --repeat 1 > $L/fwds.log 2>&1
+  echo "$tag $v fwd T=$T: $(grep -E "^\| $v" $L/fwd.log | head -1) | $(grep 'forward stages' $L/fwds.log | tail -1 | sed 's/.*(ms)://')" >> $S
 done; done; done
+if [ -n "${FLA_SHAPES:-}" ]; then
+  fla 150 fla_fwd.log --forward; grep -E "^\| (gdn|kda|gla) " $L/fla_fwd.log | sed 's/^/FLA fwd: /' >> $S
+  fla 200 fla_bwd.log; grep -E "^\| (gdn|kda|gla) " $L/fla_bwd.log | sed 's/^/FLA fwd+bwd: /' >> $S
+fi
 P=$OUT/prof; mkdir -p $P
 prof() {  # name variant kernel-regex
   timeout 100 ncu --set full -k regex:$3 --launch-count 1 -o $P/$1 $N bench --backend cuda-chunkwise --variant $2 --H 16 --T 8192 --backward 1 --keep 1 --check 0 --warmup 0 --repeat 1 > $P/$1.run.log 2>&1
