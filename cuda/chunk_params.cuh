@@ -57,11 +57,11 @@ struct ChunkParams {
   int64_t TT = 0;
   float scale = 1;
   bool kda = false;  // per-channel gate (kda and gla)
-  // gla: kda's stages with the delta rule taken out (beta_e = 0, so Lmat = 0, P = I, w = 0, u = v),
-  // run by the kda kernels' gla instantiations (template flag kDelta = false), which skip that work:
-  // kkt writes Aqk, kg, qg (no k k^T, no solve: P is not allocated), WY does not run (no w, u),
-  // the state kernel reads v where it read u and forms no w S: S = Gamma_end S + kg^T v,
-  // o = scale qg S + Aqk v, GLA's chunked form (ALGORITHMS.md 3).
+  // gla: kda's stages with the delta rule taken out (beta_e = 0, so Lmat = 0, P = I, w = 0, u = v):
+  // kkt's gla instantiation (template flag kDelta = false) writes Aqk, kg, qg (no k k^T, no solve: P
+  // is not allocated), WY does not run (no w, u), and chunk_state_gla.cu runs the state recurrence
+  // S = Gamma_end S + kg^T v split over key rows, then o = scale qg h[c] + Aqk v from the stored
+  // states, GLA's chunked form (ALGORITHMS.md 3).
   bool gla = false;
   // fused pre-processing (ALGORITHMS.md 2.1-2.2)
   bool l2norm = false, beta_sigmoid = false;
@@ -101,7 +101,7 @@ struct StateParams {
   int Vw = 0;                    // state columns: V (forward, S_ext), K (transition M) or V + K (both)
   int Vu = 0;                    // columns of u and its row width (0: Vw); with kInitTransition, V
   const float* u = nullptr;      // [TT,HV,Vu]; null means u = 0 (the M recurrence), unless u_is_v
-  bool u_is_v = false;           // gla: u = v, read from the input rows in their dtype (u null)
+  bool u_is_v = false;           // gla (chunk_state_gla.cu): u = v, read from the input rows; false: the M run (u = 0)
   int init = kInitZero;
   StateView h0;                  // read when init == kInitGiven
   StateView final_state;         // written when p != null

@@ -6,9 +6,7 @@
 //   o_c  = scale * Gamma ⊙ (q_c @ S) + Aqk_c @ vnew  (gdn: Gamma_r = 2^b_r * rstd_q; kda: q_c = qg_c)
 //   S    = Gamma_end ⊙ S + kt_c^T @ vt_c             gdn: kt = k, vt_r = vnew_r * 2^(b_end - b_r) * rstd_k
 //                                                    kda: kt = kg (pre-gated), vt = vnew, Gamma_end per row
-// gla (kDelta = false): w = 0 and u = v, so vnew = v (read in the input type) and no w @ S product;
-// q S and the output are split over all 8 warps by columns (chunk_products_gla); the transition's M
-// run (u = 0) is M = Gamma_end M per chunk (no kg loads, no update product).
+// gla runs chunk_state_gla.cu instead (its recurrence splits over key rows as well).
 // Tiles arrive by cp.async in two groups so the next chunk's loads overlap this chunk's products:
 //   group A = {w, u, q, gates} is refilled as soon as vnew is formed, group B = {k, Aqk} at the end.
 // Fragments: w, qg, Aqk come by ldmatrix (row-major float tiles); S and vnew are written to shared
@@ -38,10 +36,10 @@ using namespace state;
 
 constexpr size_t kMaxSmem = 227 * 1024;  // dynamic shared memory of one Hopper block
 
-// acc = X @ S for this warp's 16 rows and NC state columns from c0 (NC = BV, c0 = 0 but for gla's
-// column split), X = w (w-warps) or q (q-warps).
-template <bool S, bool kQ, class Sm, int NC = Sm::kBVw>
-__device__ void product_with_state(const Sm& s, int st, int mw, float (&acc)[NC / 8][4], int c0 = 0) {
+// acc = X @ S for this warp's 16 rows and the BV state columns, X = w (w-warps) or q (q-warps).
+template <bool S, bool kQ, class Sm>
+__device__ void product_with_state(const Sm& s, int st, int mw, float (&acc)[Sm::kBVw / 8][4]) {
+  constexpr int NC = Sm::kBVw;
   constexpr int KD = Sm::kKD;
 #pragma unroll 4
   for (int k0 = 0; k0 < KD; k0 += 8) {
@@ -54,10 +52,9 @@ __device__ void product_with_state(const Sm& s, int st, int mw, float (&acc)[NC 
 #pragma unroll
     for (int n2 = 0; n2 < NC / 16; ++n2) {
       FragB<S> b0, b1;
-      ldm_b_nk2<S>(b0, b1, kPerm ? s.Stp : s.St, Sm::lds, k0, c0 + 16 * n2, true);
+      ldm_b_nk2<S>(b0, b1, kPerm ? s.Stp : s.St, Sm::lds, k0, 16 * n2, true);
       mma(acc[2 * n2], fa, b0), mma(acc[2 * n2 + 1], fa, b1);
     }
-    if constexpr (NC % 16 != 0) mma(acc[NC / 8 - 1], fa, ldm_b_nk<S>(kPerm ? s.Stp : s.St, Sm::lds, k0, c0 + NC - 8, true));
   }
 }
 
@@ -83,7 +80,7 @@ __device__ void form_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, in
   }
   float* vnew = sp.vnew ? sp.vnew + (int64_t(ck.t0) * p.HV + hv) * sp.Vw + v0 : nullptr;
   const auto* us = s.Us(st);
-  const bool has_u = Sm::kHasDelta ? takes_u(sp, v0) : sp.u_is_v;  // gla: u = v
+  const bool has_u = takes_u(sp, v0);
 #pragma unroll
   for (int nt = 0; nt < BV / 8; ++nt)
 #pragma unroll
@@ -99,10 +96,9 @@ __device__ void form_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, in
     }
 }
 
-// S = Gamma_end ⊙ S + kt^T @ vt over the chunk's valid rows (`add`: false when vt = 0, gla's M).
+// S = Gamma_end ⊙ S + kt^T @ vt over the chunk's valid rows.
 template <bool S, class Sm>
-__device__ void update_state(const ChunkInfo& ck, int st, int buf, const Sm& s, StateRegs<Sm::kKD, Sm::kBVw>& Sr,
-                             bool add) {
+__device__ void update_state(const ChunkInfo& ck, int st, int buf, const Sm& s, StateRegs<Sm::kKD, Sm::kBVw>& Sr) {
   using Tl = StateTiling<Sm::kKD, Sm::kBVw>;
   constexpr bool kKDA = Sm::kIsKDA;
   const int L = ck.len;
@@ -112,7 +108,7 @@ __device__ void update_state(const ChunkInfo& ck, int st, int buf, const Sm& s, 
   });
   const float* vt = kKDA ? s.VNt : s.VEt;
   const auto* kt = s.Kt(st);
-  for (int k0 = 0; add && k0 < L; k0 += 8) {
+  for (int k0 = 0; k0 < L; k0 += 8) {
     FragA<S> fa[Tl::MTW];
 #pragma unroll
     for (int i = 0; i < Tl::MTW; ++i) {
@@ -128,11 +124,11 @@ __device__ void update_state(const ChunkInfo& ck, int st, int buf, const Sm& s, 
   }
 }
 
-// o = rowscale ⊙ ao + Aqk @ vnew, stored in the dtype of the o view (rows < L); NC columns from c0
-// as in product_with_state.
-template <bool S, class Sm, int NC = Sm::kBVw>
+// o = rowscale ⊙ ao + Aqk @ vnew, stored in the dtype of the o view (rows < L).
+template <bool S, class Sm>
 __device__ void finish_output(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, int st, int buf, int mw,
-                              const Sm& s, float (&ao)[NC / 8][4], int c0 = 0) {
+                              const Sm& s, float (&ao)[Sm::kBVw / 8][4]) {
+  constexpr int NC = Sm::kBVw;
   const ChunkParams& p = sp.c;
   const int L = ck.len;
 #pragma unroll
@@ -149,14 +145,13 @@ __device__ void finish_output(const StateParams& sp, const ChunkInfo& ck, int hv
 #pragma unroll
     for (int n2 = 0; n2 < NC / 16; ++n2) {
       FragB<S> b0, b1;
-      ldm_b_nk2<S>(b0, b1, s.VNt, kLdV, k0, c0 + 16 * n2, true);
+      ldm_b_nk2<S>(b0, b1, s.VNt, kLdV, k0, 16 * n2, true);
       mma(ao[2 * n2], fa, b0), mma(ao[2 * n2 + 1], fa, b1);
     }
-    if constexpr (NC % 16 != 0) mma(ao[NC / 8 - 1], fa, ldm_b_nk<S>(s.VNt, kLdV, k0, c0 + NC - 8, true));
   }
   auto store = [&](auto tag) {  // the dtype switch once, outside the element loop
     using To = typename decltype(tag)::type;
-    To* o = static_cast<To*>(sp.o.p) + int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + v0 + c0;
+    To* o = static_cast<To*>(sp.o.p) + int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + v0;
 #pragma unroll
     for (int nt = 0; nt < NC / 8; ++nt)
 #pragma unroll
@@ -168,69 +163,31 @@ __device__ void finish_output(const StateParams& sp, const ChunkInfo& ck, int hv
   with_element_type(sp.o.dt, store);
 }
 
-// gla: vnew = v (rows >= L zero) into VNt, and into sp.vnew when kept; all 256 threads, rows fastest.
-template <bool S, class Sm>
-__device__ void copy_v_as_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, int st, const Sm& s) {
-  constexpr int BV = Sm::kBVw;
-  const ChunkParams& p = sp.c;
-  const auto* us = s.Us(st);
-  float* vnew = sp.vnew ? sp.vnew + (int64_t(ck.t0) * p.HV + hv) * sp.Vw + v0 : nullptr;
-  for (int idx = threadIdx.x; idx < kChunk * BV; idx += kThreads) {
-    const int r = idx % kChunk, j = idx / kChunk;
-    const float vn = r < ck.len && sp.u_is_v ? to_float(us[r * Sm::ldu + j]) : 0.0f;  // u = 0: the M run
-    if (vnew && r < ck.len) vnew[int64_t(r) * p.HV * sp.Vw + j] = vn;
-    s.VNt[j * kLdV + r] = operand_store<S>(vn);
-  }
-}
-
-// gla's chunk (no w S product, vnew = v): the q S product and the output split over all 8 warps,
-// warp w owning rows 16 (w % 4) and the state columns [c0, c0 + BV/2), c0 = (w / 4) BV/2, instead
-// of kda's 4 q-warps with all BV columns next to 4 w-warps (idle for gla in phase 1).
-template <bool S, class Sm, class F>
-__device__ void chunk_products_gla(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, int st, int buf,
-                                   const Sm& s, StateRegs<Sm::kKD, Sm::kBVw>& Sr, F&& between) {
-  constexpr int NC = Sm::kBVw / 2;
-  const bool out = sp.o.p != nullptr;
-  const int w = int(threadIdx.x >> 5), mw = 16 * (w % (kWarps / 2)), c0 = (w / (kWarps / 2)) * NC;
-  float ao[NC / 8][4] = {};
-  copy_v_as_vnew<S>(sp, ck, hv, v0, st, s);
-  if (out) product_with_state<S, true, Sm, NC>(s, st, mw, ao, c0);
-  __syncthreads();  // vnew tiles complete; q consumed
-  between();
-  update_state<S>(ck, st, buf, s, Sr, sp.u_is_v);  // the M run (u = 0): S = Gamma_end S
-  if (out) finish_output<S, Sm, NC>(sp, ck, hv, v0, st, buf, mw, s, ao, c0);
-  __syncthreads();  // k, Aqk, S^T, vnew tiles consumed
-}
-
 // One chunk's products: phase 1 (w-warps: vnew; q-warps: q S), then phase 2 (all: the state update;
 // q-warps: the output). `between` runs after phase 1, at a barrier (the 1-stage load refill).
 template <bool S, class Sm, class F>
 __device__ void chunk_products(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, int st, int buf, const Sm& s,
                                StateRegs<Sm::kKD, Sm::kBVw>& Sr, F&& between) {
-  if constexpr (!Sm::kHasDelta) {
-    chunk_products_gla<S>(sp, ck, hv, v0, st, buf, s, Sr, between);
-  } else {
-    const bool q_warp = threadIdx.x >= kThreads / 2, out = sp.o.p != nullptr;  // warps 4-7: q S and the output
-    const int mw = 16 * (int(threadIdx.x >> 5) % (kWarps / 2));               // this warp's 16 rows
-    float ao[Sm::kBVw / 8][4] = {};
-    if (!q_warp) {
-      float av[Sm::kBVw / 8][4] = {};
-      product_with_state<S, false>(s, st, mw, av);
-      form_vnew<S>(sp, ck, hv, v0, st, buf, mw, s, av);
-    } else if (out) {
-      product_with_state<S, true>(s, st, mw, ao);
-    }
-    __syncthreads();  // vnew tiles complete; w, u, q consumed
-    between();
-    update_state<S>(ck, st, buf, s, Sr, true);
-    if (out && q_warp) finish_output<S>(sp, ck, hv, v0, st, buf, mw, s, ao);
-    __syncthreads();  // k, Aqk, S^T, vnew tiles consumed
+  const bool q_warp = threadIdx.x >= kThreads / 2, out = sp.o.p != nullptr;  // warps 4-7: q S and the output
+  const int mw = 16 * (int(threadIdx.x >> 5) % (kWarps / 2));               // this warp's 16 rows
+  float ao[Sm::kBVw / 8][4] = {};
+  if (!q_warp) {
+    float av[Sm::kBVw / 8][4] = {};
+    product_with_state<S, false>(s, st, mw, av);
+    form_vnew<S>(sp, ck, hv, v0, st, buf, mw, s, av);
+  } else if (out) {
+    product_with_state<S, true>(s, st, mw, ao);
   }
+  __syncthreads();  // vnew tiles complete; w, u, q consumed
+  between();
+  update_state<S>(ck, st, buf, s, Sr);
+  if (out && q_warp) finish_output<S>(sp, ck, hv, v0, st, buf, mw, s, ao);
+  __syncthreads();  // k, Aqk, S^T, vnew tiles consumed
 }
 
-template <class Tin, int KD, int BV, bool kKDA, bool kSplit, bool kDelta>
+template <class Tin, int KD, int BV, bool kKDA, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1) chunk_state_kernel(const StateParams sp) {
-  using Sm = StateSmem<Tin, KD, BV, kKDA, !kKDA && !kSplit && sizeof(Tin) == 2, kDelta>;
+  using Sm = StateSmem<Tin, KD, BV, kKDA, !kKDA && !kSplit && sizeof(Tin) == 2>;
   extern __shared__ float4 smem_f4[];
   const Sm s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
@@ -292,35 +249,35 @@ int64_t chunk_state_blocks(const ChunkParams& p, int Vw) { return int64_t(Vw / (
 void launch_chunk_state(const StateParams& sp, int input_dtype, cudaStream_t stream, bool split) {
   const ChunkParams& p = sp.c;
   if (p.N * p.HV == 0) return;
-  KCP_CHECK(sp.init != kInitTransition || (!p.gla && sp.Vu % 32 == 0 && sp.Vu < sp.Vw),
-            "chunk_state: the joint S_ext / M launch needs the delta rule and V a multiple of 32");
+  KCP_CHECK(!p.gla, "chunk_state: gla runs chunk_state_gla.cu");
+  KCP_CHECK(sp.init != kInitTransition || (sp.Vu % 32 == 0 && sp.Vu < sp.Vw),
+            "chunk_state: the joint S_ext / M launch needs V a multiple of 32");
   const bool narrow = chunk_state_narrow(p, sp.Vw);
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
     dispatch_key_dim(p.K, [&](auto kd) {
       constexpr int KD = decltype(kd)::value;
-      // kda: per-channel gate; delta: the delta rule (false: gla, vnew = v)
-      auto run = [&](auto kda, auto delta, auto spl, auto bv) {
-        constexpr bool kKDA = decltype(kda)::value, kDelta = decltype(delta)::value, kSplit = decltype(spl)::value;
+      // kda: per-channel gate
+      auto run = [&](auto kda, auto spl, auto bv) {
+        constexpr bool kKDA = decltype(kda)::value, kSplit = decltype(spl)::value;
         constexpr int BV = decltype(bv)::value;
-        const size_t smem = StateSmem<Tin, KD, BV, kKDA, !kKDA && !kSplit && sizeof(Tin) == 2, kDelta>::bytes;
+        const size_t smem = StateSmem<Tin, KD, BV, kKDA, !kKDA && !kSplit && sizeof(Tin) == 2>::bytes;
         static_assert(StateSmem<Tin, KD, BV, kKDA, true>::bytes <= kMaxSmem, "state tiles exceed shared memory");
-        launch_kernel(chunk_state_kernel<Tin, KD, BV, kKDA, kSplit, kDelta>, dim3(sp.Vw / BV, p.N * p.HV), kThreads,
-                      smem, stream, sp);
+        launch_kernel(chunk_state_kernel<Tin, KD, BV, kKDA, kSplit>, dim3(sp.Vw / BV, p.N * p.HV), kThreads, smem,
+                      stream, sp);
       };
-      auto run_bv = [&](auto kda, auto delta, auto spl) {
+      auto run_bv = [&](auto kda, auto spl) {
         if constexpr (KD >= 64)
-          if (narrow) return run(kda, delta, spl, std::integral_constant<int, 16>{});
-        run(kda, delta, spl, std::integral_constant<int, 32>{});
+          if (narrow) return run(kda, spl, std::integral_constant<int, 16>{});
+        run(kda, spl, std::integral_constant<int, 32>{});
       };
-      auto run_split = [&](auto kda, auto delta) {
-        if constexpr (kSplitProducts<Tin>) run_bv(kda, delta, std::true_type{});
-        else if (split) run_bv(kda, delta, std::true_type{});
-        else run_bv(kda, delta, std::false_type{});
+      auto run_split = [&](auto kda) {
+        if constexpr (kSplitProducts<Tin>) run_bv(kda, std::true_type{});
+        else if (split) run_bv(kda, std::true_type{});
+        else run_bv(kda, std::false_type{});
       };
-      if (p.gla) run_split(std::true_type{}, std::false_type{});
-      else if (p.kda) run_split(std::true_type{}, std::true_type{});
-      else run_split(std::false_type{}, std::true_type{});
+      if (p.kda) run_split(std::true_type{});
+      else run_split(std::false_type{});
     });
   });
 }

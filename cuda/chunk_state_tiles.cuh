@@ -6,8 +6,6 @@
 //   group B: Kt [64][K+8] k (gdn) or kg (kda), As [64][68] Aqk
 // 8 warps: warps 0-3 form vnew = u - w S (16 rows each), warps 4-7 form q S and the output, and all
 // 8 share the state update.
-// gla (kDelta = false): no Ws tile (w = 0), and Us holds v's columns in the input type (u = v); all
-// 8 warps copy v into VNt and share q S and the output, by rows and column halves.
 //   written by the kernel: St = S^T [BV][K+4] (and Stp, its copy with rows in the permuted k order
 //   of the 16-bit q fragments), VNt = vnew^T and VEt = (gated vnew)^T [BV][68]
 // One stage of tiles: double-buffering them (chunk c+1 loading during chunk c) was measured and
@@ -28,16 +26,15 @@ constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 
 // kPermQ: gdn with 16-bit q and unsplit products, whose q fragments come by ldmatrix in a permuted k
 // order (tile_mma.cuh ldm_a_row16_perm); S^T is then also kept with its rows permuted (Stp).
-template <class Tin, int KD, int BV, bool kKDA, bool kPermQ, bool kDelta = true>
+template <class Tin, int KD, int BV, bool kKDA, bool kPermQ>
 struct StateSmem {
   using In = Tin;
   using KT = std::conditional_t<kKDA, float, Tin>;  // element type of the k and q tiles
-  using UT = std::conditional_t<kDelta, float, Tin>;  // element type of the u tile (gla: v)
   static constexpr int kKD = KD, kBVw = BV;
-  static constexpr bool kIsKDA = kKDA, kPermutedQ = kPermQ, kHasDelta = kDelta;
-  static constexpr int ldw = KD + 4, ldk = ld_col<KT>(KD), ldq = ld_row<KT>(KD), ldu = ld_row<UT>(BV), lds = KD + 4;
+  static constexpr bool kIsKDA = kKDA, kPermutedQ = kPermQ;
+  static constexpr int ldw = KD + 4, ldk = ld_col<KT>(KD), ldq = ld_row<KT>(KD), ldu = ld_row<float>(BV), lds = KD + 4;
   static constexpr int gates = kKDA ? 2 * KD : 3 * 2 * kChunk;  // kda: b_end [2][K]; gdn: b, rq, rk [2][64]
-  static constexpr size_t bytes_w = kDelta ? align16(4 * kChunk * ldw) : 0, bytes_u = align16(sizeof(UT) * kChunk * ldu),
+  static constexpr size_t bytes_w = align16(4 * kChunk * ldw), bytes_u = align16(4 * kChunk * ldu),
                           bytes_q = align16(sizeof(KT) * kChunk * ldq), bytes_k = align16(sizeof(KT) * kChunk * ldk),
                           bytes_a = align16(4 * kChunk * kLdA), bytes_s = align16(4 * BV * lds),
                           bytes_v = align16(4 * BV * kLdV), bytes_g = align16(4 * gates);
@@ -55,7 +52,7 @@ struct StateSmem {
   }
   __device__ char* stage(int) const { return tiles; }  // one stage: double buffering measured no gain
   __device__ float* Ws(int st) const { return reinterpret_cast<float*>(stage(st)); }
-  __device__ UT* Us(int st) const { return reinterpret_cast<UT*>(stage(st) + bytes_w); }
+  __device__ float* Us(int st) const { return reinterpret_cast<float*>(stage(st) + bytes_w); }
   __device__ KT* Qs(int st) const { return reinterpret_cast<KT*>(stage(st) + bytes_w + bytes_u); }
   __device__ KT* Kt(int st) const { return reinterpret_cast<KT*>(stage(st) + bytes_w + bytes_u + bytes_q); }
   __device__ float* As(int st) const { return reinterpret_cast<float*>(stage(st) + bytes_w + bytes_u + bytes_q + bytes_k); }
@@ -65,22 +62,13 @@ struct StateSmem {
   __device__ float* bend(int buf) const { return G + buf * KD; }                 // kda: b of the last row
 };
 
-// 16-byte copies of 64 rows x kBytes, row r at src + r * stride (elements); rows >= L are
-// zero-filled. Fully unrolled: each thread's (row, segment) pairs are fixed, so the addresses are
-// one add apart and cost about two instructions per copy.
+// 16-byte copies of 64 rows x kBytes by the block's threads (tile_mma.cuh copy_rows_async).
 template <int kBytes, class T>
 __device__ __forceinline__ void copy_rows(T* dst, int ld, int L, const T* src, int stride) {
-  constexpr int segs = kBytes / 16, per = 16 / int(sizeof(T)), n = (kChunk * segs + kThreads - 1) / kThreads;
-#pragma unroll
-  for (int i = 0; i < n; ++i) {
-    const int idx = int(threadIdx.x) + i * kThreads, r = idx / segs, sg = idx % segs;
-    if (n * kThreads > kChunk * segs && idx >= kChunk * segs) break;
-    const bool valid = r < L;
-    cp_async16(dst + r * ld + sg * per, src + (valid ? r * stride : 0) + sg * per, valid);
-  }
+  copy_rows_async<kChunk, kBytes, kThreads>(dst, ld, L, src, stride);
 }
 
-// Group A of chunk `ck` into tile stage `st` and gate buffer `buf`: w, u (gla: v, no w), q (only
+// Group A of chunk `ck` into tile stage `st` and gate buffer `buf`: w, u, q (only
 // with the fused output), gates.
 template <class Sm>
 __device__ void issue_group_a(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, int st, int buf, const Sm& s) {
@@ -89,13 +77,8 @@ __device__ void issue_group_a(const StateParams& sp, const ChunkInfo& ck, int hv
   const ChunkParams& p = sp.c;
   const int h = hv / p.G, L = ck.len;
   const int64_t row0 = int64_t(ck.t0) * p.HV + hv;  // (token, head) row of the chunk's first token
-  if constexpr (Sm::kHasDelta) {
-    copy_rows<4 * KD>(s.Ws(st), Sm::ldw, L, p.w + row0 * KD, p.HV * KD);
-    if (takes_u(sp, v0)) copy_rows<4 * BV>(s.Us(st), Sm::ldu, L, sp.u + row0 * u_width(sp) + v0, p.HV * u_width(sp));
-  } else if (sp.u_is_v) {
-    copy_rows<int(sizeof(Tin)) * BV>(s.Us(st), Sm::ldu, L, static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + v0,
-                                     int(p.v.st));
-  }
+  copy_rows<4 * KD>(s.Ws(st), Sm::ldw, L, p.w + row0 * KD, p.HV * KD);
+  if (takes_u(sp, v0)) copy_rows<4 * BV>(s.Us(st), Sm::ldu, L, sp.u + row0 * u_width(sp) + v0, p.HV * u_width(sp));
   if (sp.o.p) {
     if constexpr (Sm::kIsKDA)
       copy_rows<4 * KD>(s.Qs(st), Sm::ldq, L, p.qg + row0 * KD, p.HV * KD);
@@ -119,7 +102,7 @@ __device__ void issue_group_a(const StateParams& sp, const ChunkInfo& ck, int hv
   }
 }
 
-// Group B of chunk `ck` (index ci) into tile stage `st`: k (gdn) or kg (kda; gla unless u = 0), and
+// Group B of chunk `ck` (index ci) into tile stage `st`: k (gdn) or kg (kda), and
 // Aqk with the output.
 template <class Sm>
 __device__ void issue_group_b(const StateParams& sp, const ChunkInfo& ck, int ci, int hv, int st, const Sm& s) {
@@ -127,10 +110,9 @@ __device__ void issue_group_b(const StateParams& sp, const ChunkInfo& ck, int ci
   constexpr int KD = Sm::kKD;
   const ChunkParams& p = sp.c;
   const int64_t row0 = int64_t(ck.t0) * p.HV + hv;
-  if constexpr (Sm::kIsKDA) {
-    if (Sm::kHasDelta || sp.u_is_v)  // gla with u = 0 (the M recurrence): kg^T 0 is not formed
-      copy_rows<4 * KD>(s.Kt(st), Sm::ldk, ck.len, p.kg + row0 * KD, p.HV * KD);
-  } else
+  if constexpr (Sm::kIsKDA)
+    copy_rows<4 * KD>(s.Kt(st), Sm::ldk, ck.len, p.kg + row0 * KD, p.HV * KD);
+  else
     copy_rows<int(sizeof(Tin)) * KD>(s.Kt(st), Sm::ldk, ck.len,
                                      static_cast<const Tin*>(p.k.p) + row_off(p.k, ck.t0, hv / p.G), int(p.k.st));
   if (sp.o.p) copy_rows<4 * kChunk>(s.As(st), kLdA, kChunk, p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk, kChunk);

@@ -17,6 +17,7 @@
 #include "cuda/chunk_output.cuh"
 #include "cuda/chunk_state.cuh"
 #include "cuda/chunk_state_fold.cuh"
+#include "cuda/chunk_state_gla.cuh"
 #include "cuda/chunk_wy.cuh"
 #include "core/transition.h"
 #include "cuda/cuda_check.cuh"
@@ -156,6 +157,12 @@ void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outp
     }
     case Stage::output: {
       check_outputs(p, out);
+      if (st.c.gla) {  // gla: o from the stored states and v (chunk_state_gla.cu)
+        StateParams sp = impl_->state_params(st, p, in, out);
+        sp.h = static_cast<float*>(impl_->buf.h.data), sp.o = rows_view<OutRowsView>(out.o, "o");
+        launch_gla_output(sp, st.dtype, stream);
+        return;
+      }
       OutputParams op;
       op.c = st.c;
       op.h = static_cast<const float*>(impl_->buf.h.data), op.vnew = static_cast<const float*>(impl_->buf.vnew.data);
@@ -190,7 +197,16 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
   }
   impl_->run_front(st);
   if (keep) impl_->keep_front(p, in, true);
-  if (!st.c.gla && chunk_state_blocks(st.c, int(p.V + p.K)) <= multiprocessors(st.c)) {
+  if (st.c.gla) {  // gla's split chain twice: S_ext from 0 with v; M from I, decay only (diagonal)
+    sp.Vw = int(p.V), sp.Vu = 0, sp.u = nullptr, sp.u_is_v = true, sp.init = kInitZero;
+    sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");
+    launch_gla_state(sp, st.dtype, impl_->stream);
+    sp.Vw = int(p.K), sp.u_is_v = false, sp.init = kInitIdentity;
+    sp.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");
+    launch_gla_state(sp, st.dtype, impl_->stream);
+    return;
+  }
+  if (chunk_state_blocks(st.c, int(p.V + p.K)) <= multiprocessors(st.c)) {
     // S_ext (from zero, with u) and M (from I, u = 0) as the V + K columns of one launch that fits on
     // the multiprocessors at once: the two chains run side by side instead of one after the other.
     // 3xTF32 for both (this path serves kda and float32 inputs, whose M keeps its 3xTF32 products;
@@ -198,12 +214,12 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
     launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
     return;
   }
-  // Else (more blocks than one wave, or gla, whose M has no update product) one launch after the
-  // other: S_ext, the state reached from zero, with the forward's products; M on I with u = 0, 3xTF32.
-  sp.Vw = int(p.V), sp.Vu = 0, sp.u = st.c.u, sp.u_is_v = st.c.gla, sp.init = kInitZero;
+  // Else (more blocks than one wave) one launch after the other: S_ext, the state reached from zero,
+  // with the forward's products; M on I with u = 0, 3xTF32.
+  sp.Vw = int(p.V), sp.Vu = 0, sp.u = st.c.u, sp.init = kInitZero;
   sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");
   launch_chunk_state(sp, st.dtype, impl_->stream, false);
-  sp.Vw = int(p.K), sp.u = nullptr, sp.u_is_v = false, sp.init = kInitIdentity;
+  sp.Vw = int(p.K), sp.u = nullptr, sp.init = kInitIdentity;
   sp.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");
   launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
 }

@@ -14,6 +14,7 @@
 #include "cuda/chunk_cumsum.cuh"
 #include "cuda/chunk_kkt.cuh"
 #include "cuda/chunk_state.cuh"
+#include "cuda/chunk_state_gla.cuh"
 #include "cuda/chunk_state_fold.cuh"
 #include "cuda/chunk_wy.cuh"
 #include "cuda/cuda_check.cuh"
@@ -198,7 +199,8 @@ struct Pipeline::Impl {
         {&buf.P, {NT64, p.HV, kChunk, kChunk}, delta}, {&buf.Aqk, {NT64, p.HV, kChunk, kChunk}, true},
         {&buf.w, {TT, p.HV, p.K}, wy},      {&buf.u, {TT, p.HV, p.V}, wy},
         {&buf.kg, {TT, p.HV, p.K}, kda},    {&buf.qg, {TT, p.HV, p.K}, kda},
-        {&buf.h, {NT64, p.HV, p.K, p.V}, stages}, {&buf.vnew, {TT, p.HV, p.V}, stages}};
+        {&buf.h, {NT64, p.HV, p.K, p.V}, stages || !delta},  // gla: the output reads the stored states
+        {&buf.vnew, {TT, p.HV, p.V}, stages}};
     size_t total = 0;
     for (const Item& it : items)
       if (it.on) total += round_up(sizeof(float) * size_t(shape_numel(it.shape)));
@@ -224,9 +226,16 @@ struct Pipeline::Impl {
   // seq_count < 0: every sequence; else the sequences [seq_first, seq_first + seq_count).
   Setup setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count, bool stages);
   StateParams state_params(const Setup& st, const Problem& p, const Inputs& in, const Outputs& out) const;
-  // The forward's state stage: folded for gdn with 16-bit inputs, else from w and u.
+  // The forward's state stage: folded for gdn with 16-bit inputs; gla's split chain, then its output
+  // from the stored states (in buf.h unless the caller keeps them elsewhere); else from w and u.
   // KCP_CUDA_STATE_GROUPS=1|2 overrides the automatic choice (diagnostics, like the stage times).
   void launch_state(const StateParams& sp, int dtype) const {
+    if (sp.c.gla) {
+      StateParams g = sp;
+      if (g.o.p && !g.h) g.h = static_cast<float*>(buf.h.data);
+      launch_gla_state(g, dtype, stream);
+      return;
+    }
     static const int env_groups = [] {
       const char* e = std::getenv("KCP_CUDA_STATE_GROUPS");
       return e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;

@@ -219,6 +219,14 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* row_addr) 
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
+// The same with .trans: lane 4g+t receives elements (rows 2t, 2t+1; column g) of each matrix, the
+// lower row in the low half: for a [k][n] tile, the B fragment (b0, b1) of an m16n8k8 product in
+// the k order where position t holds row 2t and t+4 holds row 2t+1 (chunk_state_gla.cu).
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row_addr) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
 // c += a b, m16n8k16 with 16-bit operands (T = __half or __nv_bfloat16) and float32 accumulation:
 // products of 16-bit values are exact in float32, so on 16-bit inputs this equals the TF32 product.
 template <class T>
@@ -260,6 +268,59 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(src), "r"(valid ? 4 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+
+// The 16-byte segments of kRows rows x kBytes that thread threadIdx.x of kThreads takes: f(row,
+// segment) for each, in a fixed order (unrolled: the addresses are one add apart).
+template <int kRows, int kBytes, int kThreads, class F>
+__device__ __forceinline__ void for_own_segments(F&& f) {
+  constexpr int segs = kBytes / 16, n = (kRows * segs + kThreads - 1) / kThreads;
+#pragma unroll
+  for (int i = 0; i < n; ++i) {
+    const int idx = int(threadIdx.x) + i * kThreads, r = idx / segs, sg = idx % segs;
+    if (n * kThreads > kRows * segs && idx >= kRows * segs) break;
+    f(r, sg);
+  }
+}
+
+// 16-byte cp.async copies of kRows rows x kBytes by kThreads threads, row r from src + r * stride
+// (elements) to dst + r * ld; rows >= L are zero-filled. Each thread's (row, segment) pairs are
+// fixed (for_own_segments); where the segments of a row divide the threads, a thread copies one
+// segment column of rows r0, r0 + kThreads/segs, ..., so its addresses are computed once and stepped
+// by a constant (about three instructions a copy; the ninth session's chains spent a third of their
+// instructions on the general form's per-copy address arithmetic).
+template <int kRows, int kBytes, int kThreads, class T>
+__device__ __forceinline__ void copy_rows_async(T* dst, int ld, int L, const T* src, int stride) {
+  constexpr int segs = kBytes / 16, per = 16 / int(sizeof(T));
+  if constexpr (kThreads % segs == 0 && (kRows * segs) % kThreads == 0) {
+    constexpr int rpp = kThreads / segs;  // rows per pass
+    const int r0 = int(threadIdx.x) / segs, sg = int(threadIdx.x) % segs;
+    const T* s0 = src + sg * per;  // row 0: the address of a zero-filled copy (never read)
+    const T* s = s0 + r0 * stride;
+    dst += r0 * ld + sg * per;
+#pragma unroll
+    for (int i = 0; i < kRows / rpp; ++i) {
+      const bool valid = r0 + i * rpp < L;
+      cp_async16(dst + i * rpp * ld, valid ? s : s0, valid);
+      s += rpp * stride;
+    }
+  } else {
+    for_own_segments<kRows, kBytes, kThreads>([&](int r, int sg) {
+      const bool valid = r < L;
+      cp_async16(dst + r * ld + sg * per, src + (valid ? r * stride : 0) + sg * per, valid);
+    });
+  }
+}
+
+// After this thread's cp.async wait: the float segments it copied with copy_rows_async (same kRows,
+// kBytes, kThreads) rounded to TF32 in place, so every fragment load of them needs no conversion.
+template <int kRows, int kBytes, int kThreads>
+__device__ __forceinline__ void round_own_rows_tf32(float* dst, int ld) {
+  for_own_segments<kRows, kBytes, kThreads>([&](int r, int sg) {
+    float4* x = reinterpret_cast<float4*>(dst + r * ld + 4 * sg);
+    const float4 v = *x;
+    *x = make_float4(tf32_round(v.x), tf32_round(v.y), tf32_round(v.z), tf32_round(v.w));
+  });
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
 

@@ -1,0 +1,341 @@
+// Stages "state recurrence" and "output" of gla (ALGORITHMS.md 3: GLA's chunked form). Without the
+// delta rule every key row i of the state evolves on its own,
+//   S[i, :] <- 2^(b_end[i]) S[i, :] + sum_{r < L} kg[r, i] v[r, :]      (kg = k 2^(b_end - b), kkt stage)
+// so the recurrence splits over key rows as well as state columns, and the output, which sums over
+// all key rows, runs afterwards from the stored states, in parallel over the chunks:
+//   chain:  one block of 2 warps per (sequence n and value head hv, 32 key rows [i0, i0+32), 32 state
+//           columns [j0, j0+32)), S [32, 32] in the warps' accumulators (warp w: rows 16w..16w+15):
+//           per chunk c, h[c] = S (the state entering c; [NT,HV,K,Vw] float32), S *= 2^(b_end) per
+//           row, S += kg_c^T v_c on tensor cores. No tile depends on the chain, so the kg, v and b_end
+//           tiles of the next kStages - 1 chunks are in flight (cp.async) while a chunk is reduced.
+//           final_state after the last chunk. The CP transition runs the chain alone: S_ext from 0
+//           with v (u_is_v), M from I without v (decay only: M stays diagonal).
+//   output: one block of 8 warps per (chunk c, value head hv, BVo = 64 or 32 columns):
+//           o_r = scale qg_r h[c] + sum_{s <= r} Aqk[r, s] v_s   (rows r < L; Aqk carries scale and
+//           the decay, qg = q 2^b, both from the kkt stage).
+// Before (chunk_state.cu's gla instantiation, one block per 16 state columns of a head walking the
+// chain with the whole K and the output inside each step) a chain step cost ~3 us at H = 16; the
+// split chain has 8x the blocks and a step of 32 small products.
+// Products: TF32 with 16-bit inputs (kg and qg arrive TF32-rounded, v is exact, h is rounded as the
+// fused kernel rounded S), 3xTF32 with float32 inputs, as in chunk_state.cu.
+// Covered by tests/cuda/test_cuda_stages.cpp (state h / ht and output o for gla against the CPU twin),
+// test_cuda_forward.cpp, test_cuda_transition.cpp, test_cuda_keep.cpp, test_cuda_segmented.cpp.
+#include "cuda/chunk_state_gla.cuh"
+
+#include "cuda/cuda_check.cuh"
+#include "cuda/dispatch.cuh"
+#include "cuda/key_dims.h"
+#include "cuda/tile_mma.cuh"
+
+namespace kcp::cuda {
+namespace {
+
+constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
+
+// ---- the chain -------------------------------------------------------------------------------
+
+constexpr int kBK = 32, kBV = 32;  // key rows and state columns of one chain block
+constexpr int kChainThreads = 32 * (kBK / 16);
+constexpr int kStages = 4;         // chunks of tiles in flight
+constexpr int kLdK = 36;           // kg tile [64][32 + 4]: the 8-byte A loads at rows k0 + 2t hit 32 banks
+
+// A warp's 16 keys in pairs: fragment row g is key m0 + 2g and row g + 8 is key m0 + 2g + 1, so the
+// two A elements of a k position are adjacent in the kg tile (one 8-byte load); k positions t and
+// t + 4 are tokens k0 + 2t and k0 + 2t + 1, the order in which ldmatrix.trans gives 16-bit v's B
+// fragments. Accumulator element e of n-tile nt: key m0 + 2g + e/2, column 8 nt + 2t + e%2.
+__device__ __forceinline__ int pair_key(int m0) { return m0 + 2 * lane_g(); }
+
+template <class Tin>
+struct ChainSmem {
+  // v tile [64][32 + pad]: 16-bit rows 16-byte aligned (ldmatrix) and conflict-free; float rows
+  // conflict-free for the scalar loads at rows k0 + 2t.
+  static constexpr int ldv = sizeof(Tin) == 2 ? kBV + 8 : kBV + 4;
+  static constexpr size_t bytes_kg = align16(4 * kChunk * kLdK), bytes_v = align16(sizeof(Tin) * kChunk * ldv),
+                          bytes_g = align16(4 * kBK);
+  static constexpr size_t bytes_stage = bytes_kg + bytes_v + bytes_g, bytes = kStages * bytes_stage;
+  char* base;
+  __device__ explicit ChainSmem(char* b) : base(b) {}
+  __device__ float* kg(int st) const { return reinterpret_cast<float*>(base + st * bytes_stage); }
+  __device__ Tin* v(int st) const { return reinterpret_cast<Tin*>(base + st * bytes_stage + bytes_kg); }
+  __device__ float* bend(int st) const { return reinterpret_cast<float*>(base + st * bytes_stage + bytes_kg + bytes_v); }
+};
+
+// Chunk i of a sequence: the chunks are consecutive 64-token runs from t_first, the last ending at
+// t_end (so the chain reads no chunk table entry per step).
+struct ChunkSpan {
+  int t0, L;
+};
+__device__ __forceinline__ ChunkSpan chunk_span(int t_first, int t_end, int i) {
+  const int t0 = t_first + kChunk * i;
+  return {t0, min(kChunk, t_end - t0)};
+}
+
+// The tiles of one chunk into stage st: kg rows x keys [i0, i0+32) and v rows x columns [j0, j0+32)
+// (rows >= L zero-filled; neither when u = 0), and b_end of the 32 keys (the gate cumsum of row L-1).
+template <class Tin>
+__device__ void issue_chain_tiles(const StateParams& sp, ChunkSpan ck, int hv, int i0, int j0, int st,
+                                  const ChainSmem<Tin>& s) {
+  const ChunkParams& p = sp.c;
+  if (sp.u_is_v) {
+    copy_rows_async<kChunk, 4 * kBK, kChainThreads>(s.kg(st), kLdK, ck.L, p.kg + (int64_t(ck.t0) * p.HV + hv) * p.K + i0,
+                                                    p.HV * p.K);
+    copy_rows_async<kChunk, int(sizeof(Tin)) * kBV, kChainThreads>(
+        s.v(st), ChainSmem<Tin>::ldv, ck.L, static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + j0, int(p.v.st));
+  }
+  const float* last = p.gcum + (int64_t(ck.t0 + ck.L - 1) * p.HV + hv) * p.K + i0;
+  if (threadIdx.x < kBK / 4) cp_async16(s.bend(st) + 4 * threadIdx.x, last + 4 * threadIdx.x, true);
+}
+
+__device__ __forceinline__ float initial_element(const StateParams& sp, int n, int hv, int row, int col) {
+  if (sp.init == kInitGiven) {
+    const StateView& h0 = sp.h0;
+    return load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + row * h0.si + col * h0.sj);
+  }
+  return sp.init == kInitIdentity && row == col ? 1.0f : 0.0f;
+}
+
+// S += kg^T v over the chunk's 64 tokens (rows >= L are zero): A pairs by 8-byte loads, B by one
+// ldmatrix.trans per k step (16-bit v, exact in TF32) or scalar loads (float32 v, split products).
+template <class Tin, bool kSplit>
+__device__ void chain_products(const ChainSmem<Tin>& s, int st, int m0, float (&S)[kBV / 8][4]) {
+  constexpr int ldv = ChainSmem<Tin>::ldv;
+  const float* kt = s.kg(st) + pair_key(m0);
+  const Tin* vt = s.v(st);
+  const int t = lane_t(), g = lane_g(), l = int(threadIdx.x & 31);
+#pragma unroll
+  for (int k0 = 0; k0 < kChunk; k0 += 8) {
+    const float2 x0 = *reinterpret_cast<const float2*>(kt + (k0 + 2 * t) * kLdK);
+    const float2 x1 = *reinterpret_cast<const float2*>(kt + (k0 + 2 * t + 1) * kLdK);
+    FragA<kSplit> fa;  // kg arrives TF32-rounded (or is split)
+    fa.set_exact(0, x0.x), fa.set_exact(1, x0.y), fa.set_exact(2, x1.x), fa.set_exact(3, x1.y);
+    if constexpr (sizeof(Tin) == 2) {
+      uint32_t r[4];  // matrix j: rows k0..k0+7, columns 8j..8j+7
+      ldsm_x4_trans(r, vt + (k0 + (l & 7)) * ldv + 8 * (l >> 3));
+#pragma unroll
+      for (int nt = 0; nt < kBV / 8; ++nt) {
+        FragB<kSplit> fb;
+        fb.hi[0] = widen_lo<Tin>(r[nt]), fb.hi[1] = widen_hi<Tin>(r[nt]);
+        mma(S[nt], fa, fb);
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kBV / 8; ++nt) {
+        FragB<kSplit> fb;
+        fb.set(0, to_float(vt[(k0 + 2 * t) * ldv + 8 * nt + g])), fb.set(1, to_float(vt[(k0 + 2 * t + 1) * ldv + 8 * nt + g]));
+        mma(S[nt], fa, fb);
+      }
+    }
+  }
+}
+
+// One chunk of the chain from stage st: h[c] = S, then S = Gamma_end S (+ kg^T v).
+template <class Tin, bool kSplit>
+__device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int st, int c, int hv, int i0, int j0,
+                           float (&S)[kBV / 8][4]) {
+  const ChunkParams& p = sp.c;
+  const int m0 = 16 * int(threadIdx.x >> 5), key = pair_key(m0);  // this thread's keys: key, key + 1
+  if (sp.h) {
+    float* h = sp.h + ((int64_t(c) * p.HV + hv) * p.K + i0 + key) * sp.Vw + j0 + 2 * lane_t();
+#pragma unroll
+    for (int nt = 0; nt < kBV / 8; ++nt) {
+      *reinterpret_cast<float2*>(h + 8 * nt) = make_float2(S[nt][0], S[nt][1]);
+      *reinterpret_cast<float2*>(h + sp.Vw + 8 * nt) = make_float2(S[nt][2], S[nt][3]);
+    }
+  }
+  const float2 b = *reinterpret_cast<const float2*>(s.bend(st) + key);
+  const float f0 = exp2f(b.x), f1 = exp2f(b.y);
+#pragma unroll
+  for (int nt = 0; nt < kBV / 8; ++nt) S[nt][0] *= f0, S[nt][1] *= f0, S[nt][2] *= f1, S[nt][3] *= f1;
+  if (sp.u_is_v) chain_products<Tin, kSplit>(s, st, m0, S);
+}
+
+template <class Tin, bool kSplit>
+__global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StateParams sp) {
+  extern __shared__ float4 smem_f4[];
+  const ChainSmem<Tin> s(reinterpret_cast<char*>(smem_f4));
+  const ChunkParams& p = sp.c;
+  const int n = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, i0 = kBK * blockIdx.y, j0 = kBV * blockIdx.z;
+  const int c_begin = p.seq_chunk0[n], count = p.seq_chunk0[n + 1] - c_begin;
+  const int key = pair_key(16 * int(threadIdx.x >> 5)), col = 2 * lane_t();
+  float S[kBV / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < kBV / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) S[nt][e] = initial_element(sp, n, hv, i0 + key + e / 2, j0 + 8 * nt + col + e % 2);
+  int t_first = 0, t_end = 0;
+  if (count > 0) {
+    const ChunkInfo a = p.chunks[c_begin], b = p.chunks[c_begin + count - 1];
+    t_first = a.t0, t_end = b.t0 + b.len;
+  }
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < count) issue_chain_tiles(sp, chunk_span(t_first, t_end, i), hv, i0, j0, i, s);
+    cp_async_commit();
+  }
+  for (int i = 0; i < count; ++i) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // chunk i's tiles are visible, and every warp is done with chunk i - 1's stage
+    const int ahead = i + kStages - 1;
+    if (ahead < count) issue_chain_tiles(sp, chunk_span(t_first, t_end, ahead), hv, i0, j0, ahead % kStages, s);
+    cp_async_commit();
+    chain_step<Tin, kSplit>(sp, s, i % kStages, c_begin + i, hv, i0, j0, S);
+  }
+  const StateView& f = sp.final_state;
+  if (f.p)
+#pragma unroll
+    for (int nt = 0; nt < kBV / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        store_any(f.p, f.dt, n * f.sn + hv * f.shv + (i0 + key + e / 2) * f.si + (j0 + 8 * nt + col + e % 2) * f.sj, S[nt][e]);
+}
+
+// ---- the output ------------------------------------------------------------------------------
+
+constexpr int kOutThreads = 256;
+
+template <class Tin, int KD, int BVo>
+struct OutSmem {
+  // qg (row-major A by ldmatrix: ld = 4 mod 32), h[c] (k-major B: ld = 8 mod 32), Aqk (A pairs at
+  // columns k0 + 2t by 8-byte loads: ld = 8 mod 32), v (16-bit: rows 16-byte aligned for
+  // ldmatrix.trans, conflict-free; float: scalar loads at rows k0 + 2t)
+  static constexpr int ldq = KD + 4, ldh = BVo + 8, lda = kChunk + 8, ldv = sizeof(Tin) == 2 ? BVo + 8 : BVo + 4;
+  static constexpr size_t bytes_q = align16(4 * kChunk * ldq), bytes_h = align16(4 * KD * ldh),
+                          bytes_a = align16(4 * kChunk * lda), bytes_v = align16(sizeof(Tin) * kChunk * ldv);
+  static constexpr size_t bytes = bytes_q + bytes_h + bytes_a + bytes_v;
+  float *Qs, *Hs, *As;
+  Tin* Vs;
+  __device__ explicit OutSmem(char* b) {
+    Qs = reinterpret_cast<float*>(b), Hs = reinterpret_cast<float*>(b + bytes_q);
+    As = reinterpret_cast<float*>(b + bytes_q + bytes_h), Vs = reinterpret_cast<Tin*>(b + bytes_q + bytes_h + bytes_a);
+  }
+};
+
+// Two cp.async groups: {qg, h[c]} for the first product, {Aqk, v} for the second.
+template <class Tin, int KD, int BVo>
+__device__ void issue_output_tiles(const StateParams& sp, const ChunkInfo& ck, int ci, int hv, int j0,
+                                   const OutSmem<Tin, KD, BVo>& s) {
+  using Sm = OutSmem<Tin, KD, BVo>;
+  const ChunkParams& p = sp.c;
+  copy_rows_async<kChunk, 4 * KD, kOutThreads>(s.Qs, Sm::ldq, ck.len, p.qg + (int64_t(ck.t0) * p.HV + hv) * KD, p.HV * KD);
+  copy_rows_async<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh, KD, sp.h + (int64_t(ci) * p.HV + hv) * KD * p.V + j0, p.V);
+  cp_async_commit();
+  copy_rows_async<kChunk, 4 * kChunk, kOutThreads>(s.As, Sm::lda, kChunk, p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk,
+                                                   kChunk);
+  copy_rows_async<kChunk, int(sizeof(Tin)) * BVo, kOutThreads>(
+      s.Vs, Sm::ldv, ck.len, static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + j0, int(p.v.st));
+  cp_async_commit();
+}
+
+// o += Aqk v for this warp's rows [mw, mw+16) and NTW n-tiles from column c0, in the k order of
+// chain_products (A pairs at columns k0 + 2t, k0 + 2t + 1; B by ldmatrix.trans for 16-bit v).
+template <bool S, class Tin, class Sm, int NTW>
+__device__ void intra_products(const Sm& s, int L, int mw, int c0, float (&ao)[NTW][4]) {
+  const int t = lane_t(), g = lane_g(), l = int(threadIdx.x & 31);
+  for (int k0 = 0; k0 < L; k0 += 8) {  // Aqk's columns >= L and v's rows >= L are zero
+    const float2 x0 = *reinterpret_cast<const float2*>(s.As + (mw + g) * Sm::lda + k0 + 2 * t);
+    const float2 x1 = *reinterpret_cast<const float2*>(s.As + (mw + g + 8) * Sm::lda + k0 + 2 * t);
+    FragA<S> fa;  // Aqk arrives TF32-rounded (or is split)
+    fa.set_exact(0, x0.x), fa.set_exact(1, x1.x), fa.set_exact(2, x0.y), fa.set_exact(3, x1.y);
+    if constexpr (sizeof(Tin) == 2) {
+      uint32_t r[4];  // matrix j: rows k0..k0+7, columns c0 + 8 (j % NTW)
+      ldsm_x4_trans(r, s.Vs + (k0 + (l & 7)) * Sm::ldv + c0 + 8 * ((l >> 3) % NTW));
+#pragma unroll
+      for (int nt = 0; nt < NTW; ++nt) {
+        FragB<S> fb;
+        fb.hi[0] = widen_lo<Tin>(r[nt]), fb.hi[1] = widen_hi<Tin>(r[nt]);
+        mma(ao[nt], fa, fb);
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < NTW; ++nt) {
+        FragB<S> fb;
+        fb.set(0, to_float(s.Vs[(k0 + 2 * t) * Sm::ldv + c0 + 8 * nt + g]));
+        fb.set(1, to_float(s.Vs[(k0 + 2 * t + 1) * Sm::ldv + c0 + 8 * nt + g]));
+        mma(ao[nt], fa, fb);
+      }
+    }
+  }
+}
+
+// Warp w: rows 16 (w % 4), columns [c0, c0 + BVo/2) with c0 = (w / 4) BVo/2.
+template <class Tin, int KD, int BVo>
+__global__ void __launch_bounds__(kOutThreads) gla_output_kernel(const StateParams sp) {
+  using Sm = OutSmem<Tin, KD, BVo>;
+  constexpr bool S = kSplitProducts<Tin>;
+  constexpr int NTW = BVo / 16;  // 8-column n-tiles per warp
+  extern __shared__ float4 smem_f4[];
+  const Sm s(reinterpret_cast<char*>(smem_f4));
+  const ChunkParams& p = sp.c;
+  const int nvt = p.V / BVo, ci = blockIdx.x / nvt, j0 = (blockIdx.x % nvt) * BVo, hv = blockIdx.y;
+  const ChunkInfo ck = p.chunks[ci];
+  issue_output_tiles<Tin, KD, BVo>(sp, ck, ci, hv, j0, s);
+  const int w = int(threadIdx.x >> 5), mw = 16 * (w % 4), c0 = (w / 4) * (BVo / 2);
+  float ao[NTW][4] = {};
+  cp_async_wait<1>();
+  if constexpr (!S) round_own_rows_tf32<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh);  // each h element once, not per warp
+  __syncthreads();
+#pragma unroll 4
+  for (int k0 = 0; k0 < KD; k0 += 8) {
+    const FragA<S> fa = ldm_a_row<S>(s.Qs, Sm::ldq, mw, k0, true);  // qg arrives TF32-rounded (or is split)
+#pragma unroll
+    for (int nt = 0; nt < NTW; ++nt)
+      mma(ao[nt], fa, load_b<S, true>([&](int k, int n) { return s.Hs[k * Sm::ldh + n]; }, k0, c0 + 8 * nt));
+  }
+#pragma unroll
+  for (int nt = 0; nt < NTW; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) ao[nt][e] *= p.scale;
+  cp_async_wait<0>();
+  __syncthreads();
+  intra_products<S, Tin, Sm, NTW>(s, ck.len, mw, c0, ao);
+  auto store = [&](auto tag) {  // the dtype switch once, outside the element loop
+    using To = typename decltype(tag)::type;
+    To* o = static_cast<To*>(sp.o.p) + int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + j0 + c0;
+#pragma unroll
+    for (int nt = 0; nt < NTW; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = acc_row(mw, e);
+        if (r < ck.len) o[int64_t(r) * sp.o.st + acc_col(8 * nt, e)] = from_float<To>(ao[nt][e]);
+      }
+  };
+  with_element_type(sp.o.dt, store);
+}
+
+}  // namespace
+
+void launch_gla_output(const StateParams& sp, int input_dtype, cudaStream_t stream) {
+  const ChunkParams& p = sp.c;
+  KCP_CHECK(p.gla && sp.h && sp.o.p && p.V % kValueTile == 0, "gla output: needs the stored states h and o, V a multiple of ",
+            kValueTile);
+  if (p.NT == 0 || p.HV == 0) return;
+  dispatch_input_type(input_dtype, [&](auto tag) {
+    using Tin = typename decltype(tag)::type;
+    dispatch_key_dim(p.K, [&](auto kd) {
+      constexpr int KD = decltype(kd)::value;
+      auto run = [&](auto bvo) {
+        constexpr int BVo = decltype(bvo)::value;
+        launch_kernel(gla_output_kernel<Tin, KD, BVo>, dim3(p.NT * (p.V / BVo), p.HV), kOutThreads, OutSmem<Tin, KD, BVo>::bytes,
+                      stream, sp);
+      };
+      if (p.V % 64 == 0) run(std::integral_constant<int, 64>{});
+      else run(std::integral_constant<int, 32>{});
+    });
+  });
+}
+
+void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t stream) {
+  const ChunkParams& p = sp.c;
+  KCP_CHECK(p.gla && sp.init != kInitTransition && sp.Vw % kBV == 0 && p.K % kBK == 0,
+            "gla state: expected gla, K and the state columns multiples of 32, and no joint transition launch");
+  KCP_CHECK(!sp.o.p || (sp.h && sp.u_is_v && sp.Vw == p.V), "gla state: the output reads the forward's stored states");
+  if (p.N * p.HV > 0)
+    dispatch_input_type(input_dtype, [&](auto tag) {
+      using Tin = typename decltype(tag)::type;
+      launch_kernel(gla_chain_kernel<Tin, kSplitProducts<Tin>>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV), kChainThreads,
+                    ChainSmem<Tin>::bytes, stream, sp);
+    });
+  if (sp.o.p) launch_gla_output(sp, input_dtype, stream);
+}
+
+}  // namespace kcp::cuda
