@@ -13,9 +13,9 @@
 //   output: one block of 8 warps per (chunk c, value head hv, BVo = 64 or 32 columns):
 //           o_r = scale qg_r h[c] + sum_{s <= r} Aqk[r, s] v_s   (rows r < L; Aqk carries scale and
 //           the decay, qg = q 2^b, both from the kkt stage).
-// Before (chunk_state.cu's gla instantiation, one block per 16 state columns of a head walking the
-// chain with the whole K and the output inside each step) a chain step cost ~3 us at H = 16; the
-// split chain has 8x the blocks and a step of 32 small products.
+// Before (chunk_state.cu's gla instantiation: one block per 16 state columns of a head, walking the
+// chain with all K rows and the output inside each step) the stage took 1.66 ms at T = 32768, H = 16
+// on an H200; chain and output 0.90 ms (docs/BENCHMARKS.md, eleventh session).
 // Products: TF32 with 16-bit inputs (kg and qg arrive TF32-rounded, v is exact, h is rounded as the
 // fused kernel rounded S), 3xTF32 with float32 inputs, as in chunk_state.cu.
 // Covered by tests/cuda/test_cuda_stages.cpp (state h / ht and output o for gla against the CPU twin),
