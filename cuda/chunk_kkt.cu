@@ -40,7 +40,10 @@ struct KktSmem {
   static constexpr int ldk = ld_row<Tin>(KD), ldg = kKDA ? KD + 4 : 1;
   // k and q tiles are dead once the products are done; P and the solve's scratch reuse that space.
   static constexpr size_t bytes_kq = std::max(align16(2 * sizeof(Tin) * kChunk * ldk), align16(4 * (kChunk + 16) * kLdL));
-  static constexpr size_t bytes = bytes_kq + align16(4 * kChunk * ldg) + 4 * 3 * kChunk + 4 * kChunk * kLdL;
+  // Lmat last: gla (no delta rule) never touches it and launches without it (3 blocks per
+  // multiprocessor instead of 2 at K = 128 with 16-bit inputs).
+  static constexpr size_t bytes_lmat = 4 * kChunk * kLdL;
+  static constexpr size_t bytes = bytes_kq + align16(4 * kChunk * ldg) + 4 * 3 * kChunk + bytes_lmat;
   Tin *ks, *qs;
   float *gs, *bet, *rk, *rq, *Ls, *Ps, *Xs;
   __device__ explicit KktSmem(char* b) {
@@ -293,7 +296,8 @@ __global__ void __launch_bounds__(kThreads) chunk_kkt_kernel(const ChunkParams p
 
 template <class Tin, int KD, bool kKDA, bool kDelta = true>
 void launch(const ChunkParams& p, cudaStream_t stream) {
-  const size_t smem = KktSmem<Tin, KD, kKDA>::bytes;
+  using Sm = KktSmem<Tin, KD, kKDA>;
+  const size_t smem = kDelta ? Sm::bytes : Sm::bytes - Sm::bytes_lmat;
   launch_kernel(chunk_kkt_kernel<Tin, KD, kKDA, kDelta>, dim3(p.NT, p.HV), kThreads, smem, stream, p);
 }
 
