@@ -181,12 +181,13 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
     chain_step<Tin, kSplit>(sp, s, i % kStages, c_begin + i, hv, i0, j0, S);
   }
   const StateView& f = sp.final_state;
-  if (f.p)
+  if (f.p) {
 #pragma unroll
     for (int nt = 0; nt < kBV / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         store_any(f.p, f.dt, n * f.sn + hv * f.shv + (i0 + key + e / 2) * f.si + (j0 + 8 * nt + col + e % 2) * f.sj, S[nt][e]);
+  }
 }
 
 // ---- the output ------------------------------------------------------------------------------
