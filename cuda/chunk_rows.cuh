@@ -28,8 +28,9 @@ __device__ __forceinline__ void load_chunk_row_scalars(const ChunkParams& p, con
   }
 }
 
-// One element (row r's offset `out` in [TT,HV,K], channel gate b, the chunk's last gate b_end) of
-// kg = k rk 2^(b_end - b) and qg = q rq 2^b, TF32-rounded unless products are split (S).
+// One element (channel gate b, the chunk's last gate b_end) of kg = k rk 2^(b_end - b) and
+// qg = q rq 2^b, TF32-rounded unless products are split (S); store_gated_kq writes them at row r's
+// offset `out` in [TT,HV,K].
 template <bool S>
 __device__ __forceinline__ float2 gated_kq(float k, float q, float rk, float rq, float b, float b_end) {
   return make_float2(operand_store<S>(k * rk * exp2f(b_end - b)), operand_store<S>(q * rq * exp2f(b)));
