@@ -33,7 +33,6 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kLdL = 68;                  // 64x64 float tiles (row-major A pattern)
 
-constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 
 template <class Tin, int KD, bool kKDA>
 struct KktSmem {

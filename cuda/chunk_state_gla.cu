@@ -30,7 +30,6 @@
 namespace kcp::cuda {
 namespace {
 
-constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 
 // ---- the chain -------------------------------------------------------------------------------
 

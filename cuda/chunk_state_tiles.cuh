@@ -22,7 +22,6 @@ namespace kcp::cuda::state {
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps, kLdA = 68, kLdV = kChunk + 4;
 
-constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 
 // kPermQ: gdn with 16-bit q and unsplit products, whose q fragments come by ldmatrix in a permuted k
 // order (tile_mma.cuh ldm_a_row16_perm); S^T is then also kept with its rows permuted (Stp).

@@ -22,7 +22,6 @@ namespace {
 
 constexpr int kThreads = 128, kLdP = 68, kSlab = 64, kLdF = kSlab + 8;
 
-constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
 
 template <class Tin, bool kKDA>
 struct WySmem {

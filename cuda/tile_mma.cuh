@@ -18,6 +18,9 @@
 
 namespace kcp::cuda {
 
+// Byte sizes of shared-memory regions, rounded up so the next region starts 16-byte aligned.
+constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
+
 // Products split into 3xTF32 exactly when the inputs are float32 (16-bit inputs are exact in TF32).
 template <class Tin> constexpr bool kSplitProducts = sizeof(Tin) == 4;
 
