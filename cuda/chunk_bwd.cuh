@@ -79,9 +79,20 @@ inline bool bwd_split_products(const BwdParams& bp) {
          bp.init == kInitTransition;
 }
 
+// dh at the start (dhu and gla's scan) (the last chunk's end): d_final_state or 0; with kInitTransition the identity in
+// M^T's columns (from V, after dS_ext's).
+__device__ __forceinline__ float dhu_init(const BwdParams& bp, int n, int hv, int i, int col) {
+  if (bp.init == kInitTransition) return i == col - bp.c.V ? 1.0f : 0.0f;
+  if (bp.dht.p) return load_any(bp.dht.p, bp.dht.dt, n * bp.dht.sn + hv * bp.dht.shv + i * bp.dht.si + col * bp.dht.sj);
+  return 0.0f;
+}
+
 // dhu: the chunk-local terms (grid (NT, HV)), then the serial recurrence (grid (N, HV, Vw/BV), BV = 16 or 32).
 void launch_bwd_dhu_local(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream);
+// gla's part 2 (chunk_bwd_dh_gla.cu; launch_bwd_dhu_serial sends gla there): the elementwise scan of
+// dh, then dvnew += kg dh[c] in parallel over the chunks.
+void launch_bwd_dhu_gla(const BwdParams& bp, cudaStream_t stream);
 // chunk: kernels hv (NT, HV, 2) -> wy (NT, HV) -> intra (NT, HV, K/32) -> partial sums.
 void launch_bwd_chunk(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream);

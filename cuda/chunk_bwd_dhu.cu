@@ -14,7 +14,7 @@
 // only ever a product operand, is stored rounded, and w arrives rounded (chunk_wy.cu stores it so
 // when the inputs are 16-bit, which unsplit products imply): their fragments load unconverted). BV = 32 where the grid still has
 // about a block per multiprocessor (the joint transition: V + K columns), else 16.
-// gla (ChunkParams::gla): w = 0, so w is neither fetched nor multiplied.
+// gla (ChunkParams::gla) runs chunk_bwd_dh_gla.cu instead (w = 0: no product inside the chain).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, end to end, and the
 // transitions).
 #include "cuda/chunk_bwd.cuh"
@@ -178,14 +178,6 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
   }
 }
 
-// dh at the start (the last chunk's end): d_final_state or 0; with kInitTransition the identity in
-// M^T's columns (from V, after dS_ext's).
-__device__ __forceinline__ float dhu_init(const BwdParams& bp, int n, int hv, int i, int col) {
-  if (bp.init == kInitTransition) return i == col - bp.c.V ? 1.0f : 0.0f;
-  if (bp.dht.p) return load_any(bp.dht.p, bp.dht.dt, n * bp.dht.sn + hv * bp.dht.shv + i * bp.dht.si + col * bp.dht.sj);
-  return 0.0f;
-}
-
 template <int KD, int BV, bool kKDA, bool kSplit>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_constant__ BwdParams bp) {
   constexpr int ld = kLdB<BV>;
@@ -248,6 +240,7 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream) {
   KCP_CHECK(!bp.d_o.p || (bp.dh && bp.dvnew && (bp.Vw == p.V || joint)),
             "cuda-chunkwise backward: dhu with do needs the dh and dvnew buffers");
   KCP_CHECK(!bp.keep || bp.Vw == p.V || !(bp.dh || bp.dvnew), "cuda-chunkwise backward: dh[c], dvnew kept only for V columns");
+  if (p.gla) return launch_bwd_dhu_gla(bp, stream);  // w = 0: an elementwise scan (chunk_bwd_dh_gla.cu)
   // 32 columns per block when that still gives about a block per multiprocessor (the chain steps of
   // two 16-column blocks then share one block's loads and barriers), else 16.
   const bool wide = bp.Vw % 32 == 0 && int64_t(bp.Vw / 32) * p.N * p.HV >= multiprocessors(p) * 3 / 4;

@@ -274,13 +274,7 @@ __global__ void __launch_bounds__(kOutThreads) gla_output_kernel(const StatePara
   cp_async_wait<1>();
   if constexpr (!S) round_own_rows_tf32<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh);  // each h element once, not per warp
   __syncthreads();
-#pragma unroll 4
-  for (int k0 = 0; k0 < KD; k0 += 8) {
-    const FragA<S> fa = ldm_a_row<S>(s.Qs, Sm::ldq, mw, k0, true);  // qg arrives TF32-rounded (or is split)
-#pragma unroll
-    for (int nt = 0; nt < NTW; ++nt)
-      mma(ao[nt], fa, load_b<S, true>([&](int k, int n) { return s.Hs[k * Sm::ldh + n]; }, k0, c0 + 8 * nt));
-  }
+  rows_times_tile<S, true, KD>(s.Qs, Sm::ldq, s.Hs, Sm::ldh, mw, c0, ao);  // qg arrives TF32-rounded (or is split)
 #pragma unroll
   for (int nt = 0; nt < NTW; ++nt)
 #pragma unroll

@@ -215,6 +215,21 @@ __device__ __forceinline__ FragA<false> ldm_a_row16_perm(const T* s, int ld, int
   return frag_a_from_x2<T>(r);
 }
 
+// acc += X Y for one warp's rows [mw, mw + 16) and NTW 8-column n-tiles from column c0: X [16+][KD]
+// row-major floats (ld = 4 mod 32, by ldmatrix; kExact: already TF32, or split), Y [KD][ldy] k-major
+// floats already TF32 (round_own_rows_tf32) unless split. gla's output and dvnew passes.
+template <bool S, bool kExact, int KD, int NTW>
+__device__ __forceinline__ void rows_times_tile(const float* X, int ldx, const float* Y, int ldy, int mw, int c0,
+                                                float (&acc)[NTW][4]) {
+#pragma unroll 4
+  for (int k0 = 0; k0 < KD; k0 += 8) {
+    const FragA<S> fa = ldm_a_row<S>(X, ldx, mw, k0, kExact);
+#pragma unroll
+    for (int nt = 0; nt < NTW; ++nt)
+      mma(acc[nt], fa, load_b<S, true>([&](int k, int n) { return Y[k * ldy + n]; }, k0, c0 + 8 * nt));
+  }
+}
+
 // Raw 16-bit ldmatrix, four 8x8 matrices: lane l gives the address of row l%8 of matrix l/8 (16-byte
 // aligned); lane 4g+t receives elements (row g; columns 2t, 2t+1) of each, lower address low.
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* row_addr) {

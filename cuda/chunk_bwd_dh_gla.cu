@@ -1,0 +1,157 @@
+// Backward stage "dhu", part 2, for gla (chunk_bwd_dhu.cu serves the delta variants). With w = 0 the
+// state-gradient recurrence (CPU twin chunk_state_backward)
+//   dh[c] = dh;   dvnew = A_c + kg dh;   dh <- Diag(2^b_end) dh + B_c
+// has no product inside the chain: every element of dh evolves on its own (B_c = scale qg^T do and
+// A_c = Aqk^T do, kg come from chunk_bwd_dhu_local.cu, in the dh[c] slots, dvnew and dkv). So:
+//   scan:  one thread per 4 consecutive state columns of one key row of one (sequence, value head),
+//          chunks last to first: B_c read from the dh[c] slot, dh[c] = dh stored there, dh = gamma dh
+//          + B_c; the B_c and gates of the next kAhead chunks are loaded ahead of use (none depends on
+//          the chain). dh0 after the first chunk. The CP transition: dS_ext from 0 with B_c (columns
+//          < V), M^T from I without (decay only: M^T stays diagonal).
+//   dvnew: dvnew += kg dh[c] in parallel over the chunks, one block of 8 warps per (chunk, value
+//          head, 64 or 32 columns), the product of gla's output kernel (rows_times_tile).
+// Measured (H200, bf16, H = 16, K = V = 128; docs/BENCHMARKS.md, twelfth session): dhu 1.21-1.24 ->
+// 0.73 ms at T = 32768 and 0.29 -> 0.19 ms at T = 8192 against the chain it replaces (ncu at T = 8192:
+// scan 101 us, dvnew 111 us).
+// Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, end to end, the
+// transitions).
+#include "cuda/chunk_bwd.cuh"
+#include "cuda/cuda_check.cuh"
+#include "cuda/dispatch.cuh"
+#include "cuda/tile_mma.cuh"
+
+namespace kcp::cuda {
+namespace {
+
+constexpr int kScanThreads = 128;
+constexpr int kAhead = 4;  // chunks of B_c and gates loaded ahead of the chain
+
+struct ScanTerm {
+  float4 b;  // B_c (zero where there is none)
+  float g;   // b_end of the key row (log2 units)
+};
+
+__global__ void __launch_bounds__(kScanThreads) gla_dh_scan_kernel(const BwdParams bp) {
+  const ChunkParams& p = bp.c;
+  const int n = blockIdx.x / p.HV, hv = blockIdx.x % p.HV;
+  const int q = blockIdx.y * kScanThreads + int(threadIdx.x);  // 4 columns: (key i, columns j..j+3)
+  if (4 * q >= p.K * bp.Vw) return;
+  const int i = 4 * q / bp.Vw, j = 4 * q % bp.Vw;
+  const bool local = bp.d_o.p != nullptr && j < p.V;  // B_c exists (the M^T columns have none)
+  float d[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) d[e] = dhu_init(bp, n, hv, i, j + e);
+  const int c_lo = p.seq_chunk0[n], c_hi = p.seq_chunk0[n + 1] - 1;
+  int t_first = 0, t_end = 0;
+  if (c_hi >= c_lo) {
+    const ChunkInfo a = p.chunks[c_lo], b = p.chunks[c_hi];
+    t_first = a.t0, t_end = b.t0 + b.len;
+  }
+  const float* gate = p.gcum + int64_t(hv) * p.K + i;  // row tt at gate + tt * HV * K
+  auto slot = [&](int c) { return bp.dh + ((int64_t(c) * p.HV + hv) * p.K + i) * p.V + j; };
+  auto fetch = [&](int c) {
+    ScanTerm x{make_float4(0.0f, 0.0f, 0.0f, 0.0f), 0.0f};
+    if (c < c_lo) return x;
+    const int t_last = min(t_first + kChunk * (c - c_lo) + kChunk, t_end) - 1;
+    x.g = gate[int64_t(t_last) * p.HV * p.K];
+    if (local) x.b = *reinterpret_cast<const float4*>(slot(c));
+    return x;
+  };
+  ScanTerm ring[kAhead];
+#pragma unroll
+  for (int r = 0; r < kAhead; ++r) ring[r] = fetch(c_hi - r);
+  const bool keep = bp.keep && local;  // dh[c] is kept for the V columns only
+  for (int c0 = c_hi; c0 >= c_lo; c0 -= kAhead) {
+#pragma unroll
+    for (int r = 0; r < kAhead; ++r) {  // constant ring indices: the ring stays in registers
+      const int c = c0 - r;
+      if (c < c_lo) break;
+      const ScanTerm x = ring[r];
+      ring[r] = fetch(c - kAhead);
+      if (keep) *reinterpret_cast<float4*>(slot(c)) = make_float4(d[0], d[1], d[2], d[3]);  // B_c was read kAhead steps ago
+      const float f = exp2f(x.g);
+      d[0] = fmaf(f, d[0], x.b.x), d[1] = fmaf(f, d[1], x.b.y), d[2] = fmaf(f, d[2], x.b.z), d[3] = fmaf(f, d[3], x.b.w);
+    }
+  }
+  const StateView& o = bp.dh0;
+  if (o.p) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) store_any(o.p, o.dt, n * o.sn + hv * o.shv + i * o.si + (j + e) * o.sj, d[e]);
+  }
+}
+
+// ---- dvnew += kg dh[c] -------------------------------------------------------------------------
+
+constexpr int kDvThreads = 256;
+
+template <int KD, int BV>
+struct DvSmem {
+  static constexpr int ldk = KD + 4, ldh = BV + 8;  // kg: row-major A by ldmatrix (4 mod 32); dh[c]: k-major B (8 mod 32)
+  static constexpr size_t bytes = 4 * (size_t(kChunk) * ldk + size_t(KD) * ldh);
+};
+
+// Warp w: rows 16 (w % 4), columns [c0, c0 + BV/2) with c0 = (w / 4) BV/2.
+template <int KD, int BV, bool kSplit>
+__global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams bp) {
+  using Sm = DvSmem<KD, BV>;
+  constexpr int NTW = BV / 16;
+  extern __shared__ float4 smem_f4[];
+  float* Ks = reinterpret_cast<float*>(smem_f4);
+  float* Hs = Ks + kChunk * Sm::ldk;
+  const ChunkParams& p = bp.c;
+  const int nvt = p.V / BV, ci = blockIdx.x / nvt, j0 = (blockIdx.x % nvt) * BV, hv = blockIdx.y;
+  const ChunkInfo ck = p.chunks[ci];
+  copy_rows_async<kChunk, 4 * KD, kDvThreads>(Ks, Sm::ldk, ck.len, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD, p.HV * KD);
+  copy_rows_async<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh, KD, bp.dh + (int64_t(ci) * p.HV + hv) * KD * p.V + j0, p.V);
+  cp_async_commit();
+  const int w = int(threadIdx.x >> 5), mw = 16 * (w % 4), c0 = (w / 4) * (BV / 2);
+  float* dv = bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V + j0 + c0;  // row r at dv + r * HV * V
+  const int64_t ldd = int64_t(p.HV) * p.V;
+  float acc[NTW][4];  // A_c, loaded while the tiles arrive
+#pragma unroll
+  for (int nt = 0; nt < NTW; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = acc_row(mw, 2 * h);
+      const float2 x = r < ck.len ? *reinterpret_cast<const float2*>(dv + r * ldd + acc_col(8 * nt, 0)) : float2{0.0f, 0.0f};
+      acc[nt][2 * h] = x.x, acc[nt][2 * h + 1] = x.y;
+    }
+  cp_async_wait<0>();
+  if constexpr (!kSplit) round_own_rows_tf32<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh);
+  __syncthreads();
+  rows_times_tile<kSplit, false, KD>(Ks, Sm::ldk, Hs, Sm::ldh, mw, c0, acc);  // kg is not stored rounded
+#pragma unroll
+  for (int nt = 0; nt < NTW; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = acc_row(mw, 2 * h);
+      if (r < ck.len) *reinterpret_cast<float2*>(dv + r * ldd + acc_col(8 * nt, 0)) = make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]);
+    }
+}
+
+}  // namespace
+
+void launch_bwd_dhu_gla(const BwdParams& bp, cudaStream_t stream) {
+  const ChunkParams& p = bp.c;
+  KCP_CHECK(p.gla && bp.Vw % 4 == 0, "gla dhu: expected gla and state columns a multiple of 4");
+  if (p.N * p.HV > 0) {
+    const dim3 grid(p.N * p.HV, (p.K * bp.Vw / 4 + kScanThreads - 1) / kScanThreads);
+    launch_kernel(gla_dh_scan_kernel, grid, dim3(kScanThreads), 0, stream, bp);
+  }
+  if (!(bp.keep && bp.d_o.p && bp.dh && bp.dvnew) || p.NT == 0 || p.HV == 0) return;
+  dispatch_key_dim(p.K, [&](auto kd) {
+    dispatch_bool(bwd_split_products(bp), [&](auto split) {
+      constexpr int KD = decltype(kd)::value;
+      constexpr bool kS = decltype(split)::value;
+      auto run = [&](auto bv) {
+        constexpr int BV = decltype(bv)::value;
+        launch_kernel(gla_dvnew_kernel<KD, BV, kS>, dim3(p.NT * (p.V / BV), p.HV), dim3(kDvThreads), DvSmem<KD, BV>::bytes,
+                      stream, bp);
+      };
+      if (p.V % 64 == 0) run(std::integral_constant<int, 64>{});
+      else run(std::integral_constant<int, 32>{});
+    });
+  });
+}
+
+}  // namespace kcp::cuda
