@@ -24,7 +24,7 @@ namespace kcp::cuda {
 namespace {
 
 constexpr int kScanThreads = 128;
-constexpr int kAhead = 4;  // chunks of B_c and gates loaded ahead of the chain
+constexpr int kAhead = 4;  // chunks of B_c and gates loaded ahead of the chain (8 measured no faster)
 
 struct ScanTerm {
   float4 b;  // B_c (zero where there is none)

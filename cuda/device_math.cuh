@@ -43,6 +43,21 @@ __device__ __forceinline__ void with_element_type(int dt, F&& f) {
   }
 }
 
+// 2^x where the result is rounded to TF32 (10-bit mantissa) before any use: one MUFU.EX2
+// (ex2.approx.ftz: relative error about 2^-22, far below that rounding; a subnormal result, below
+// 2^-126, becomes 0) instead of exp2f's range check and rescaling multiplies. Triton's exp2, which
+// FLA's kernels use, is the same instruction. S (split products, float32 inputs): exp2f.
+template <bool S>
+__device__ __forceinline__ float exp2_operand(float x) {
+  if constexpr (S) {
+    return exp2f(x);
+  } else {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+  }
+}
+
 __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
   switch (dt) {
     case kF16: return __half2float(static_cast<const __half*>(p)[i]);
