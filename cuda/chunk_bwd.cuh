@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/chunk_params.cuh"
+#include "cuda/dispatch.cuh"
 
 namespace kcp::cuda {
 
@@ -85,6 +86,13 @@ __device__ __forceinline__ float dhu_init(const BwdParams& bp, int n, int hv, in
   if (bp.init == kInitTransition) return i == col - bp.c.V ? 1.0f : 0.0f;
   if (bp.dht.p) return load_any(bp.dht.p, bp.dht.dt, n * bp.dht.sn + hv * bp.dht.shv + i * bp.dht.si + col * bp.dht.sj);
   return 0.0f;
+}
+
+// The backward launchers' dispatch: f(kd, split) with the call's K and bwd_split_products as
+// compile-time constants (std::integral_constant<int, KD>, std::bool_constant).
+template <class F>
+void dispatch_bwd(const BwdParams& bp, F&& f) {
+  dispatch_key_dim(bp.c.K, [&](auto kd) { dispatch_bool(bwd_split_products(bp), [&](auto split) { f(kd, split); }); });
 }
 
 // dhu: the chunk-local terms (grid (NT, HV)), then the serial recurrence (grid (N, HV, Vw/BV), BV = 16 or 32).

@@ -139,18 +139,16 @@ void launch_bwd_dhu_gla(const BwdParams& bp, cudaStream_t stream) {
     launch_kernel(gla_dh_scan_kernel, grid, dim3(kScanThreads), 0, stream, bp);
   }
   if (!(bp.keep && bp.d_o.p && bp.dh && bp.dvnew) || p.NT == 0 || p.HV == 0) return;
-  dispatch_key_dim(p.K, [&](auto kd) {
-    dispatch_bool(bwd_split_products(bp), [&](auto split) {
-      constexpr int KD = decltype(kd)::value;
-      constexpr bool kS = decltype(split)::value;
-      auto run = [&](auto bv) {
-        constexpr int BV = decltype(bv)::value;
-        launch_kernel(gla_dvnew_kernel<KD, BV, kS>, dim3(p.NT * (p.V / BV), p.HV), dim3(kDvThreads), DvSmem<KD, BV>::bytes,
-                      stream, bp);
-      };
-      if (p.V % 64 == 0) run(std::integral_constant<int, 64>{});
-      else run(std::integral_constant<int, 32>{});
-    });
+  dispatch_bwd(bp, [&](auto kd, auto split) {
+    constexpr int KD = decltype(kd)::value;
+    constexpr bool kS = decltype(split)::value;
+    auto run = [&](auto bv) {
+      constexpr int BV = decltype(bv)::value;
+      launch_kernel(gla_dvnew_kernel<KD, BV, kS>, dim3(p.NT * (p.V / BV), p.HV), dim3(kDvThreads), DvSmem<KD, BV>::bytes,
+                    stream, bp);
+    };
+    if (p.V % 64 == 0) run(std::integral_constant<int, 64>{});
+    else run(std::integral_constant<int, 32>{});
   });
 }
 

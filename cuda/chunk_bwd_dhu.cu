@@ -244,20 +244,18 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream) {
   // 32 columns per block when that still gives about a block per multiprocessor (the chain steps of
   // two 16-column blocks then share one block's loads and barriers), else 16.
   const bool wide = bp.Vw % 32 == 0 && int64_t(bp.Vw / 32) * p.N * p.HV >= multiprocessors(p) * 3 / 4;
-  dispatch_key_dim(p.K, [&](auto kd) {
-    dispatch_bool(bwd_split_products(bp), [&](auto split) {
-      constexpr int KD = decltype(kd)::value;
-      constexpr bool kS = decltype(split)::value;
-      auto run = [&](auto bv) {
-        constexpr int BV = decltype(bv)::value;
-        const size_t smem = sizeof(float) * DhuSmem<KD, BV>::floats;
-        const dim3 grid(p.N, p.HV, bp.Vw / BV);
-        if (p.kda) launch_kernel(bwd_dhu_kernel<KD, BV, true, kS>, grid, dim3(kBwdThreads), smem, stream, bp);
-        else launch_kernel(bwd_dhu_kernel<KD, BV, false, kS>, grid, dim3(kBwdThreads), smem, stream, bp);
-      };
-      if (wide) run(std::integral_constant<int, 32>{});
-      else run(std::integral_constant<int, 16>{});
-    });
+  dispatch_bwd(bp, [&](auto kd, auto split) {
+    constexpr int KD = decltype(kd)::value;
+    constexpr bool kS = decltype(split)::value;
+    auto run = [&](auto bv) {
+      constexpr int BV = decltype(bv)::value;
+      const size_t smem = sizeof(float) * DhuSmem<KD, BV>::floats;
+      const dim3 grid(p.N, p.HV, bp.Vw / BV);
+      if (p.kda) launch_kernel(bwd_dhu_kernel<KD, BV, true, kS>, grid, dim3(kBwdThreads), smem, stream, bp);
+      else launch_kernel(bwd_dhu_kernel<KD, BV, false, kS>, grid, dim3(kBwdThreads), smem, stream, bp);
+    };
+    if (wide) run(std::integral_constant<int, 32>{});
+    else run(std::integral_constant<int, 16>{});
   });
 }
 

@@ -366,18 +366,16 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kerne
 
 void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
-  dispatch_key_dim(p.K, [&](auto kd) {
-    dispatch_bool(bwd_split_products(bp), [&](auto split) {
-      constexpr int KD = decltype(kd)::value;
-      constexpr bool kS = decltype(split)::value;
-      auto launch = [&](auto kernel, auto delta) {  // one block of S::kHalves halves per (chunk, value head)
-        using S = HvShape<KD, decltype(delta)::value>;
-        launch_kernel(kernel, dim3(p.NT, p.HV), dim3(S::kThreads), sizeof(float) * S::floats, stream, bp);
-      };
-      if (p.gla) launch(bwd_hv_kernel<KD, true, false, kS>, std::false_type{});
-      else if (p.kda) launch(bwd_hv_kernel<KD, true, true, kS>, std::true_type{});
-      else launch(bwd_hv_kernel<KD, false, true, kS>, std::true_type{});
-    });
+  dispatch_bwd(bp, [&](auto kd, auto split) {
+    constexpr int KD = decltype(kd)::value;
+    constexpr bool kS = decltype(split)::value;
+    auto launch = [&](auto kernel, auto delta) {  // one block of S::kHalves halves per (chunk, value head)
+      using S = HvShape<KD, decltype(delta)::value>;
+      launch_kernel(kernel, dim3(p.NT, p.HV), dim3(S::kThreads), sizeof(float) * S::floats, stream, bp);
+    };
+    if (p.gla) launch(bwd_hv_kernel<KD, true, false, kS>, std::false_type{});
+    else if (p.kda) launch(bwd_hv_kernel<KD, true, true, kS>, std::true_type{});
+    else launch(bwd_hv_kernel<KD, false, true, kS>, std::true_type{});
   });
 }
 

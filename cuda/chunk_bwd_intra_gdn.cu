@@ -190,11 +190,9 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_gdn_kernel(const __g
 void launch_bwd_intra_gdn(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   const size_t smem = sizeof(float) * IntraGdnSmem::floats;
-  dispatch_key_dim(p.K, [&](auto kd) {
-    dispatch_bool(bwd_split_products(bp), [&](auto split) {
-      constexpr int KD = decltype(kd)::value;
-      launch_kernel(bwd_intra_gdn_kernel<KD, decltype(split)::value>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
-    });
+  dispatch_bwd(bp, [&](auto kd, auto split) {
+    constexpr int KD = decltype(kd)::value;
+    launch_kernel(bwd_intra_gdn_kernel<KD, decltype(split)::value>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
   });
 }
 

@@ -222,14 +222,12 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_con
 
 void launch_bwd_wy_kernel(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
-  dispatch_key_dim(p.K, [&](auto kd) {
-    dispatch_bool(bwd_split_products(bp), [&](auto split) {
-      constexpr int KD = decltype(kd)::value;
-      constexpr bool kS = decltype(split)::value;
-      const size_t smem = sizeof(float) * WySmem::floats;
-      if (p.kda) launch_kernel(bwd_wy_kernel<KD, true, kS>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
-      else launch_kernel(bwd_wy_kernel<KD, false, kS>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
-    });
+  dispatch_bwd(bp, [&](auto kd, auto split) {
+    constexpr int KD = decltype(kd)::value;
+    constexpr bool kS = decltype(split)::value;
+    const size_t smem = sizeof(float) * WySmem::floats;
+    if (p.kda) launch_kernel(bwd_wy_kernel<KD, true, kS>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+    else launch_kernel(bwd_wy_kernel<KD, false, kS>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
   });
 }
 
