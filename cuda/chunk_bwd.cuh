@@ -80,8 +80,8 @@ inline bool bwd_split_products(const BwdParams& bp) {
          bp.init == kInitTransition;
 }
 
-// dh at the start (dhu and gla's scan) (the last chunk's end): d_final_state or 0; with kInitTransition the identity in
-// M^T's columns (from V, after dS_ext's).
+// dh where the reverse walk starts (the last chunk's end), for dhu and gla's scan: d_final_state or
+// 0; with kInitTransition the identity in M^T's columns (from V, after dS_ext's).
 __device__ __forceinline__ float dhu_init(const BwdParams& bp, int n, int hv, int i, int col) {
   if (bp.init == kInitTransition) return i == col - bp.c.V ? 1.0f : 0.0f;
   if (bp.dht.p) return load_any(bp.dht.p, bp.dht.dt, n * bp.dht.sn + hv * bp.dht.shv + i * bp.dht.si + col * bp.dht.sj);
