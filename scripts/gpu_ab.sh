@@ -23,14 +23,8 @@ export LD_LIBRARY_PATH=$PWD/.deps/hdf5/lib:${LD_LIBRARY_PATH:-}
 ROOT=$PWD; t0=$(date +%s)
 cfg() { cmake -S $1 -B $2 -G Ninja -DCMAKE_BUILD_TYPE=Release -Ddoctest_DIR=$ROOT/.deps/lib/cmake/doctest -DHDF5_ROOT=$ROOT/.deps/hdf5 -DHDF5_NO_FIND_PACKAGE_CONFIG_FILE=ON -DCMAKE_CUDA_FLAGS=; }
 mkdir -p /tmp/b && tar xzf "${BASE_TGZ:-.gpu/base.tgz}" -C /tmp/b
-export FLA_PATH=$ROOT/.fla TRITON_CACHE_DIR=/tmp/triton-cache
-fla() {  # $1: seconds, $2: log name, then bench_fla_backward.py's arguments
-  local lim=$1 log=$L/$2; shift 2
-  timeout $lim python3 scripts/bench_fla_backward.py --shapes "$FLA_SHAPES" "$@" > $log 2>&1; echo "fla $* rc=$?" >> $S
-}
-# the forward+backward warm-up compiles the forward's kernels too (a forward-only warm-up of gla ran
-# past 150 s on the H200 of 2026-11-28 and was not needed)
-[ -n "${FLA_SHAPES:-}" ] && fla 300 fla_warm.log --repeat 2 --warmup 1 &
+. scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_tables
+fla_warm_up &
 ( cfg . build-gpu > $L/cfg_new.log 2>&1 && cmake --build build-gpu -j 10 --target kcp test_cuda > $L/build_new.log 2>&1; echo "new build rc=$?" >> $S ) &
 bn=$!
 ( cfg /tmp/b/base /tmp/b/build > $L/cfg_base.log 2>&1 && cmake --build /tmp/b/build -j 6 --target kcp > $L/build_base.log 2>&1; echo "base build rc=$?" >> $S ) &
@@ -75,10 +69,7 @@ done; done
   KCP_CUDA_STAGE_TIMES=1 timeout 60 $X "${FB[@]}" --warmup 1 --repeat 1 > $L/fwds.log 2>&1
   echo "$tag $v fwd T=$T: $(grep -E "^\| $v" $L/fwd.log | head -1) | $(grep 'forward stages' $L/fwds.log | tail -1 | sed 's/.*(ms)://')" >> $S
 done; done; done
-if [ -n "${FLA_SHAPES:-}" ]; then
-  fla 150 fla_fwd.log --forward; grep -E "^\| (gdn|kda|gla) " $L/fla_fwd.log | sed 's/^/FLA fwd: /' >> $S
-  fla 200 fla_bwd.log; grep -E "^\| (gdn|kda|gla) " $L/fla_bwd.log | sed 's/^/FLA fwd+bwd: /' >> $S
-fi
+fla_tables
 P=$OUT/prof; mkdir -p $P
 prof() {  # name variant kernel-regex
   timeout 100 ncu --set full -k regex:$3 --launch-count 1 -o $P/$1 $N bench --backend cuda-chunkwise --variant $2 --H 16 --T 8192 --backward 1 --keep 1 --check 0 --warmup 0 --repeat 1 > $P/$1.run.log 2>&1

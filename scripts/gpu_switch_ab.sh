@@ -13,15 +13,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-logs}; L=$OUT/logs; S=$OUT/summary.txt; mkdir -p $L
 tar xzf .gpu.tgz
-export LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-} FLA_PATH=$PWD/.fla TRITON_CACHE_DIR=/tmp/triton-cache
+export LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}
 date > $S; nvidia-smi --query-gpu=name --format=csv,noheader >> $S
 t0=$(date +%s); N=.gpu/kcp
 A=${A:-}; B=${B:-}; VARS=${VARS:-gla}
-fla() {  # $1: seconds, $2: log name, then bench_fla_backward.py's arguments
-  local lim=$1 log=$L/$2; shift 2
-  timeout $lim python3 scripts/bench_fla_backward.py --shapes "$FLA_SHAPES" "$@" > $log 2>&1; echo "fla $* rc=$?" >> $S
-}
-[ -n "${FLA_SHAPES:-}" ] && fla 300 fla_warm.log --repeat 2 --warmup 1 &
+. scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_tables
+fla_warm_up &
 timeout 300 .gpu/test_cuda > $L/test_cuda.log 2>&1; echo "test_cuda rc=$?" >> $S; grep -E "test cases:|assertions:" $L/test_cuda.log >> $S
 for keep in 0 1; do
   KCP_CUDA_KEEP=$keep $N check --backend cuda-chunkwise --precision f32 data/golden > $L/golden_$keep.log 2>&1
@@ -46,9 +43,6 @@ for T in 8192 32768; do for v in $VARS; do
   KCP_CUDA_STAGE_TIMES=1 timeout 120 $N bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check 0 --warmup 2 --repeat 10 > $L/b_${v}_$T.log 2>&1
   echo "fwd+bwd $v T=$T: $(row $v $L/b_${v}_$T.log) | $(grep 'backward stages' $L/b_${v}_$T.log | tail -1 | sed 's/.*(ms)://')" >> $S
 done; done
-if [ -n "${FLA_SHAPES:-}" ]; then
-  fla 150 fla_fwd.log --forward; grep -E "^\| (gdn|kda|gla) " $L/fla_fwd.log | sed 's/^/FLA fwd: /' >> $S
-  fla 200 fla_bwd.log; grep -E "^\| (gdn|kda|gla) " $L/fla_bwd.log | sed 's/^/FLA fwd+bwd: /' >> $S
-fi
+fla_tables
 echo "done $(( $(date +%s) - t0 )) s" >> $S
 tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $L

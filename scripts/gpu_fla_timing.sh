@@ -1,0 +1,18 @@
+# Sourced by scripts/gpu_ab.sh and scripts/gpu_switch_ab.sh (from the repository root, with S the
+# summary file and L the log folder set): FLA's kernels timed in the same call as kcp's, for the
+# shapes in FLA_SHAPES (scripts/bench_fla_backward.py; FLA from .fla, carried).
+#   fla_warm_up &   ... kcp's tests and benches ...   wait; fla_tables
+export FLA_PATH=$PWD/.fla TRITON_CACHE_DIR=/tmp/triton-cache
+fla() {  # $1: seconds, $2: log name, then bench_fla_backward.py's arguments
+  local lim=$1 log=$L/$2; shift 2
+  timeout $lim python3 scripts/bench_fla_backward.py --shapes "$FLA_SHAPES" "$@" > $log 2>&1; echo "fla $* rc=$?" >> $S
+}
+# Triton's compile and autotuning, untimed (a forward+backward compiles the forward's kernels too: a
+# forward-only warm-up of gla ran past 150 s on the H200 of 2026-11-28 and was not needed).
+fla_warm_up() { [ -z "${FLA_SHAPES:-}" ] || fla 300 fla_warm.log --repeat 2 --warmup 1; }
+# The timed forward and forward+backward, their table lines into the summary.
+fla_tables() {
+  [ -n "${FLA_SHAPES:-}" ] || return 0
+  fla 150 fla_fwd.log --forward; grep -E "^\| (gdn|kda|gla) " $L/fla_fwd.log | sed 's/^/FLA fwd: /' >> $S
+  fla 200 fla_bwd.log; grep -E "^\| (gdn|kda|gla) " $L/fla_bwd.log | sed 's/^/FLA fwd+bwd: /' >> $S
+}
