@@ -1,4 +1,5 @@
-// Stage "kkt + solve_tril", one block of 4 warps per (chunk, value head); warp i owns rows 16i..16i+15.
+// Stage "kkt + solve_tril", one block of 4 warps per (chunk, value head); warp i owns rows 16i..16i+15
+// (gla: 8 warps, two per row block, each with half of the block's n-tiles).
 //   gdn:  Lmat[r,s] = beta_r (k_r . k_s) 2^(b_r - b_s)   (s < r),  Aqk[r,s] = scale (q_r . k_s) 2^(b_r - b_s)   (s <= r)
 //   kda:  the same with per-channel decay inside the dot: sum_d k_r[d] k_s[d] 2^(b_r[d] - b_s[d]).
 //         Products run on tensor cores through the anchor n = 16i (first row of the warp's block):
@@ -30,7 +31,21 @@
 namespace kcp::cuda {
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kThreads = 128;  // gdn, kda: warp i owns row block i (the solve needs that)
+// gla (no solve): two warps per row block, each with half of its n-tiles (i + 1 of the 2i + 2), so a
+// block has 8 warps: kkt ran at 18% occupancy with 4 (3 blocks of 67.8 KiB per multiprocessor).
+template <bool kDelta>
+constexpr int kkt_threads = kDelta ? kThreads : 2 * kThreads;
+
+// The n-tiles [lo, hi) of row block i that a warp takes (half: which of the block's two gla warps).
+struct NtRange {
+  int lo, hi;
+};
+template <bool kDelta>
+__device__ __forceinline__ NtRange nt_range(int i, int half) {
+  if constexpr (kDelta) return {0, 2 * i + 2};
+  return half == 0 ? NtRange{0, i + 1} : NtRange{i + 1, 2 * i + 2};
+}
 constexpr int kLdL = 68;                  // 64x64 float tiles (row-major A pattern)
 
 
@@ -60,13 +75,13 @@ __device__ void load_tiles(const ChunkParams& p, const ChunkInfo& ck, int hv, co
   using Sm = KktSmem<Tin, KD, kKDA>;
   const int h = hv / p.G, L = ck.len;
   constexpr int segs = KD * int(sizeof(Tin)) / 16, per = 16 / int(sizeof(Tin));
-  for (int idx = threadIdx.x; idx < kChunk * segs; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < kChunk * segs; idx += kkt_threads<kDelta>) {
     const int r = idx / segs, sg = idx % segs, rr = r < L ? r : 0;
     cp_async16(s.ks + r * Sm::ldk + sg * per, static_cast<const Tin*>(p.k.p) + row_off(p.k, ck.t0 + rr, h) + sg * per, r < L);
     cp_async16(s.qs + r * Sm::ldk + sg * per, static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0 + rr, h) + sg * per, r < L);
   }
   if constexpr (kKDA) {
-    for (int idx = threadIdx.x; idx < kChunk * KD / 4; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < kChunk * KD / 4; idx += kkt_threads<kDelta>) {
       const int r = idx / (KD / 4), sg = idx % (KD / 4);
       cp_async16(s.gs + r * Sm::ldg + 4 * sg, p.gcum + (int64_t(ck.t0 + min(r, L - 1)) * p.HV + hv) * KD + 4 * sg, true);
     }
@@ -124,10 +139,10 @@ __device__ void row_block_dots16(const KktSmem<Tin, KD, false>& s, int i, float 
 // element (kda: each factor carries its decay through the block's anchor row n = 16 i; float32
 // inputs: split products).
 template <bool S, bool kDelta, class Tin, int KD, bool kKDA>
-__device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, bool diag_mma, float (&ak)[8][4],
+__device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, NtRange nr, bool diag_mma, float (&ak)[8][4],
                                     float (&aq)[8][4]) {
   using Sm = KktSmem<Tin, KD, kKDA>;
-  const int n = 16 * i, ntiles = 2 * i + 2, g = lane_g(), t = lane_t();
+  const int n = 16 * i, g = lane_g(), t = lane_t();
 #pragma unroll 2
   for (int k0 = 0; k0 < KD; k0 += 8) {
     FragA<S> fk, fq;
@@ -141,7 +156,7 @@ __device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, bool
     }
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      if (nt >= ntiles || (kKDA && !diag_mma && nt >= 2 * i)) continue;
+      if (nt < nr.lo || nt >= nr.hi || (kKDA && !diag_mma && nt >= 2 * i)) continue;
       const FragB<S> fb = load_b<S>(
           [&](int d, int sc) {
             float f = 1.0f;
@@ -155,17 +170,18 @@ __device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, bool
   }
 }
 
-// This warp's row block of k k^T and q k^T (gated); entries above the diagonal and of rows >= L stay 0.
+// This warp's n-tiles of its row block of k k^T and q k^T (gated); entries above the diagonal and of
+// rows >= L stay 0.
 template <bool S, bool kDelta, class Tin, int KD, bool kKDA>
 __device__ void row_block_products(const ChunkParams& p, int L, const KktSmem<Tin, KD, kKDA>& s, float* aqk, int i,
-                                   bool diag_mma) {
-  const int n = 16 * i, ntiles = 2 * i + 2;
+                                   NtRange nr, bool diag_mma) {
+  const int n = 16 * i;
   float ak[8][4] = {}, aq[8][4] = {};
-  if constexpr (!kKDA && sizeof(Tin) == 2) row_block_dots16(s, i, ak, aq);
-  else row_block_dots_tf32<S, kDelta>(s, i, diag_mma, ak, aq);
+  if constexpr (!kKDA && sizeof(Tin) == 2) row_block_dots16(s, i, ak, aq);  // gdn: one warp, every n-tile
+  else row_block_dots_tf32<S, kDelta>(s, i, nr, diag_mma, ak, aq);
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
-    if (nt >= ntiles || (kKDA && !diag_mma && nt >= 2 * i)) continue;
+    if (nt < nr.lo || nt >= nr.hi || (kKDA && !diag_mma && nt >= 2 * i)) continue;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = acc_row(n, e), c = acc_col(8 * nt, e);
@@ -202,7 +218,7 @@ __device__ void write_gated_rows(const ChunkParams& p, const ChunkInfo& ck, int 
   using Sm = KktSmem<Tin, KD, true>;
   const int L = ck.len;
   const float* be = s.gs + (L - 1) * Sm::ldg;
-  for (int idx = threadIdx.x; idx < L * KD / 4; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < L * KD / 4; idx += kkt_threads<false>) {
     const int r = idx / (KD / 4), d = 4 * (idx % (KD / 4));
     float kg[4], qg[4];
 #pragma unroll
@@ -261,7 +277,7 @@ __device__ void solve_unit_lower(const float* Ls, float* Ps, float* Xs) {
 }
 
 template <class Tin, int KD, bool kKDA, bool kDelta>
-__global__ void __launch_bounds__(kThreads) chunk_kkt_kernel(const ChunkParams p) {
+__global__ void __launch_bounds__(kkt_threads<kDelta>) chunk_kkt_kernel(const ChunkParams p) {
   constexpr bool S = kSplitProducts<Tin>;
   extern __shared__ float4 smem_f4[];
   const KktSmem<Tin, KD, kKDA> s(reinterpret_cast<char*>(smem_f4));
@@ -269,18 +285,18 @@ __global__ void __launch_bounds__(kThreads) chunk_kkt_kernel(const ChunkParams p
   const ChunkInfo ck = p.chunks[ci];
   const int64_t tile = (int64_t(ci) * p.HV + hv) * kChunk * kChunk;
   float* aqk = p.Aqk + tile;
-  for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads)  // entries never computed are 0
+  for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kkt_threads<kDelta>)  // entries never computed are 0
     reinterpret_cast<float4*>(aqk)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   load_tiles<kDelta>(p, ck, hv, s);
   __syncthreads();
   if constexpr (!kDelta) write_gated_rows<S>(p, ck, hv, s);
-  const int n = 16 * warp;
+  const int i = kDelta ? warp : warp % 4, half = kDelta ? 0 : warp / 4, n = 16 * i;  // row block i (gla: half of its n-tiles)
   if (n < ck.len) {
     bool diag_mma = true;
     if constexpr (kKDA) diag_mma = block_gate_range<KD>(s.gs, s.ldg, n, min(n + 15, ck.len - 1)) <= kMaxAnchorSpread;
-    row_block_products<S, kDelta>(p, ck.len, s, aqk, warp, diag_mma);
-    if constexpr (kKDA)
-      if (!diag_mma) diagonal_block_pairwise<S, kDelta>(p, ck.len, s, aqk, warp);
+    row_block_products<S, kDelta>(p, ck.len, s, aqk, i, nt_range<kDelta>(i, half), diag_mma);
+    if constexpr (kKDA)  // the whole diagonal block, by one warp of the row block
+      if (!diag_mma && half == kkt_threads<kDelta> / kThreads - 1) diagonal_block_pairwise<S, kDelta>(p, ck.len, s, aqk, i);
   }
   if constexpr (kDelta) {  // gla: P = I, neither solved nor written
     __syncthreads();
@@ -297,7 +313,7 @@ template <class Tin, int KD, bool kKDA, bool kDelta = true>
 void launch(const ChunkParams& p, cudaStream_t stream) {
   using Sm = KktSmem<Tin, KD, kKDA>;
   const size_t smem = kDelta ? Sm::bytes : Sm::bytes - Sm::bytes_lmat;
-  launch_kernel(chunk_kkt_kernel<Tin, KD, kKDA, kDelta>, dim3(p.NT, p.HV), kThreads, smem, stream, p);
+  launch_kernel(chunk_kkt_kernel<Tin, KD, kKDA, kDelta>, dim3(p.NT, p.HV), kkt_threads<kDelta>, smem, stream, p);
 }
 
 }  // namespace
