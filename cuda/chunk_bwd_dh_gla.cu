@@ -8,8 +8,9 @@
 //          + B_c; the B_c and gates of the next kAhead chunks are loaded ahead of use (none depends on
 //          the chain). dh0 after the first chunk. The CP transition: dS_ext from 0 with B_c (columns
 //          < V), M^T from I without (decay only: M^T stays diagonal).
-//   dvnew: dvnew += kg dh[c] in parallel over the chunks, one block of 8 warps per (chunk, value
-//          head, 64 or 32 columns), the product of gla's output kernel (rows_times_tile).
+//   dv:    dv = dvnew = A_c + kg dh[c] in parallel over the chunks, one block of 8 warps per (chunk,
+//          value head, 64 or 32 columns), the product of gla's output kernel (rows_times_tile),
+//          written in dv's dtype (gla's dvnew has no other reader: kernel hv skips it).
 // Measured (H200, bf16, H = 16, K = V = 128; docs/BENCHMARKS.md, twelfth session): dhu 1.21-1.24 ->
 // 0.73 ms at T = 32768 and 0.29 -> 0.19 ms at T = 8192 against the chain it replaces (ncu at T = 8192:
 // scan 101 us, dvnew 111 us).
@@ -90,7 +91,9 @@ struct DvSmem {
   static constexpr size_t bytes = 4 * (size_t(kChunk) * ldk + size_t(KD) * ldh);
 };
 
-// Warp w: rows 16 (w % 4), columns [c0, c0 + BV/2) with c0 = (w / 4) BV/2.
+// Warp w: rows 16 (w % 4), columns [c0, c0 + BV/2) with c0 = (w / 4) BV/2. dvnew is gla's dv (P = I,
+// u = v, no beta), its only use: written in dv's dtype here (kernel hv neither reads dvnew nor
+// copies it out); the dvnew buffer keeps A_c.
 template <int KD, int BV, bool kSplit>
 __global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams bp) {
   using Sm = DvSmem<KD, BV>;
@@ -105,7 +108,7 @@ __global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams b
   copy_rows_async<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh, KD, bp.dh + (int64_t(ci) * p.HV + hv) * KD * p.V + j0, p.V);
   cp_async_commit();
   const int w = int(threadIdx.x >> 5), mw = 16 * (w % 4), c0 = (w / 4) * (BV / 2);
-  float* dv = bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V + j0 + c0;  // row r at dv + r * HV * V
+  const float* ac = bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V + j0 + c0;  // A_c: row r at ac + r * HV * V
   const int64_t ldd = int64_t(p.HV) * p.V;
   float acc[NTW][4];  // A_c, loaded while the tiles arrive
 #pragma unroll
@@ -113,20 +116,25 @@ __global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams b
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = acc_row(mw, 2 * h);
-      const float2 x = r < ck.len ? *reinterpret_cast<const float2*>(dv + r * ldd + acc_col(8 * nt, 0)) : float2{0.0f, 0.0f};
+      const float2 x = r < ck.len ? *reinterpret_cast<const float2*>(ac + r * ldd + acc_col(8 * nt, 0)) : float2{0.0f, 0.0f};
       acc[nt][2 * h] = x.x, acc[nt][2 * h + 1] = x.y;
     }
   cp_async_wait<0>();
   if constexpr (!kSplit) round_own_rows_tf32<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh);
   __syncthreads();
   rows_times_tile<kSplit, false, KD>(Ks, Sm::ldk, Hs, Sm::ldh, mw, c0, acc);  // kg is not stored rounded
+  auto store = [&](auto tag) {  // the dtype switch once, outside the element loop
+    using To = typename decltype(tag)::type;
+    To* dv = static_cast<To*>(bp.dv.p) + row_off(bp.dv, ck.t0, hv) + j0 + c0;
 #pragma unroll
-  for (int nt = 0; nt < NTW; ++nt)
+    for (int nt = 0; nt < NTW; ++nt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = acc_row(mw, 2 * h);
-      if (r < ck.len) *reinterpret_cast<float2*>(dv + r * ldd + acc_col(8 * nt, 0)) = make_float2(acc[nt][2 * h], acc[nt][2 * h + 1]);
-    }
+      for (int e = 0; e < 4; ++e) {
+        const int r = acc_row(mw, e);
+        if (r < ck.len) dv[int64_t(r) * bp.dv.st + acc_col(8 * nt, e)] = from_float<To>(acc[nt][e]);
+      }
+  };
+  with_element_type(bp.dv.dt, store);
 }
 
 }  // namespace
@@ -138,7 +146,7 @@ void launch_bwd_dhu_gla(const BwdParams& bp, cudaStream_t stream) {
     const dim3 grid(p.N * p.HV, (p.K * bp.Vw / 4 + kScanThreads - 1) / kScanThreads);
     launch_kernel(gla_dh_scan_kernel, grid, dim3(kScanThreads), 0, stream, bp);
   }
-  if (!(bp.keep && bp.d_o.p && bp.dh && bp.dvnew) || p.NT == 0 || p.HV == 0) return;
+  if (!(bp.keep && bp.d_o.p && bp.dh && bp.dvnew && bp.dv.p) || p.NT == 0 || p.HV == 0) return;  // dv: dvnew's only reader
   dispatch_bwd(bp, [&](auto kd, auto split) {
     constexpr int KD = decltype(kd)::value;
     constexpr bool kS = decltype(split)::value;

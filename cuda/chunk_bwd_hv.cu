@@ -10,7 +10,7 @@
 //   dv  = beta dXu,  dbeta += v . dXu             (gla: dv = dXu = dvnew, P = I, u = v)
 //   doh = do h^T,  xw = -dXu h^T,  vdh = vnew dh^T   [L,KW]   (per half)
 //   dA  = lower_incl(scale do vnew^T) (half 0),  W1 = dvnew vnew^T (half 1)   [64,64] -> workspace
-// gla (kDelta = false): vnew = v is read from v; P = I and beta_e = 0, so dXu = dvnew, dv = dvnew (a copy), and the xw and
+// gla (kDelta = false): vnew = v is read from v; P = I and beta_e = 0, so dXu = dvnew = dv (written by dhu, chunk_bwd_dh_gla.cu: no dvnew slab here), and the xw and
 // dbeta terms vanish (beta factors): no P, no P^T dvnew, no dXu h^T, no W1 (kernel wy does not run,
 // kernel intra takes dL = 0), no dbeta partials.
 // Every product on tensor cores, mma.sync m16n8k8: split operands (3xTF32, tile_mma.cuh) where
@@ -119,22 +119,6 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
       }
     }
   }
-}
-
-// gla, half 0: dv = dvnew (P = I, u = v, no beta) for one slab, rows < L; 8 elements per thread,
-// the dtype switch outside the element loop (a loop with store_any per element spilled registers).
-__device__ void slab_dv_copy(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0, int t) {
-  if (!bp.dv.p) return;
-  auto store = [&](auto tag) {
-    using To = typename decltype(tag)::type;
-    To* dv = static_cast<To*>(bp.dv.p) + row_off(bp.dv, ck.t0, hv) + j0;
-#pragma unroll
-    for (int i = 0; i < kChunk * kSlab / kBwdThreads; ++i) {
-      const int idx = t + i * kBwdThreads, r = idx / kSlab, j = idx % kSlab;
-      if (r < ck.len) dv[int64_t(r) * bp.dv.st + j] = from_float<To>(s.dvn[r * kLdV + j]);
-    }
-  };
-  with_element_type(bp.dv.dt, store);
 }
 
 // Epilogue of the h products of one half: dqv, dkv, and the per-element gate / dbeta terms into X1, X2, Bk.
@@ -352,8 +336,7 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kerne
       pdo.load(bp.d_o, ck.t0, hv, L, kSlab * (j + 1));
       if constexpr (!kDelta) pv.load(p.v, ck.t0, hv, L, kSlab * (j + 1));
     }
-    if constexpr (kDelta) slab_dxu<kSplit>(bp, s, ck, hv, kSlab * j, vp);
-    else if (th.z == 0) slab_dv_copy(bp, s, ck, hv, kSlab * j, th.t);
+    if constexpr (kDelta) slab_dxu<kSplit>(bp, s, ck, hv, kSlab * j, vp);  // gla: dv = dvnew was written by dhu
     if constexpr (kDelta) __syncthreads();  // dXu complete
     if (th.z == 0) slab_products<S::KW, true, 0, kDelta, kSplit>(s, a, th.w);
     else if (has_h) slab_products<S::KW, true, 1, kDelta, kSplit>(s, a, th.w);

@@ -146,8 +146,8 @@ __device__ __forceinline__ void copy_slab_async(float* s, const float* g, int64_
   }
 }
 
-// Issues the cp.async copies of slab j0 into buffer view s (half 0's: h, dh from row 0): vnew
-// (delta rule; gla reads v by SlabPrefetch), dvnew, all K rows of h and dh (64 rows when K < 64,
+// Issues the cp.async copies of slab j0 into buffer view s (half 0's: h, dh from row 0): vnew and
+// dvnew (delta rule; gla reads v by SlabPrefetch, and its dv = dvnew is written by dhu), all K rows of h and dh (64 rows when K < 64,
 // the rest zero).
 template <int KD, bool kDelta, int NT>
 __device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int64_t blk, int j0) {
@@ -155,7 +155,7 @@ __device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const ChunkInfo
   constexpr int HR = KD < kChunk ? kChunk : KD;  // HvShape::HR
   const int64_t ldv = int64_t(p.HV) * p.V, row0 = (int64_t(ck.t0) * p.HV + hv) * p.V + j0;
   if constexpr (kDelta) copy_slab_async<NT, kChunk>(s.vn, bp.vnew + row0, ldv, ck.len);
-  copy_slab_async<NT, kChunk>(s.dvn, bp.dvnew + row0, ldv, ck.len);
+  if constexpr (kDelta) copy_slab_async<NT, kChunk>(s.dvn, bp.dvnew + row0, ldv, ck.len);  // gla: dv written by dhu
   copy_slab_async<NT, HR>(s.h, bp.h + blk * KD * p.V + j0, p.V, KD);
   copy_slab_async<NT, HR>(s.dh, bp.dh + blk * KD * p.V + j0, p.V, KD);
   cp_async_commit();
@@ -167,8 +167,8 @@ __device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const ChunkInfo
 // + 3 of each 64-row block; every copy of issue_slab uses it). Every product operand of a slab is then
 // stored rounded and its fragments load without conversion (four warps share each B fragment and
 // each converted it; ncu counted those conversions as hv's largest issue cost, yet removing them moved
-// hv by ~1.5%: docs/BENCHMARKS.md, eighth session). dvnew only with the delta rule
-// (gla copies it out as dv). rowsum(h dh) of the slab is taken from the exact values first: the
+// hv by ~1.5%: docs/BENCHMARKS.md, eighth session). vnew, dvnew only with the delta rule
+// (gla copies neither). rowsum(h dh) of the slab is taken from the exact values first: the
 // row's 8 threads sum their four-element dots by shuffles into hdh[key row] (s is half 0's view,
 // whose hdh spans both halves: half z's key rows start at 64 z).
 template <int KD, bool kDelta, bool kRound, int NT>

@@ -1,6 +1,7 @@
 // cuda-chunkwise backward (cuda/chunk_bwd.cuh) of gdn, kda and gla:
 //  1. stages: after one backward, each float32 workspace buffer against its CPU chunkwise twin
-//     (reference/chunkwise_backward.cpp, float64, on the same inputs): dh and dvnew (stage dhu),
+//     (reference/chunkwise_backward.cpp, float64, on the same inputs): dh and dvnew (stage dhu; gla's
+//     dvnew is its dv, which dhu writes),
 //     dq/dk per value head, dbeta w.r.t. the effective beta (not gla) and da w.r.t. the log decay (stage chunk),
 //     in pipeline order, so the first failing buffer names the kernel; once more with the pipeline
 //     assuming one multiprocessor (Pipeline::set_multiprocessors), which runs dhu in 32-column blocks;
@@ -196,7 +197,12 @@ TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctes
         test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, DType::f32), dht = test::to_device(*gpu, c.dht, DType::f32);
         cuda::Pipeline pipe(gpu->queue());
         pipe.set_multiprocessors(sms);
-        pipe.backward(p32, din.views, {d_o.view, dht.view}, {});
+        // gla: dv = dvnew, written in dv's dtype by dhu (chunk_bwd_dh_gla.cu), whose dvnew buffer keeps A_c
+        const bool gla = var == Variant::gla;
+        test::DeviceTensor dv_gla = gla ? test::poisoned(*gpu, DType::f32, shape_v(p32)) : test::DeviceTensor{};
+        Grads gr;
+        gr.dv = dv_gla.view;
+        pipe.backward(p32, din.views, {d_o.view, dht.view}, gr);
         const cuda::BackwardBuffers& b = pipe.backward_buffers();
         const int64_t TT = p64.T, Kg = p64.per_channel_gate() ? p64.K : 1;
         const double kNaN = std::nan("");
@@ -227,7 +233,8 @@ TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctes
         const std::string nm = s.name();
         // pipeline order: the first failure names the kernel
         if (!test::check_rel_l2("dhu:dh", nm, test::to_host(*gpu, b.dh), dh.view(), bar)) return;
-        if (!test::check_rel_l2("dhu:dvnew", nm, test::to_host(*gpu, b.dvnew), dvnew.view(), bar)) return;
+        const TensorView dvnew_ref = gla ? TensorView(dvnew.data(), DType::f64, shape_v(p64)) : dvnew.view();
+        if (!test::check_rel_l2("dhu:dvnew", nm, test::to_host(*gpu, gla ? dv_gla.view : b.dvnew), dvnew_ref, bar)) return;
         test::check_rel_l2("chunk:dq", nm, test::to_host(*gpu, b.dqv), dqv.view(), bar);
         test::check_rel_l2("chunk:dk", nm, test::to_host(*gpu, b.dkv), dkv.view(), bar);
         if (p64.delta_rule()) test::check_rel_l2("chunk:dbeta", nm, test::to_host(*gpu, b.dbeta_e), dbeta.view(), bar);
