@@ -54,15 +54,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   fi
 fi
 
-# NCCL is loaded at run time (cp/comm_nccl.cpp): use the system's, else the one PyTorch ships.
-if [ -z "${KCP_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
-  nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
-  [ -n "$nccl_dir" ] && [ -f "$nccl_dir/libnccl.so.2" ] && export KCP_NCCL_LIBRARY="$nccl_dir/libnccl.so.2"
-fi
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
-mpi=(mpirun --oversubscribe --bind-to none -x KCP_NCCL_LIBRARY -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x KCP_CUDA_KEEP -np)
-export KCP_CUDA_KEEP=${KCP_CUDA_KEEP:-0}  # exported to every rank; the keep rows below set 1
+. scripts/gpu_mpi.sh  # KCP_NCCL_LIBRARY, gpus, mpi (the mpirun prefix), KCP_CUDA_KEEP=0 unless set
 fault_job=$(find "$BUILD" -name cp_fault_job -type f -perm -u+x | head -1)
 # The fault job must end by itself (non-zero, rank 1's message) well inside the limit.
 fault_check() {  # comm ranks (3 under MPI: rank 1 fails while ranks 0 and 2 wait in the exchange)
