@@ -85,17 +85,6 @@ ContextParallel::ContextParallel(Comm& comm, Backend& backend, Variant variant, 
   ctx_ = build_cp_context(cu, opt_.bounds, comm_.rank());
 }
 
-// Whether a direction's prepare runs before its transition. A rank without a transition (the last one
-// forward, the first backward) waits for the others: its prepare fills the wait (unless it holds
-// whole sequences only, and no one is waited for). A rank whose transition covers all its local
-// sequences (it holds one) lets the transition read the prepared stages. Otherwise (the transition
-// covers only the continuing sequence) the transition runs them itself: no prepare.
-bool ContextParallel::prepare_ahead(bool has_transition) const {
-  const CpContext& c = ctx_;
-  if (c.empty()) return false;
-  return has_transition ? c.n_local() == 1 : !(c.is_first_rank && c.is_last_rank);
-}
-
 template <class F>
 void ContextParallel::phase(double& ms, F f) {
   if (opt_.timing) ms = backend_.queue().time_ms(f);
@@ -199,11 +188,10 @@ void ContextParallel::forward_impl(const Local& l, const Inputs& in, const Outpu
   loc.initial_state = {};
   DeviceTensor mine(q, p.compute, transition_shape(1, p.HV, p.K, p.V));
   saved_m_ = DeviceTensor();
-  // The local forward's stages that do not read the initial state run first, timed as local work:
-  // on the last rank while the other ranks run their transitions, on a rank that holds one sequence
-  // before its transition, which reads them (the backend's front stages: CP's own cost is the chains).
+  // The last rank has no transition to run: the local forward's stages that do not read the initial
+  // state run while the other ranks run theirs (timed as local work; one rank waits for no one).
   double prepare_ms = 0;
-  if (prepare_ahead(!c.is_last_rank)) phase(prepare_ms, [&] { backend_.forward_prepare(p, loc); });
+  if (c.is_last_rank && !c.is_first_rank && !c.empty()) phase(prepare_ms, [&] { backend_.forward_prepare(p, loc); });
   phase(fwd_times_.transition, [&] {
     if (c.empty()) return q.transition_identity(element(mine));
     if (c.is_last_rank) return q.fill_zero(mine.view);  // a reset with a zero state: no one folds it
@@ -276,10 +264,11 @@ void ContextParallel::backward_impl(const Local& l, const Inputs& in, const Cota
   const DeviceTensor h0_local = local_initial_states(l, in);  // expand_h0
   loc.initial_state = h0_local.view;
   DeviceTensor mine(q, p.compute, transition_shape(1, p.HV, p.K, p.V));
-  // The local backward's d_o-only stages first, timed as local work (as in the forward): on the first
-  // rank while the others run their transitions, on a rank that holds one sequence before its own.
+  // The first rank has no transition to run: the local backward's d_o-only stages run while the other
+  // ranks run theirs (timed as local work; with one rank there is no one to wait for).
   double prepare_ms = 0;
-  if (prepare_ahead(!c.is_first_rank)) phase(prepare_ms, [&] { backend_.backward_prepare(p, loc, d.d_o); });
+  if (c.is_first_rank && !c.is_last_rank && !c.empty())
+    phase(prepare_ms, [&] { backend_.backward_prepare(p, loc, d.d_o); });
   phase(bwd_times_.transition, [&] {
     if (c.empty()) return q.transition_identity(element(mine));
     if (c.is_first_rank) return q.fill_zero(mine.view);

@@ -74,7 +74,6 @@ class ContextParallel {
   void exchange_and_merge(const TensorView& mine, bool backward, const TensorView& merged, CpPhaseTimes& times);
   DeviceTensor local_initial_states(const Local& lp, const Inputs& in) const;
   void reduce_parameter_grads(const Local& lp, const DeviceTensor& dA, const DeviceTensor& ddt, const Grads& gr);
-  bool prepare_ahead(bool has_transition) const;
   template <class F> void phase(double& ms, F f);
 
   Comm& comm_;

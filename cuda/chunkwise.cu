@@ -176,15 +176,12 @@ void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outp
 
 void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) {
   const int64_t count = check_transition_call(p, seq_begin, packed, Device::cuda, "transition_forward");
-  impl_->kept.valid = false;
-  if (count == 0) return (void)(impl_->front.valid = false);
+  impl_->kept.valid = impl_->front.valid = false;
+  if (count == 0) return;
   DeviceGuard guard(impl_->device);
   // With keep_forward, a transition of all sequences carves the workspace as the kept forward does
-  // and leaves its front stages to it (keep_front; the CP layer's order: transition, local forward);
-  // when a forward_prepare on these inputs ran first (the CP layer's order for a rank that holds one
-  // sequence), it reads that one's front stages instead and leaves the record as it was.
+  // and leaves its front stages to it (keep_front; the CP layer's order: transition, local forward).
   const bool keep = impl_->keep_forward && seq_begin == 0 && count == p.N;
-  const bool prepared = keep ? impl_->front_matches(p, in, false) : (impl_->front.valid = false);
   const Impl::Setup st = impl_->setup(p, in, seq_begin, count, keep);
   StateParams sp;
   sp.c = st.c;
@@ -193,18 +190,14 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
   if (state_fold_applies(st.c, st.dtype)) {  // gdn, 16-bit inputs: the forward's folded kernel (no WY stage)
     // on V + K columns: S_ext from 0 with v, M from I with v = 0; its precision is the forward's
     // (S carried as 16-bit hi + lo, TF32 P Y), checked against the oracle by test_cuda_transition.
-    if (!prepared) {
-      launch_chunk_cumsum(st.c, st.dtype, impl_->stream);
-      launch_chunk_kkt(st.c, st.dtype, impl_->stream);
-      if (keep) impl_->keep_front(p, in, false);  // cumsum, kkt; not WY
-    }
+    launch_chunk_cumsum(st.c, st.dtype, impl_->stream);
+    launch_chunk_kkt(st.c, st.dtype, impl_->stream);
+    if (keep) impl_->keep_front(p, in, false);  // cumsum, kkt; not WY
     launch_chunk_state_fold(sp, st.dtype, 0, impl_->stream);
     return;
   }
-  if (!prepared) {  // (a record without WY comes from the folded path only: never this problem's)
-    impl_->run_front(st);
-    if (keep) impl_->keep_front(p, in, true);
-  }
+  impl_->run_front(st);
+  if (keep) impl_->keep_front(p, in, true);
   if (st.c.gla) {  // gla's split chain twice: S_ext from 0 with v; M from I, decay only (diagonal)
     sp.Vw = int(p.V), sp.Vu = 0, sp.u = nullptr, sp.u_is_v = true, sp.init = kInitZero;
     sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");

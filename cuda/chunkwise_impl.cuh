@@ -257,9 +257,9 @@ struct Pipeline::Impl {
   void forward_kept(const Problem& p, const Inputs& in, const Outputs& out);
   // After front stages computed by this call on these inputs (wy: WY among them): records them.
   void keep_front(const Problem& p, const Inputs& in, bool wy);
-  // Whether the recorded front stages are for this problem and inputs (one host synchronization);
-  // drops the record, unless consume = false and they match (a transition_forward before the forward).
-  bool front_matches(const Problem& p, const Inputs& in, bool consume = true);
+  // In forward_kept: whether the recorded front stages are for this problem and inputs (one host
+  // synchronization); drops the record.
+  bool front_matches(const Problem& p, const Inputs& in);
   // consume = false (transition_backward): the record stays for the backward that follows.
   bool keep_matches(const Problem& p, const Inputs& in, bool consume = true);
   // After dhu_local on a kept forward (transition_backward, backward_prepare): records its do.

@@ -17,11 +17,9 @@
 // shape) skips dhu_local too. backward_prepare (Backend::backward_prepare: a CP rank with no
 // transition to run, while it waits) runs dhu_local alone on the record and leaves the same terms.
 // Before the forward, in the same way: a transition_forward of all sequences with keep_forward, or
-// forward_prepare (a CP rank before its transition, or the rank with none, while it waits), leaves
-// the front stages and F4, the fingerprint of q .. dt_bias (not the initial state: the front stages
-// do not read it); a kept forward whose F5 = F4 skips them (front_matches) and sets F0 = F5 +
-// F(initial_state). A transition_forward of all sequences in between whose F5 = F4 reads them too
-// and leaves the record (front_matches without consuming it).
+// forward_prepare (the CP rank with no forward transition), leaves the front stages and F4, the
+// fingerprint of q .. dt_bias (not the initial state: the front stages do not read it); a kept
+// forward whose F5 = F4 skips them (front_matches) and sets F0 = F5 + F(initial_state).
 // Covered by tests/cuda/test_cuda_keep.cpp.
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunkwise_impl.cuh"
@@ -117,14 +115,13 @@ void Pipeline::Impl::keep_front(const Problem& p, const Inputs& in, bool wy) {
   front.p = p, front.views = view_keys(in, kFrontInputs), front.wy = wy, front.valid = true;
 }
 
-bool Pipeline::Impl::front_matches(const Problem& p, const Inputs& in, bool consume) {
+bool Pipeline::Impl::front_matches(const Problem& p, const Inputs& in) {
   if (!front.valid) return false;
   front.valid = false;
   if (!same_problem(front.p, p) || front.views != view_keys(in, kFrontInputs)) return false;
   fingerprint_inputs(in, d_fp + 5, stream, kFrontInputs);
   if (!fingerprints_equal(d_fp + 4, stream)) return false;
   ++kept_front_reuses;
-  front.valid = !consume;
   return true;
 }
 
