@@ -8,8 +8,9 @@
 //           per chunk c, h[c] = S (the state entering c; [NT,HV,K,Vw] float32), S *= 2^(b_end) per
 //           row, S += kg_c^T v_c on tensor cores. No tile depends on the chain, so the kg, v and b_end
 //           tiles of the next kStages - 1 chunks are in flight (cp.async) while a chunk is reduced.
-//           final_state after the last chunk. The CP transition runs the chain alone: S_ext from 0
-//           with v (u_is_v), M from I without v (decay only: M stays diagonal).
+//           final_state after the last chunk. The CP transition runs the chain alone for S_ext
+//           (from 0 with v, u_is_v); its M (from I without v: decay only) is diagonal, the per-key
+//           product of the chain's scalings (gla_transition_m_kernel).
 //   output: one block of 8 warps per (chunk c, value head hv, BVo = 64 or 32 columns):
 //           o_r = scale qg_r h[c] + sum_{s <= r} Aqk[r, s] v_s   (rows r < L; Aqk carries scale and
 //           the decay, qg = q 2^b, both from the kkt stage).
@@ -189,6 +190,36 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
   }
 }
 
+// ---- the transition's M -----------------------------------------------------------------------
+
+// M of a sequence is diagonal, M[i, i] = prod_c 2^(b_end[c, i]): per key the chain's scalings alone, in
+// the chain's order (the same float operations as the chain from I without v), without its K x K
+// tiles, all but the diagonal ones zero, walking every chunk.
+// One block per (sequence n, value head hv); then the [K, K] block written row-major.
+constexpr int kDiagThreads = 128;
+
+__global__ void __launch_bounds__(kDiagThreads) gla_transition_m_kernel(const StateParams sp) {
+  __shared__ float d[kMaxKeyDim];
+  const ChunkParams& p = sp.c;
+  const int n = blockIdx.x / p.HV, hv = blockIdx.x % p.HV;
+  const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
+  for (int i = threadIdx.x; i < p.K; i += kDiagThreads) {
+    float m = 1.0f;
+#pragma unroll 8
+    for (int c = c_begin; c < c_end; ++c) {
+      const ChunkInfo ck = p.chunks[c];
+      m *= exp2f(p.gcum[(int64_t(ck.t0 + ck.len - 1) * p.HV + hv) * p.K + i]);
+    }
+    d[i] = m;
+  }
+  __syncthreads();
+  const StateView& f = sp.final_state;
+  for (int idx = threadIdx.x; idx < p.K * p.K; idx += kDiagThreads) {
+    const int i = idx / p.K, j = idx % p.K;
+    store_any(f.p, f.dt, n * f.sn + hv * f.shv + i * f.si + j * f.sj, i == j ? d[i] : 0.0f);
+  }
+}
+
 // ---- the output ------------------------------------------------------------------------------
 
 constexpr int kOutThreads = 256;
@@ -316,6 +347,13 @@ void launch_gla_output(const StateParams& sp, int input_dtype, cudaStream_t stre
       else run(std::integral_constant<int, 32>{});
     });
   });
+}
+
+void launch_gla_transition_m(const StateParams& sp, cudaStream_t stream) {
+  const ChunkParams& p = sp.c;
+  KCP_CHECK(p.gla && sp.final_state.p && p.K <= kMaxKeyDim, "gla transition M: expected gla, a final_state view, K <= ",
+            kMaxKeyDim);
+  if (p.N * p.HV > 0) launch_kernel(gla_transition_m_kernel, dim3(p.N * p.HV), kDiagThreads, 0, stream, sp);
 }
 
 void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t stream) {

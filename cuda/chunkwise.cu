@@ -198,13 +198,12 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
   }
   impl_->run_front(st);
   if (keep) impl_->keep_front(p, in, true);
-  if (st.c.gla) {  // gla's split chain twice: S_ext from 0 with v; M from I, decay only (diagonal)
+  if (st.c.gla) {  // gla's split chain for S_ext (from 0 with v); M is diagonal, the decay alone
     sp.Vw = int(p.V), sp.Vu = 0, sp.u = nullptr, sp.u_is_v = true, sp.init = kInitZero;
     sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");
     launch_gla_state(sp, st.dtype, impl_->stream);
-    sp.Vw = int(p.K), sp.u_is_v = false, sp.init = kInitIdentity;
     sp.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");
-    launch_gla_state(sp, st.dtype, impl_->stream);
+    launch_gla_transition_m(sp, impl_->stream);
     return;
   }
   if (chunk_state_blocks(st.c, int(p.V + p.K)) <= multiprocessors(st.c)) {
