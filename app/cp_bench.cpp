@@ -5,8 +5,9 @@
 // for the slowest rank, exchange, merge, local pass, parameter all-reduce) is timed on the backend's
 // queue (CUDA events on a GPU backend) and reported as its maximum over the P ranks, in ms. P = 1 is
 // the single-process call. Inputs are each rank's slice of one regenerable global problem
-// (bench_inputs.h). A backend without a backward times the forward only. The last column, cp%, is
-// issue 14's measure: the CP phases of both directions over the local passes.
+// (bench_inputs.h). A backend without a backward times the forward only. cp% is issue 14's measure:
+// the CP phases of both directions over the local passes; over1, the last column, the wall-clock
+// cost: fwd+bwd beyond the 1-rank row's (when --ranks includes 1, as by default).
 //   mpirun -np 4 --oversubscribe build/kcp cp-bench [--T 65536] [--H 4] [--K 128] [--V 128]
 //          [--variant gdn] [--backend NAME] [--dtype bfloat16|float32] [--ranks 1,2,4] [--seqs 1]
 //          [--merge linear] [--comm auto|mpi|nccl] [--repeat 1] [--keep-denormals]
@@ -124,11 +125,17 @@ double cp_share(const Row& r) {
   return local > 0 ? 100.0 * cp / local : 0.0;
 }
 
-void print_row(int P, int threads, const Row& r) {
-  std::printf("%3d %4d | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f %6.1f\n",
+// single: the 1-rank row's fwd+bwd (the same tokens per rank in one process; <= 0: not run). The last
+// column is the wall-clock cost of CP beside cp%: what the P-rank call takes beyond the 1-rank call,
+// waits and every per-call cost included, whatever the phases' attribution.
+void print_row(int P, int threads, const Row& r, double single) {
+  const double total = r.fwd_total + r.bwd_total;
+  char over[16] = "     -";
+  if (single > 0) std::snprintf(over, sizeof over, "%6.1f", 100.0 * (total / single - 1.0));
+  std::printf("%3d %4d | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f | %8.3f %6.1f %s\n",
               P, threads, r.fwd.transition, r.fwd.wait, r.fwd.exchange, r.fwd.merge, r.fwd.local, r.fwd_total,
               r.bwd.transition, r.bwd.wait, r.bwd.exchange, r.bwd.merge, r.bwd.local, r.bwd.reduce, r.bwd_total,
-              r.fwd_total + r.bwd_total, cp_share(r));
+              total, cp_share(r), over);
   std::fflush(stdout);
 }
 
@@ -166,14 +173,15 @@ int cmd_cp_bench(int argc, char** argv) {
       std::printf("cp-bench: %s T=%lld per rank H=%lld K=%lld V=%lld %s, %lld sequence(s), backend %s%s on %s, merge "
                   "%s, %s, %d ranks in the job; ms, max over ranks, best of %d (wait: load imbalance before the "
                   "exchange; bwd columns zero when the backend has no backward; cp%%: trans + exch + merge of both "
-                  "directions over the local passes, in %%)\n"
+                  "directions over the local passes, in %%; over1: fwd+bwd beyond the 1-rank row's, in %%)\n"
                   "  P  thr | fwd: trans     wait     exch    merge    local    total | bwd: trans     wait     exch"
-                  "    merge    local   reduce    total |  fwd+bwd    cp%%\n",
+                  "    merge    local   reduce    total |  fwd+bwd    cp%%  over1\n",
                   variant_name(bc.shape.variant).data(), (long long)bc.T_rank, (long long)bc.shape.H,
                   (long long)bc.shape.K, (long long)bc.shape.V, std::string(dtype_name(bc.shape.qkv)).c_str(),
                   (long long)bc.nseq, name.c_str(), keep && !host ? " (kept forward)" : "", be->queue().describe().c_str(),
                   std::string(merge_name(merge)).c_str(),
                   a.has("keep-denormals") ? "IEEE denormals" : "denormals flushed to zero", world.size(), repeat);
+    double single = 0;  // the 1-rank row's fwd+bwd, on world rank 0 (a member of every row)
     for (int P : ranks) {
       std::unique_ptr<Comm> sub = world.split(world.rank() < P ? 0 : 1);
       if (world.rank() < P) {
@@ -181,7 +189,10 @@ int cmd_cp_bench(int argc, char** argv) {
         omp_set_num_threads(threads);
         const DataComm data = make_data_comm(*sub, be->queue(), kind, gpus);
         const Row r = run_cp(data.get(), *be, bc, merge, repeat);
-        if (world.rank() == 0) print_row(P, threads, r);
+        if (world.rank() == 0) {
+          if (P == 1) single = r.fwd_total + r.bwd_total;
+          print_row(P, threads, r, single);
+        }
       }
       world.barrier();
     }

@@ -209,6 +209,12 @@ DeviceTensor::DeviceTensor(Queue& q, DType dt, Shape shape) {
   view = TensorView(buf.get(), dt, std::move(shape), q.device());
 }
 
+const TensorView& DeviceTensor::reuse(Queue& q, DType dt, const Shape& shape) {
+  if (!view.data || view.dtype != dt || view.shape != shape || view.device != q.device() || buf.queue() != &q)
+    *this = DeviceTensor(q, dt, shape);
+  return view;
+}
+
 template <class S>
 Tensor<S> download_tensor(Queue& q, const TensorView& v) {
   if (v.device == Device::host) return to_tensor<S>(v);

@@ -108,6 +108,7 @@ class DeviceBuffer {
   }
   void* get() const { return ptr_; }
   size_t bytes() const { return bytes_; }
+  Queue* queue() const { return queue_; }
 
  private:
   Queue* queue_ = nullptr;
@@ -122,6 +123,9 @@ struct DeviceTensor {
   TensorView view;
   DeviceTensor() = default;
   DeviceTensor(Queue& q, DType dt, Shape shape);
+  // This tensor as [dt, shape] on q, reallocated only when the dtype, shape or queue differ (a buffer
+  // kept across calls); the contents are whatever the last user left.
+  const TensorView& reuse(Queue& q, DType dt, const Shape& shape);
 };
 
 // Copies a view of any device to a host tensor / a host tensor into a device view (synchronous).

@@ -49,7 +49,7 @@ void expect_global_state(const char* name, const TensorView& t, const Shape& wan
 }
 
 // The element view of a packed [1,HV,K,V+K] buffer.
-TensorView element(const DeviceTensor& t) { return transition_element(t.view, 0); }
+TensorView element(const TensorView& t) { return transition_element(t, 0); }
 
 // [HV,K,K] seen transposed in its last two axes (a stride swap, no copy).
 TensorView transposed_kk(TensorView m) {
@@ -148,23 +148,23 @@ void ContextParallel::exchange_and_merge(const TensorView& mine, bool backward, 
     // forward: ranks [r - pre, r) oldest first; backward: ranks (r, r + post] farthest first
     const int64_t first = backward ? c.rank + 1 : c.rank - c.pre_num_ranks;
     const int64_t count = backward ? c.post_num_ranks : c.pre_num_ranks;
-    mt = merge_linear(comm_, q, mine, first, count, backward, merged);
+    mt = merge_linear(comm_, q, mine, first, count, backward, merged, &ws_.gather);
   }
   times.exchange = mt.exchange * 1e3, times.merge = mt.merge * 1e3;
 }
 
 // Initial states of the local call [N_local,HV,..] on the device: the merged state for a continuing
 // first sequence (expand_h0), the given h0 for sequences that start here; empty when all would be zero.
-DeviceTensor ContextParallel::local_initial_states(const Local& l, const Inputs& in) const {
+TensorView ContextParallel::local_initial_states(const Local& l, const Inputs& in) {
   const CpContext& c = ctx_;
   if (c.empty() || (in.initial_state.empty() && c.is_first_rank)) return {};
   Queue& q = backend_.queue();
-  DeviceTensor h(q, l.p.compute, global_state_shape(l.p, c.n_local()));
-  q.fill_zero(h.view);
+  const TensorView h = ws_.h0.reuse(q, l.p.compute, global_state_shape(l.p, c.n_local()));
+  q.fill_zero(h);
   const int64_t first_own = c.is_first_rank ? 0 : 1;  // local sequences that start here: [first_own, n_local)
-  if (!c.is_first_rank) q.copy_view(state_entry_kmajor(h.view, 0, flags_.state_v_first), saved_h0_.view);
+  if (!c.is_first_rank) q.copy_view(state_entry_kmajor(h, 0, flags_.state_v_first), saved_h0_.view);
   if (!in.initial_state.empty() && c.n_local() > first_own)
-    q.copy_view(h.view.narrow(0, first_own, c.n_local() - first_own),
+    q.copy_view(h.narrow(0, first_own, c.n_local() - first_own),
                 in.initial_state.narrow(0, c.seq_begin + first_own, c.n_local() - first_own));
   return h;
 }
@@ -186,7 +186,7 @@ void ContextParallel::forward_impl(const Local& l, const Inputs& in, const Outpu
   const int64_t last = c.n_local() - 1;
   Inputs loc = in;
   loc.initial_state = {};
-  DeviceTensor mine(q, p.compute, transition_shape(1, p.HV, p.K, p.V));
+  const TensorView mine = ws_.mine.reuse(q, p.compute, transition_shape(1, p.HV, p.K, p.V));
   saved_m_ = DeviceTensor();
   // The last rank has no transition to run: the local forward's stages that do not read the initial
   // state run while the other ranks run theirs (timed as local work; one rank waits for no one).
@@ -194,8 +194,8 @@ void ContextParallel::forward_impl(const Local& l, const Inputs& in, const Outpu
   if (c.is_last_rank && !c.is_first_rank && !c.empty()) phase(prepare_ms, [&] { backend_.forward_prepare(p, loc); });
   phase(fwd_times_.transition, [&] {
     if (c.empty()) return q.transition_identity(element(mine));
-    if (c.is_last_rank) return q.fill_zero(mine.view);  // a reset with a zero state: no one folds it
-    backend_.transition_forward(p, loc, last, mine.view);  // the last local sequence continues (the backend
+    if (c.is_last_rank) return q.fill_zero(mine);  // a reset with a zero state: no one folds it
+    backend_.transition_forward(p, loc, last, mine);  // the last local sequence continues (the backend
                                                            // may keep its front stages, as prepare does)
     if (c.n_local() == 1) {  // it is also the first: its backward transition takes M^T from here
       saved_m_ = DeviceTensor(q, p.compute, {p.HV, p.K, p.K});
@@ -206,32 +206,32 @@ void ContextParallel::forward_impl(const Local& l, const Inputs& in, const Outpu
                                                                  : state_entry_kmajor(in.initial_state, c.seq_begin + last,
                                                                                       flags_.state_v_first));
   });
-  saved_h0_ = c.is_first_rank ? DeviceTensor() : DeviceTensor(q, p.compute, {p.HV, p.K, p.V});
-  exchange_and_merge(mine.view, false, saved_h0_.view, fwd_times_);
+  if (c.is_first_rank) saved_h0_ = DeviceTensor();
+  else saved_h0_.reuse(q, p.compute, {p.HV, p.K, p.V});
+  exchange_and_merge(mine, false, saved_h0_.view, fwd_times_);
   phase(fwd_times_.local, [&] {
-    DeviceTensor ht_local;
+    TensorView ht_local;
     if (!c.empty()) {
-      const DeviceTensor h0_local = local_initial_states(l, in);
-      loc.initial_state = h0_local.view;
-      if (!out.final_state.empty()) ht_local = DeviceTensor(q, out.final_state.dtype, global_state_shape(p, c.n_local()));
-      backend_.forward(p, loc, {out.o, ht_local.view});
+      loc.initial_state = local_initial_states(l, in);
+      if (!out.final_state.empty()) ht_local = ws_.ht.reuse(q, out.final_state.dtype, global_state_shape(p, c.n_local()));
+      backend_.forward(p, loc, {out.o, ht_local});
     }
     // final states of the sequences that end here: all but a continuing last one
-    scatter_states(q, c, out.final_state, ht_local.view, 0, c.is_last_rank ? c.n_local() : c.n_local() - 1);
-    q.synchronize();  // the local buffers go out of scope
+    scatter_states(q, c, out.final_state, ht_local, 0, c.is_last_rank ? c.n_local() : c.n_local() - 1);
+    q.synchronize();  // the call's results are complete when it returns
   });
   fwd_times_.local += prepare_ms;
 }
 
-void ContextParallel::reduce_parameter_grads(const Local& l, const DeviceTensor& dA, const DeviceTensor& ddt,
+void ContextParallel::reduce_parameter_grads(const Local& l, const TensorView& dA, const TensorView& ddt,
                                              const Grads& gr) {
   Queue& q = backend_.queue();
   (void)l;
-  for (auto [part, view] : {std::pair{&dA, gr.dA_log}, std::pair{&ddt, gr.ddt_bias}}) {
+  for (auto [part, view] : {std::pair{dA, gr.dA_log}, std::pair{ddt, gr.ddt_bias}}) {
     if (view.empty()) continue;
     q.synchronize();
-    comm_.all_reduce_sum(part->view.data, part->view.numel(), part->view.dtype);
-    q.copy_view(view, part->view);
+    comm_.all_reduce_sum(part.data, part.numel(), part.dtype);
+    q.copy_view(view, part);
   }
   q.synchronize();
 }
@@ -241,16 +241,16 @@ void ContextParallel::reduce_parameter_grads(const Local& l, const DeviceTensor&
 // was kept by the forward (saved_m_; backward runs on the forward's inputs, as saved_h0_ already
 // requires), and a run that stops here with no d_final_state has its M^T zeroed unread by
 // transition_start. Then the backend computes dS_ext alone.
-void ContextParallel::backward_transition(const Problem& p, const Inputs& loc, const Cotangents& d, DeviceTensor& mine) {
+void ContextParallel::backward_transition(const Problem& p, const Inputs& loc, const Cotangents& d, const TensorView& mine) {
   const CpContext& c = ctx_;
   Queue& q = backend_.queue();
   const bool m_unread = c.ends_here(0) && d.d_final_state.empty();
   const bool m_kept = saved_m_.view.shape == Shape{p.HV, p.K, p.K} && saved_m_.view.dtype == p.compute;
-  if (!m_unread && !m_kept) return backend_.transition_backward(p, loc, d.d_o, 0, mine.view);
-  const DeviceTensor ds(q, p.compute, transition_s_shape(1, p.HV, p.K, p.V));
-  backend_.transition_backward(p, loc, d.d_o, 0, ds.view);
+  if (!m_unread && !m_kept) return backend_.transition_backward(p, loc, d.d_o, 0, mine);
+  const TensorView ds = ws_.ds.reuse(q, p.compute, transition_s_shape(1, p.HV, p.K, p.V));
+  backend_.transition_backward(p, loc, d.d_o, 0, ds);
   const TensorView e = element(mine);
-  q.copy_view(transition_s(e), transition_element(ds.view, 0));
+  q.copy_view(transition_s(e), transition_element(ds, 0));
   if (m_unread) q.fill_zero(transition_m(e));
   else q.copy_view(transition_m(e), transposed_kk(saved_m_.view));
 }
@@ -261,9 +261,8 @@ void ContextParallel::backward_impl(const Local& l, const Inputs& in, const Cota
   Queue& q = backend_.queue();
   const int64_t last = c.n_local() - 1;
   Inputs loc = in;
-  const DeviceTensor h0_local = local_initial_states(l, in);  // expand_h0
-  loc.initial_state = h0_local.view;
-  DeviceTensor mine(q, p.compute, transition_shape(1, p.HV, p.K, p.V));
+  loc.initial_state = local_initial_states(l, in);  // expand_h0
+  const TensorView mine = ws_.mine.reuse(q, p.compute, transition_shape(1, p.HV, p.K, p.V));
   // The first rank has no transition to run: the local backward's d_o-only stages run while the other
   // ranks run theirs (timed as local work; with one rank there is no one to wait for).
   double prepare_ms = 0;
@@ -271,7 +270,7 @@ void ContextParallel::backward_impl(const Local& l, const Inputs& in, const Cota
     phase(prepare_ms, [&] { backend_.backward_prepare(p, loc, d.d_o); });
   phase(bwd_times_.transition, [&] {
     if (c.empty()) return q.transition_identity(element(mine));
-    if (c.is_first_rank) return q.fill_zero(mine.view);
+    if (c.is_first_rank) return q.fill_zero(mine);
     backward_transition(p, loc, d, mine);  // the first local sequence continues (the backend may keep
                                            // its d_o-only stages for the local backward, as prepare does)
     if (c.ends_here(0))  // dht folded in (5.7), and the chain stops here
@@ -279,32 +278,33 @@ void ContextParallel::backward_impl(const Local& l, const Inputs& in, const Cota
                                             ? TensorView()
                                             : state_entry_kmajor(d.d_final_state, c.seq_begin, flags_.state_v_first));
   });
-  const DeviceTensor merged = c.is_last_rank ? DeviceTensor() : DeviceTensor(q, p.compute, {p.HV, p.K, p.V});
-  exchange_and_merge(mine.view, true, merged.view, bwd_times_);
-  DeviceTensor dA(q, p.compute, {p.HV}), ddt(q, p.compute, gr.ddt_bias.empty() ? Shape{0} : gr.ddt_bias.shape);
+  const TensorView merged = c.is_last_rank ? TensorView() : ws_.merged.reuse(q, p.compute, {p.HV, p.K, p.V});
+  exchange_and_merge(mine, true, merged, bwd_times_);
+  const TensorView dA = ws_.dA.reuse(q, p.compute, {p.HV});
+  const TensorView ddt = ws_.ddt.reuse(q, p.compute, gr.ddt_bias.empty() ? Shape{0} : gr.ddt_bias.shape);
   phase(bwd_times_.local, [&] {
-    DeviceTensor dht_local, dh0_local;
+    TensorView dht_local, dh0_local;
     if (!c.empty()) {
       if (!d.d_final_state.empty() || !c.is_last_rank) {
-        dht_local = DeviceTensor(q, p.compute, global_state_shape(p, c.n_local()));
-        q.fill_zero(dht_local.view);
+        dht_local = ws_.dht.reuse(q, p.compute, global_state_shape(p, c.n_local()));
+        q.fill_zero(dht_local);
         const int64_t own_hi = c.is_last_rank ? c.n_local() : c.n_local() - 1;  // sequences that end here
         if (!d.d_final_state.empty() && own_hi > 0)
-          q.copy_view(dht_local.view.narrow(0, 0, own_hi), d.d_final_state.narrow(0, c.seq_begin, own_hi));
-        if (!c.is_last_rank) q.copy_view(state_entry_kmajor(dht_local.view, last, flags_.state_v_first), merged.view);
+          q.copy_view(dht_local.narrow(0, 0, own_hi), d.d_final_state.narrow(0, c.seq_begin, own_hi));
+        if (!c.is_last_rank) q.copy_view(state_entry_kmajor(dht_local, last, flags_.state_v_first), merged);
       }
       if (!gr.d_initial_state.empty())
-        dh0_local = DeviceTensor(q, gr.d_initial_state.dtype, global_state_shape(p, c.n_local()));
+        dh0_local = ws_.dh0.reuse(q, gr.d_initial_state.dtype, global_state_shape(p, c.n_local()));
       Grads lg = gr;
-      lg.d_initial_state = dh0_local.view;
-      lg.dA_log = gr.dA_log.empty() ? TensorView() : dA.view;
-      lg.ddt_bias = gr.ddt_bias.empty() ? TensorView() : ddt.view;
-      backend_.backward(p, loc, {d.d_o, dht_local.view}, lg);
+      lg.d_initial_state = dh0_local;
+      lg.dA_log = gr.dA_log.empty() ? TensorView() : dA;
+      lg.ddt_bias = gr.ddt_bias.empty() ? TensorView() : ddt;
+      backend_.backward(p, loc, {d.d_o, dht_local}, lg);
     } else {
-      q.fill_zero(dA.view), q.fill_zero(ddt.view);
+      q.fill_zero(dA), q.fill_zero(ddt);
     }
     // initial-state gradients of the sequences that start here: all but a continuing first one
-    scatter_states(q, c, gr.d_initial_state, dh0_local.view, c.is_first_rank ? 0 : 1, c.n_local());
+    scatter_states(q, c, gr.d_initial_state, dh0_local, c.is_first_rank ? 0 : 1, c.n_local());
     q.synchronize();
   });
   bwd_times_.local += prepare_ms;

@@ -70,10 +70,10 @@ class ContextParallel {
   Local prepare(const Inputs& in, std::string& config) const;
   void forward_impl(const Local& lp, const Inputs& in, const Outputs& out);
   void backward_impl(const Local& lp, const Inputs& in, const Cotangents& d, const Grads& gr);
-  void backward_transition(const Problem& p, const Inputs& loc, const Cotangents& d, DeviceTensor& mine);
+  void backward_transition(const Problem& p, const Inputs& loc, const Cotangents& d, const TensorView& mine);
   void exchange_and_merge(const TensorView& mine, bool backward, const TensorView& merged, CpPhaseTimes& times);
-  DeviceTensor local_initial_states(const Local& lp, const Inputs& in) const;
-  void reduce_parameter_grads(const Local& lp, const DeviceTensor& dA, const DeviceTensor& ddt, const Grads& gr);
+  TensorView local_initial_states(const Local& lp, const Inputs& in);  // in ws_.h0
+  void reduce_parameter_grads(const Local& lp, const TensorView& dA, const TensorView& ddt, const Grads& gr);
   template <class F> void phase(double& ms, F f);
 
   Comm& comm_;
@@ -84,6 +84,17 @@ class ContextParallel {
   CpContext ctx_;
   DeviceTensor saved_h0_;  // compress_h0: the merged [HV,K,V] of local sequence 0 (empty when not needed)
   DeviceTensor saved_m_;   // M [HV,K,K] of the forward transition where this rank holds one sequence, else empty
+  // Buffers of one call kept for the next (DeviceTensor::reuse: reallocated when a shape changes): on a
+  // GPU each allocation and free per call is a cudaMalloc / cudaFree, and cudaFree waits for the device.
+  struct Workspace {
+    DeviceTensor mine;       // this rank's transition element [1,HV,K,V+K], forward then backward
+    DeviceTensor gather;     // merge_linear's all-gather of every rank's element [P,HV,K,V+K]
+    DeviceTensor ds;         // dS_ext alone [1,HV,K,V] (backward_transition)
+    DeviceTensor merged;     // the backward's merged d_final_state of the last local sequence [HV,K,V]
+    DeviceTensor h0, ht;     // the local call's initial and final states [N_local,HV,..]
+    DeviceTensor dht, dh0;   // and their gradients
+    DeviceTensor dA, ddt;    // the parameter gradients' local sums before the all-reduce
+  } ws_;
   bool have_forward_ = false;
   CpPhaseTimes fwd_times_, bwd_times_;
 };

@@ -16,17 +16,18 @@ TensorView element0(const TensorView& packed) { return transition_element(packed
 }  // namespace
 
 MergeTimes merge_linear(Comm& comm, Queue& q, const TensorView& mine, int64_t first, int64_t count, bool reverse,
-                        const TensorView& out) {
+                        const TensorView& out, DeviceTensor* gather) {
   MergeTimes t;
   const int64_t per_rank = mine.numel();
   Shape all_shape = mine.shape;
   all_shape[0] = comm.size();
-  DeviceTensor all(q, mine.dtype, all_shape);
+  DeviceTensor local;
+  const TensorView all = (gather ? *gather : local).reuse(q, mine.dtype, all_shape);
   auto t0 = Clock::now();
-  comm.all_gather(mine.data, all.view.data, per_rank, mine.dtype);
+  comm.all_gather(mine.data, all.data, per_rank, mine.dtype);
   t.exchange = since(t0);
   t0 = Clock::now();
-  if (!out.empty()) q.transition_fold(all.view, first, count, reverse, {}, out);
+  if (!out.empty()) q.transition_fold(all, first, count, reverse, {}, out);
   q.synchronize();
   t.merge = since(t0);
   return t;

@@ -20,8 +20,9 @@ struct MergeTimes {
   double exchange = 0, merge = 0;  // seconds
 };
 
+// gather: a buffer kept by the caller for the all-gather (resized when needed); null: one per call.
 MergeTimes merge_linear(Comm& comm, Queue& q, const TensorView& mine, int64_t first, int64_t count, bool reverse,
-                        const TensorView& out);
+                        const TensorView& out, DeviceTensor* gather = nullptr);
 MergeTimes merge_log_depth(Comm& comm, Queue& q, const TensorView& mine, bool reverse, const TensorView& out);
 
 }  // namespace kcp::cp
