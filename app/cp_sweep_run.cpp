@@ -100,16 +100,12 @@ NamedViews SweepReference::named() const { return named_of(out, grads); }
 template <class S>
 NamedViews CpCaseResult<S>::named() const { return named_of(out, grads); }
 
+namespace {
+
+// One forward (and backward) of cp on case c's inputs, staged for this rank, results into r's views.
 template <class S>
-CpCaseResult<S> run_cp_case(Comm& comm, Backend& be, const val::CaseData& c, const std::vector<int64_t>& bounds,
-                            MergeAlgorithm merge, bool backward) {
+void run_cp_round(ContextParallel& cp, Backend& be, const val::CaseData& c, CpCaseResult<S>& r, bool backward) {
   const DType dt = dtype_of<S>();
-  const Problem pg = c.problem(dt);
-  CpCaseResult<S> r{val::make_outputs<S>(pg, c.spec.final_state),
-                    backward ? val::make_grads<S>(pg, c.inputs()) : val::GradSet<S>{}, true};
-  ProblemOptions po;
-  po.scale = c.spec.scale, po.chunk_size = c.spec.chunk_size, po.compute = dt, po.cu_seqlens = c.cu_seqlens;
-  ContextParallel cp(comm, be, c.spec.variant, c.spec.flags, {po, bounds, merge});
   const int64_t lo = cp.context().lo, n = cp.context().tokens();
   // Inputs in the compute precision on the backend's device (host backends read the float64 views).
   val::DeviceMirror dev(be);
@@ -125,6 +121,28 @@ CpCaseResult<S> run_cp_case(Comm& comm, Backend& be, const val::CaseData& c, con
     cp.backward(in, {d_o, dht}, g);
   }
   dev.download();
+}
+
+}  // namespace
+
+template <class S>
+CpCaseResult<S> run_cp_case(Comm& comm, Backend& be, const val::CaseData& c, const std::vector<int64_t>& bounds,
+                            MergeAlgorithm merge, bool backward, const val::CaseData* earlier) {
+  const DType dt = dtype_of<S>();
+  const Problem pg = c.problem(dt);
+  auto result = [&] {
+    return CpCaseResult<S>{val::make_outputs<S>(pg, c.spec.final_state),
+                           backward ? val::make_grads<S>(pg, c.inputs()) : val::GradSet<S>{}, true};
+  };
+  CpCaseResult<S> r = result();
+  ProblemOptions po;
+  po.scale = c.spec.scale, po.chunk_size = c.spec.chunk_size, po.compute = dt, po.cu_seqlens = c.cu_seqlens;
+  ContextParallel cp(comm, be, c.spec.variant, c.spec.flags, {po, bounds, merge});
+  if (earlier) {  // the same object called first on other inputs: what it keeps must not leak into r
+    CpCaseResult<S> scratch = result();
+    run_cp_round(cp, be, *earlier, scratch, backward);
+  }
+  run_cp_round(cp, be, c, r, backward);
   Comm& host = comm.control();
   for (const Tensor<S>* t : {&r.out.o, &r.out.final_state, &r.grads.dq, &r.grads.dk, &r.grads.dv, &r.grads.dg,
                              &r.grads.dbeta, &r.grads.dh0})
@@ -136,9 +154,9 @@ CpCaseResult<S> run_cp_case(Comm& comm, Backend& be, const val::CaseData& c, con
 template struct CpCaseResult<double>;
 template struct CpCaseResult<float>;
 template CpCaseResult<double> run_cp_case<double>(Comm&, Backend&, const val::CaseData&, const std::vector<int64_t>&,
-                                                  MergeAlgorithm, bool);
+                                                  MergeAlgorithm, bool, const val::CaseData*);
 template CpCaseResult<float> run_cp_case<float>(Comm&, Backend&, const val::CaseData&, const std::vector<int64_t>&,
-                                                MergeAlgorithm, bool);
+                                                MergeAlgorithm, bool, const val::CaseData*);
 
 SweepReference sweep_reference(const val::CaseData& c, Backend& oracle) {
   SweepReference r;

@@ -59,9 +59,11 @@ struct CpCaseResult {
   bool params_agree = true;
   NamedViews named() const;
 };
+// earlier: a case of the same problem whose inputs the same ContextParallel runs first (its results
+// dropped), so that what the object keeps between calls is exercised.
 template <class S>
 CpCaseResult<S> run_cp_case(Comm& comm, Backend& backend, const val::CaseData& c, const std::vector<int64_t>& bounds,
-                            MergeAlgorithm merge, bool backward = true);
+                            MergeAlgorithm merge, bool backward = true, const val::CaseData* earlier = nullptr);
 
 // rel_l2 against the oracle of `backend` run in one process in float32, per tensor of named() (the
 // forward's tensors only when the backend has no backward for the case).

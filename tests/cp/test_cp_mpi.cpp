@@ -3,7 +3,8 @@
 // through the whole CP layer, and the refusals: ranks that disagree on the configuration, a rank with
 // a bad local input, partitions that do not match cu_seqlens, backward before forward. Every refusal
 // must reach every rank as an exception before the backend computes anything. And which ranks ask the
-// backend to prepare a local pass while they wait.
+// backend to prepare a local pass while they wait, and a ContextParallel called a second time on other
+// inputs (the buffers it keeps; a planted stale all-gather buffer fails 16 of its 36 checks).
 #include <doctest/doctest.h>
 
 #include "core/rng.h"
@@ -133,6 +134,34 @@ TEST_CASE("linear and log-depth merges agree through the CP layer (h0, ht, uneve
       }
     }
   }
+}
+
+// One ContextParallel called twice: first on other inputs (another seed: other q .. dht), then on the
+// case's. The buffers it keeps between calls (ContextParallel::Workspace) must carry nothing of the
+// first call into the second: the second equals the single-process oracle, with h0 / ht, an empty
+// rank and both merges.
+TEST_CASE("a ContextParallel called again on other inputs gives the single-process result") {
+  cp::Comm& w = test::world();
+  auto be = val::backend_create("cpu-recurrent");
+  for (Variant var : {Variant::gdn, Variant::kda})
+    for (cp::MergeAlgorithm merge : {cp::MergeAlgorithm::linear, cp::MergeAlgorithm::log_depth}) {
+      const val::CaseSpec s = spec_for(var, w.size());
+      SUBCASE((s.name() + " " + std::string(cp::merge_name(merge))).c_str()) {
+        val::CaseSpec other = s;
+        other.seed += 1000;
+        const val::CaseData c = val::make_case(s), first = val::make_case(other);
+        std::vector<int64_t> bounds = cp::equal_bounds(c.cu_seqlens.back(), w.size());
+        if (w.size() > 2) bounds[2] = bounds[1];  // rank 1 holds nothing
+        const auto got = app::run_cp_case<double>(w, *be, c, bounds, merge, true, &first);
+        const app::SweepReference ref = app::sweep_reference(c, *be);
+        const app::NamedViews a = got.named(), b = ref.named();
+        REQUIRE(a.size() == b.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+          INFO(a[i].first);
+          CHECK(rel(a[i].second, b[i].second) <= val::tol::kExactF64);
+        }
+      }
+    }
 }
 
 // Records the width (last axis) of every transition_backward buffer: V + K for (dS_ext, M^T), V for
