@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Same-call A/B of context parallelism on a machine with several GPUs (issue 14; docs/CP.md): the
-# working tree ("new") and a base tree built side by side there, then on new: the CUDA keep and
-# transition test cases, the NCCL cp-sweep (one GPU per rank: N = 2 quick, N = 4 full with and without
-# the kept forward), the NCCL fault job, one small NCCL run with NCCL_DEBUG=INFO (which transport the
-# exchange takes); then cp-bench over NCCL, new and base alternating, gdn and kda, kept forward,
-# T = 32768 per rank, H = 16, K = V = 128, bf16, ranks 1, 2, 4 as far as the GPUs go. Summary in
-# $OUT/summary.txt, logs in $OUT/logs.tgz. About 6-9 minutes on 4 GPUs.
+# working tree ("new") and a base tree built side by side there, then on new: test_cuda, the NCCL
+# cp-sweep (one GPU per rank: N = 2 quick, N = 4 full with and without the kept forward), the NCCL
+# fault job (it must end by itself with rank 1's message), one small NCCL run with NCCL_DEBUG=INFO
+# (which transport the exchange takes); the CP transitions on one GPU (`kcp bench --transitions 1`,
+# TRANS_OPS), new and base; then cp-bench over NCCL, new and base alternating, CP_OPS, kept forward,
+# T = 32768 per rank, H = 16, K = V = 128, bf16, ranks 1, 2, 4 as far as the GPUs go; last, unless
+# PROF=0, ncu of PROFS ("name:variant:kernel-regex ...", one GPU, T = 8192). Summary in
+# $OUT/summary.txt, logs in $OUT/logs.tgz (and prof.tgz). About 5-9 minutes on 4 GPUs.
 # Here, before the call (.gpu/ and .deps/ are git-ignored; carry both):
 #   git archive --prefix=base/ <commit> -- . ':!data' ':!docs' | gzip > .gpu/base.tgz; scripts/gpu_deps.sh
-# There:  [CP_OPS="gdn kda"] [CP_REPEAT=3] scripts/gpu_cp_ab.sh
+# There:  [CP_OPS="gdn kda gla"] [TRANS_OPS="gla"] [CP_REPEAT=3] [PROF=0 | PROFS=...] scripts/gpu_cp_ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-logs}; mkdir -p "$OUT"
@@ -34,21 +36,28 @@ step() {  # name, command...: its exit code and last line into the summary
   echo "$name rc=$? ($(( $(date +%s) - t0 )) s): $(grep -v '^\s*$' "$L/$name.log" | tail -1)" >> "$S"
 }
 TC=$(find build-gpu -name test_cuda -type f -perm -u+x | head -1)
-step test_cuda_keep_transition "$TC" -tc="*kept forward*,*transition*"
-grep -E "test cases:|assertions:" "$L/test_cuda_keep_transition.log" >> "$S"
+step test_cuda "$TC"
+grep -E "test cases:|assertions:" "$L/test_cuda.log" >> "$S"
 if [ "$gpus" -ge 2 ]; then
   step cp_sweep_nccl_np2_quick_keep env KCP_CUDA_KEEP=1 "${mpi[@]}" 2 $N cp-sweep --quick --backend cuda-chunkwise --comm nccl
   NCCL_DEBUG=INFO step nccl_transport "${mpi[@]}" 2 $N cp-sweep --quick --backend cuda-chunkwise --comm nccl --filter gdn
   grep -hoE "via (P2P|SHM|NET|IPC)[^ ]*( [A-Za-z/]+)?" "$L/nccl_transport.log" | sort | uniq -c | head -5 >> "$S"
   fault=$(find build-gpu -name cp_fault_job -type f -perm -u+x | head -1)
-  step cp_fault_nccl "${mpi[@]}" 2 "$fault" throw cuda-chunkwise nccl
+  step cp_fault_nccl "${mpi[@]}" 2 "$fault" throw cuda-chunkwise nccl  # must fail, by itself, with:
+  grep -q "rank 1: error: injected fault" "$L/cp_fault_nccl.log" && echo "cp_fault_nccl: ended with rank 1's message: passed" >> "$S"
 fi
 if [ "$gpus" -ge 4 ]; then
   step cp_sweep_nccl_np4 "${mpi[@]}" 4 $N cp-sweep --backend cuda-chunkwise --comm nccl
   step cp_sweep_nccl_np4_keep env KCP_CUDA_KEEP=1 "${mpi[@]}" 4 $N cp-sweep --backend cuda-chunkwise --comm nccl
 fi
+for op in ${TRANS_OPS:-gla}; do for T in 8192 32768; do for tag in new base; do
+  X=$N; [ $tag = base ] && X=$B
+  ck=1; [ $T = 32768 ] && ck=0
+  timeout 120 $X bench --backend cuda-chunkwise --variant $op --H 16 --T $T --transitions 1 --check $ck --warmup 2 --repeat 10 > "$L/tr_${op}_${T}_$tag.log" 2>&1
+  echo "transitions $tag $op T=$T rc=$?: $(grep -E "^\| $op" "$L/tr_${op}_${T}_$tag.log" | head -1)" >> "$S"
+done; done; done
 ranks=1; [ "$gpus" -ge 2 ] && ranks=1,2; [ "$gpus" -ge 4 ] && ranks=1,2,4
-for op in ${CP_OPS:-gdn kda}; do
+for op in ${CP_OPS:-gdn kda gla}; do
   for tag in new base; do
     X=$N; [ $tag = base ] && X=$B
     timeout 200 "${mpi[@]}" "${ranks##*,}" $X cp-bench --backend cuda-chunkwise --comm nccl --keep 1 --variant $op \
@@ -56,5 +65,15 @@ for op in ${CP_OPS:-gdn kda}; do
     echo "== cp-bench $op $tag rc=$?" >> "$S"; grep -E "^ +[0-9]+ +[0-9]+ \|" "$L/cpb_${op}_$tag.log" >> "$S"
   done
 done
+P=$OUT/prof; mkdir -p "$P"
+for x in ${PROFS:-hv_gla:gla:bwd_hv_kernel intra_gla:gla:bwd_intra_kernel}; do
+  [ "${PROF:-1}" = 1 ] || break
+  IFS=: read -r pn pv pk <<< "$x"
+  timeout 100 ncu --set full -k regex:$pk --launch-count 1 -o "$P/$pn" $N bench --backend cuda-chunkwise --variant $pv \
+    --H 16 --T 8192 --backward 1 --keep 1 --check 0 --warmup 0 --repeat 1 > "$P/$pn.run.log" 2>&1
+  ncu -i "$P/$pn.ncu-rep" > "$P/$pn.details.txt" 2>&1; rm -f "$P/$pn.ncu-rep"
+  echo "== ncu $pn: $(grep -E "^    Duration" "$P/$pn.details.txt" | head -1)" >> "$S"
+done
 echo "done $(( $(date +%s) - t0 )) s" >> "$S"
 tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"
+[ -d "$P" ] && tar czf "$OUT/prof.tgz" -C "$OUT" prof && rm -rf "$P"
