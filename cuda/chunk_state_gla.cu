@@ -192,31 +192,45 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
 
 // ---- the transition's M -----------------------------------------------------------------------
 
-// M of a sequence is diagonal, M[i, i] = prod_c 2^(b_end[c, i]): per key the chain's scalings alone, in
-// the chain's order (the same float operations as the chain from I without v), without its K x K
-// tiles, all but the diagonal ones zero, walking every chunk.
-// One block per (sequence n, value head hv); then the [K, K] block written row-major.
-constexpr int kDiagThreads = 128;
+// M of a sequence is diagonal, M[i, i] = prod_c 2^(b_end[c, i]): per key the chain's scalings alone,
+// without its K x K tiles (all but the diagonal ones zero) walking every chunk. One block per (sequence
+// n, value head hv) of kDiagThreads: kDiagThreads / K groups of K threads, group g multiplying the
+// factors of chunks g, g + groups, ... (their last rows found from the sequence's first and last chunk,
+// like the chain's chunk_span: no table read per chunk, the gate loads independent), then the groups'
+// products multiplied in order and the [K, K] block written row-major.
+constexpr int kDiagThreads = 1024;
 
 __global__ void __launch_bounds__(kDiagThreads) gla_transition_m_kernel(const StateParams sp) {
-  __shared__ float d[kMaxKeyDim];
+  __shared__ float part[kDiagThreads];
   const ChunkParams& p = sp.c;
-  const int n = blockIdx.x / p.HV, hv = blockIdx.x % p.HV;
-  const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
-  for (int i = threadIdx.x; i < p.K; i += kDiagThreads) {
-    float m = 1.0f;
-#pragma unroll 8
-    for (int c = c_begin; c < c_end; ++c) {
-      const ChunkInfo ck = p.chunks[c];
-      m *= exp2f(p.gcum[(int64_t(ck.t0 + ck.len - 1) * p.HV + hv) * p.K + i]);
+  const int n = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, groups = kDiagThreads / p.K;
+  const int c_begin = p.seq_chunk0[n], count = p.seq_chunk0[n + 1] - c_begin;
+  const int g = int(threadIdx.x) / p.K, i = int(threadIdx.x) % p.K;
+  if (g < groups) {
+    int t_first = 0, t_end = 0;
+    if (count > 0) {
+      const ChunkInfo a = p.chunks[c_begin], b = p.chunks[c_begin + count - 1];
+      t_first = a.t0, t_end = b.t0 + b.len;
     }
-    d[i] = m;
+    float m = 1.0f;
+#pragma unroll 4
+    for (int c = g; c < count; c += groups) {
+      const int t_last = min(t_first + kChunk * (c + 1), t_end) - 1;
+      m *= exp2f(p.gcum[(int64_t(t_last) * p.HV + hv) * p.K + i]);
+    }
+    part[threadIdx.x] = m;
+  }
+  __syncthreads();
+  if (threadIdx.x < p.K) {
+    float m = part[threadIdx.x];
+    for (int h = 1; h < groups; ++h) m *= part[h * p.K + threadIdx.x];
+    part[threadIdx.x] = m;  // only thread i reads or writes slot i of group 0 here
   }
   __syncthreads();
   const StateView& f = sp.final_state;
   for (int idx = threadIdx.x; idx < p.K * p.K; idx += kDiagThreads) {
-    const int i = idx / p.K, j = idx % p.K;
-    store_any(f.p, f.dt, n * f.sn + hv * f.shv + i * f.si + j * f.sj, i == j ? d[i] : 0.0f);
+    const int r = idx / p.K, j = idx % p.K;
+    store_any(f.p, f.dt, n * f.sn + hv * f.shv + r * f.si + j * f.sj, r == j ? part[r] : 0.0f);
   }
 }
 
@@ -351,8 +365,8 @@ void launch_gla_output(const StateParams& sp, int input_dtype, cudaStream_t stre
 
 void launch_gla_transition_m(const StateParams& sp, cudaStream_t stream) {
   const ChunkParams& p = sp.c;
-  KCP_CHECK(p.gla && sp.final_state.p && p.K <= kMaxKeyDim, "gla transition M: expected gla, a final_state view, K <= ",
-            kMaxKeyDim);
+  KCP_CHECK(p.gla && sp.final_state.p && p.K <= kDiagThreads, "gla transition M: expected gla, a final_state view, K <= ",
+            kDiagThreads);
   if (p.N * p.HV > 0) launch_kernel(gla_transition_m_kernel, dim3(p.N * p.HV), kDiagThreads, 0, stream, sp);
 }
 

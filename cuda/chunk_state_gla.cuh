@@ -14,7 +14,7 @@ namespace kcp::cuda {
 // set, the output, grid (NT * V/BVo, HV) of 256 threads, reading sp.h (which must be set then).
 void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t stream);
 // The transition's M into sp.final_state [N, HV, K, K]: diagonal, M[i, i] = prod over the chunks of
-// 2^(b_end[i]) (what the chain from I without v computes), grid (N*HV) of 128 threads.
+// 2^(b_end[i]) (what the chain from I without v computes), grid (N*HV) of 1024 threads.
 void launch_gla_transition_m(const StateParams& sp, cudaStream_t stream);
 // The output alone from sp.h (the stage tests): o = scale qg h[c] + Aqk v.
 void launch_gla_output(const StateParams& sp, int input_dtype, cudaStream_t stream);

@@ -6,11 +6,14 @@
 # (which transport the exchange takes); the CP transitions on one GPU (`kcp bench --transitions 1`,
 # TRANS_OPS), new and base; then cp-bench over NCCL, new and base alternating, CP_OPS, kept forward,
 # T = 32768 per rank, H = 16, K = V = 128, bf16, ranks 1, 2, 4 as far as the GPUs go; last, unless
-# PROF=0, ncu of PROFS ("name:variant:kernel-regex ...", one GPU, T = 8192). Summary in
-# $OUT/summary.txt, logs in $OUT/logs.tgz (and prof.tgz). About 5-9 minutes on 4 GPUs.
+# PROF=0, ncu of PROFS ("name:variant:kernel-regex ...", one GPU, T = 8192). With FLA_SHAPES
+# ("op:T:H,..."; carry .fla): new's forward and forward+backward of those shapes, two runs each, and
+# FLA's in the same call (scripts/gpu_fla_timing.sh). Summary in $OUT/summary.txt, logs in
+# $OUT/logs.tgz (and prof.tgz). About 5-9 minutes on 4 GPUs.
 # Here, before the call (.gpu/ and .deps/ are git-ignored; carry both):
 #   git archive --prefix=base/ <commit> -- . ':!data' ':!docs' | gzip > .gpu/base.tgz; scripts/gpu_deps.sh
-# There:  [CP_OPS="gdn kda gla"] [TRANS_OPS="gla"] [CP_REPEAT=3] [PROF=0 | PROFS=...] scripts/gpu_cp_ab.sh
+# There:  [CP_OPS="gdn kda gla"] [TRANS_OPS="gla"] [CP_REPEAT=3] [PROF=0 | PROFS=...] [FLA_SHAPES=...]
+#         scripts/gpu_cp_ab.sh      (an empty CP_OPS or TRANS_OPS leaves that part out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-logs}; mkdir -p "$OUT"
@@ -22,6 +25,8 @@ export LD_LIBRARY_PATH=$PWD/.deps/hdf5/lib:${LD_LIBRARY_PATH:-}
 ROOT=$PWD; t0=$(date +%s)
 cfg() { cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -Ddoctest_DIR="$ROOT/.deps/lib/cmake/doctest" -DHDF5_ROOT="$ROOT/.deps/hdf5" -DHDF5_NO_FIND_PACKAGE_CONFIG_FILE=ON -DCMAKE_CUDA_FLAGS=; }
 mkdir -p /tmp/b && tar xzf "${BASE_TGZ:-.gpu/base.tgz}" -C /tmp/b
+. scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_tables (nothing without FLA_SHAPES)
+fla_warm_up &
 jobs=$(( $(nproc) / 2 ))
 ( cfg . build-gpu > "$L/cfg_new.log" 2>&1 && cmake --build build-gpu -j $jobs --target kcp test_cuda cp_fault_job > "$L/build_new.log" 2>&1; echo "new build rc=$?" >> "$S" ) &
 bn=$!
@@ -50,14 +55,15 @@ if [ "$gpus" -ge 4 ]; then
   step cp_sweep_nccl_np4 "${mpi[@]}" 4 $N cp-sweep --backend cuda-chunkwise --comm nccl
   step cp_sweep_nccl_np4_keep env KCP_CUDA_KEEP=1 "${mpi[@]}" 4 $N cp-sweep --backend cuda-chunkwise --comm nccl
 fi
-for op in ${TRANS_OPS:-gla}; do for T in 8192 32768; do for tag in new base; do
+wait  # the FLA warm-up (on GPU 0), before anything is timed
+for op in ${TRANS_OPS-gla}; do for T in 8192 32768; do for tag in new base; do
   X=$N; [ $tag = base ] && X=$B
   ck=1; [ $T = 32768 ] && ck=0
   timeout 120 $X bench --backend cuda-chunkwise --variant $op --H 16 --T $T --transitions 1 --check $ck --warmup 2 --repeat 10 > "$L/tr_${op}_${T}_$tag.log" 2>&1
   echo "transitions $tag $op T=$T rc=$?: $(grep -E "^\| $op" "$L/tr_${op}_${T}_$tag.log" | head -1)" >> "$S"
 done; done; done
 ranks=1; [ "$gpus" -ge 2 ] && ranks=1,2; [ "$gpus" -ge 4 ] && ranks=1,2,4
-for op in ${CP_OPS:-gdn kda gla}; do
+for op in ${CP_OPS-gdn kda gla}; do
   for tag in new base; do
     X=$N; [ $tag = base ] && X=$B
     timeout 200 "${mpi[@]}" "${ranks##*,}" $X cp-bench --backend cuda-chunkwise --comm nccl --keep 1 --variant $op \
@@ -65,6 +71,17 @@ for op in ${CP_OPS:-gdn kda gla}; do
     echo "== cp-bench $op $tag rc=$?" >> "$S"; grep -E "^ +[0-9]+ +[0-9]+ \|" "$L/cpb_${op}_$tag.log" >> "$S"
   done
 done
+IFS=, read -ra shapes <<< "${FLA_SHAPES:-}"
+for sh in "${shapes[@]}"; do
+  IFS=: read -r op T H <<< "$sh"
+  for rep in 1 2; do
+    timeout 120 $N bench --backend cuda-chunkwise --variant $op --H $H --T $T --backward 1 --keep 1 --check 0 --warmup 2 --repeat 10 > "$L/fb_$op$T.log" 2>&1
+    echo "kcp fwd+bwd: $(grep -E "^\| $op" "$L/fb_$op$T.log" | head -1)" >> "$S"
+    timeout 60 $N bench --backend cuda-chunkwise --variant $op --H $H --T $T --backward 0 --check 0 --warmup 3 --repeat 20 > "$L/f_$op$T.log" 2>&1
+    echo "kcp fwd: $(grep -E "^\| $op" "$L/f_$op$T.log" | head -1)" >> "$S"
+  done
+done
+fla_tables
 P=$OUT/prof; mkdir -p "$P"
 for x in ${PROFS:-hv_gla:gla:bwd_hv_kernel intra_gla:gla:bwd_intra_kernel}; do
   [ "${PROF:-1}" = 1 ] || break
