@@ -196,7 +196,7 @@ void ContextParallel::forward_impl(const Local& l, const Inputs& in, const Outpu
     if (c.empty()) return q.transition_identity(element(mine));
     if (c.is_last_rank) return q.fill_zero(mine);  // a reset with a zero state: no one folds it
     backend_.transition_forward(p, loc, last, mine);  // the last local sequence continues (the backend
-                                                           // may keep its front stages, as prepare does)
+                                                      // may keep its front stages, as prepare does)
     if (c.n_local() == 1) {  // it is also the first: its backward transition takes M^T from here
       saved_m_ = DeviceTensor(q, p.compute, {p.HV, p.K, p.K});
       q.copy_view(saved_m_.view, transition_m(element(mine)));
