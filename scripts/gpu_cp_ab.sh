@@ -5,14 +5,15 @@
 # fault job (it must end by itself with rank 1's message), one small NCCL run with NCCL_DEBUG=INFO
 # (which transport the exchange takes); the CP transitions on one GPU (`kcp bench --transitions 1`,
 # TRANS_OPS), new and base; then cp-bench over NCCL, new and base alternating, CP_OPS, kept forward,
-# T = 32768 per rank, H = 16, K = V = 128, bf16, ranks 1, 2, 4 as far as the GPUs go; last, unless
+# T = 32768 per rank, H = 16, K = V = 128, bf16, ranks 1, 2, 4 as far as the GPUs go, best of
+# CP_REPEAT (10; the thirteenth session's rows were best of 3 and moved ~0.3 ms between runs); last, unless
 # PROF=0, ncu of PROFS ("name:variant:kernel-regex ...", one GPU, T = 8192). With FLA_SHAPES
 # ("op:T:H,..."; carry .fla): new's forward and forward+backward of those shapes, two runs each, and
 # FLA's in the same call (scripts/gpu_fla_timing.sh). Summary in $OUT/summary.txt, logs in
 # $OUT/logs.tgz (and prof.tgz). About 5-9 minutes on 4 GPUs.
 # Here, before the call (.gpu/ and .deps/ are git-ignored; carry both):
 #   git archive --prefix=base/ <commit> -- . ':!data' ':!docs' | gzip > .gpu/base.tgz; scripts/gpu_deps.sh
-# There:  [CP_OPS="gdn kda gla"] [TRANS_OPS="gla"] [CP_REPEAT=3] [PROF=0 | PROFS=...] [FLA_SHAPES=...]
+# There:  [CP_OPS="gdn kda gla"] [TRANS_OPS="gla"] [CP_REPEAT=10] [PROF=0 | PROFS=...] [FLA_SHAPES=...]
 #         scripts/gpu_cp_ab.sh      (an empty CP_OPS or TRANS_OPS leaves that part out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +68,7 @@ for op in ${CP_OPS-gdn kda gla}; do
   for tag in new base; do
     X=$N; [ $tag = base ] && X=$B
     timeout 200 "${mpi[@]}" "${ranks##*,}" $X cp-bench --backend cuda-chunkwise --comm nccl --keep 1 --variant $op \
-      --ranks $ranks --repeat "${CP_REPEAT:-3}" --T 32768 --H 16 --K 128 --V 128 --dtype bfloat16 > "$L/cpb_${op}_$tag.log" 2>&1
+      --ranks $ranks --repeat "${CP_REPEAT:-10}" --T 32768 --H 16 --K 128 --V 128 --dtype bfloat16 > "$L/cpb_${op}_$tag.log" 2>&1
     echo "== cp-bench $op $tag rc=$?" >> "$S"; grep -E "^ +[0-9]+ +[0-9]+ \|" "$L/cpb_${op}_$tag.log" >> "$S"
   done
 done
