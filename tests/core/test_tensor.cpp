@@ -1,10 +1,12 @@
 // Tensor views and the counter RNG (core/tensor.h, core/rng.h): shapes and strides, narrow() sharing
 // memory, element access by multi-index, the owning Tensor, and the RNG's determinism and ranges
-// (every seeded test depends on the same counter giving the same value).
+// (every seeded test depends on the same counter giving the same value). And DeviceTensor::reuse
+// (core/queue.h): the same buffer while dtype and shape stay, a new one when either changes.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
+#include "core/queue.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -55,4 +57,25 @@ TEST_CASE("counter RNG: same counter, same value; uniform in [0,1); normal has m
   CHECK(differ > n - 10);  // another stream is another sequence
   CHECK(std::fabs(sum / n) < 0.03);  // 4 standard errors (1/sqrt(n) = 0.007)
   CHECK(std::fabs(sq / n - 1.0) < 0.05);
+}
+
+TEST_CASE("DeviceTensor::reuse keeps its buffer for the same dtype and shape, reallocates otherwise") {
+  Queue& q = host_queue();
+  DeviceTensor t;
+  const TensorView a = t.reuse(q, DType::f32, {2, 3});
+  REQUIRE(a.data != nullptr);
+  CHECK(a.shape == Shape{2, 3});
+  CHECK(a.dtype == DType::f32);
+  static_cast<float*>(a.data)[5] = 7.0f;
+  const TensorView b = t.reuse(q, DType::f32, {2, 3});
+  CHECK(b.data == a.data);                         // kept: the contents are the last user's
+  CHECK(static_cast<float*>(b.data)[5] == 7.0f);
+  const TensorView c = t.reuse(q, DType::f32, {3, 2});
+  CHECK(c.shape == Shape{3, 2});                   // another shape: a view of that shape
+  const TensorView d = t.reuse(q, DType::f64, {3, 2});
+  CHECK(d.dtype == DType::f64);
+  CHECK(d.numel() == 6);
+  const TensorView e = t.reuse(q, DType::f64, {0});  // zero elements: still a non-null pointer
+  CHECK(e.data != nullptr);
+  CHECK(e.numel() == 0);
 }
