@@ -58,6 +58,16 @@ Tensor<S> element(int j, int64_t HV, int64_t K, int64_t V, uint64_t seed) {
 
 double rel(const TensorView& a, const TensorView& b) { return val::compare(a, b).rel_l2; }
 
+// Every tensor of got within the float64 exactness bar of want's (the same tensors, in order; rel_l2
+// against want).
+void check_exact(const app::NamedViews& got, const app::NamedViews& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO(got[i].first);
+    CHECK(rel(got[i].second, want[i].second) <= val::tol::kExactF64);
+  }
+}
+
 val::CaseSpec spec_for(Variant var, int P) {
   val::CaseSpec s;
   s.variant = var, s.H = 1, s.HV = 2, s.K = s.V = 8, s.chunk_size = 16;
@@ -126,12 +136,7 @@ TEST_CASE("linear and log-depth merges agree through the CP layer (h0, ht, uneve
       if (w.size() > 2) bounds[2] = bounds[1];  // rank 1 holds nothing
       const auto a = app::run_cp_case<double>(w, *be, c, bounds, cp::MergeAlgorithm::linear);
       const auto b = app::run_cp_case<double>(w, *be, c, bounds, cp::MergeAlgorithm::log_depth);
-      const app::NamedViews na = a.named(), nb = b.named();
-      REQUIRE(na.size() == nb.size());
-      for (size_t i = 0; i < na.size(); ++i) {
-        INFO(na[i].first);
-        CHECK(rel(nb[i].second, na[i].second) <= val::tol::kExactF64);
-      }
+      check_exact(b.named(), a.named());
     }
   }
 }
@@ -154,12 +159,7 @@ TEST_CASE("a ContextParallel called again on other inputs gives the single-proce
         if (w.size() > 2) bounds[2] = bounds[1];  // rank 1 holds nothing
         const auto got = app::run_cp_case<double>(w, *be, c, bounds, merge, true, &first);
         const app::SweepReference ref = app::sweep_reference(c, *be);
-        const app::NamedViews a = got.named(), b = ref.named();
-        REQUIRE(a.size() == b.size());
-        for (size_t i = 0; i < a.size(); ++i) {
-          INFO(a[i].first);
-          CHECK(rel(a[i].second, b[i].second) <= val::tol::kExactF64);
-        }
+        check_exact(got.named(), ref.named());
       }
     }
 }
@@ -190,12 +190,7 @@ TEST_CASE("a rank holding one continuing sequence computes dS_ext alone; the gra
       const auto got = app::run_cp_case<double>(w, be, c, cp::equal_bounds(c.cu_seqlens.back(), w.size()),
                                                 cp::MergeAlgorithm::linear);
       const app::SweepReference ref = app::sweep_reference(c, be);
-      const app::NamedViews a = got.named(), b = ref.named();
-      REQUIRE(a.size() == b.size());
-      for (size_t i = 0; i < a.size(); ++i) {
-        INFO(a[i].first);
-        CHECK(rel(a[i].second, b[i].second) <= val::tol::kExactF64);
-      }
+      check_exact(got.named(), ref.named());
       if (w.rank() == 0) CHECK(be.widths.empty());  // the first rank has no predecessor to send to
       // middle ranks: M^T from the forward; the last rank ran no forward transition (nothing follows
       // it): with dht it needs M^T (V + K columns), without dht none (V)
@@ -239,12 +234,7 @@ TEST_CASE("the last rank prepares the local forward, the first the local backwar
                                             cp::MergeAlgorithm::linear);
   auto oracle = val::backend_create("cpu-recurrent");
   const app::SweepReference ref = app::sweep_reference(c, *oracle);
-  const app::NamedViews a = got.named(), b = ref.named();
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    INFO(a[i].first);
-    CHECK(rel(a[i].second, b[i].second) <= val::tol::kExactF64);
-  }
+  check_exact(got.named(), ref.named());
   CHECK(be.forward_prepares == (w.rank() == w.size() - 1 ? 1 : 0));
   CHECK(be.backward_prepares == (w.rank() == 0 ? 1 : 0));
 }
