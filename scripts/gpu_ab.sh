@@ -20,15 +20,11 @@ OUT=${OUT:-gpu-logs}; mkdir -p "$OUT"
 S=$OUT/summary.txt; L=$OUT/logs; mkdir -p $L
 date > $S; nvidia-smi --query-gpu=name --format=csv,noheader >> $S
 export LD_LIBRARY_PATH=$PWD/.deps/hdf5/lib:${LD_LIBRARY_PATH:-}
-ROOT=$PWD; t0=$(date +%s)
-cfg() { cmake -S $1 -B $2 -G Ninja -DCMAKE_BUILD_TYPE=Release -Ddoctest_DIR=$ROOT/.deps/lib/cmake/doctest -DHDF5_ROOT=$ROOT/.deps/hdf5 -DHDF5_NO_FIND_PACKAGE_CONFIG_FILE=ON -DCMAKE_CUDA_FLAGS=; }
-mkdir -p /tmp/b && tar xzf "${BASE_TGZ:-.gpu/base.tgz}" -C /tmp/b
+t0=$(date +%s)
 . scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_tables
 fla_warm_up &
-( cfg . build-gpu > $L/cfg_new.log 2>&1 && cmake --build build-gpu -j 10 --target kcp test_cuda > $L/build_new.log 2>&1; echo "new build rc=$?" >> $S ) &
-bn=$!
-( cfg /tmp/b/base /tmp/b/build > $L/cfg_base.log 2>&1 && cmake --build /tmp/b/build -j 6 --target kcp > $L/build_base.log 2>&1; echo "base build rc=$?" >> $S ) &
-wait $bn $!
+. scripts/gpu_ab_build.sh  # ab_build: new and base side by side
+ab_build "kcp test_cuda"
 echo "builds $(( $(date +%s) - t0 )) s" >> $S
 N=build-gpu/kcp; B=/tmp/b/build/kcp
 [ -x $N ] && [ -x $B ] || { tail -30 $L/build_new.log $L/build_base.log >> $S; exit 1; }
