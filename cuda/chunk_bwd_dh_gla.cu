@@ -43,18 +43,13 @@ __global__ void __launch_bounds__(kScanThreads) gla_dh_scan_kernel(const BwdPara
 #pragma unroll
   for (int e = 0; e < 4; ++e) d[e] = dhu_init(bp, n, hv, i, j + e);
   const int c_lo = p.seq_chunk0[n], c_hi = p.seq_chunk0[n + 1] - 1;
-  int t_first = 0, t_end = 0;
-  if (c_hi >= c_lo) {
-    const ChunkInfo a = p.chunks[c_lo], b = p.chunks[c_hi];
-    t_first = a.t0, t_end = b.t0 + b.len;
-  }
+  const SeqTokens tok = seq_tokens(p, c_lo, c_hi - c_lo + 1);
   const float* gate = p.gcum + int64_t(hv) * p.K + i;  // row tt at gate + tt * HV * K
   auto slot = [&](int c) { return bp.dh + ((int64_t(c) * p.HV + hv) * p.K + i) * p.V + j; };
   auto fetch = [&](int c) {
     ScanTerm x{make_float4(0.0f, 0.0f, 0.0f, 0.0f), 0.0f};
     if (c < c_lo) return x;
-    const int t_last = min(t_first + kChunk * (c - c_lo) + kChunk, t_end) - 1;
-    x.g = gate[int64_t(t_last) * p.HV * p.K];
+    x.g = gate[int64_t(tok.last(c - c_lo)) * p.HV * p.K];
     if (local) x.b = *reinterpret_cast<const float4*>(slot(c));
     return x;
   };

@@ -120,6 +120,24 @@ struct OutputParams {
 
 __device__ __forceinline__ int64_t row_off(const RowsView& v, int64_t tt, int x) { return tt * v.st + int64_t(x) * v.sx; }
 
+// The tokens of a sequence's chunks [c_begin, c_begin + count) of the table: consecutive 64-token runs
+// from t_first, the last ending at t_end, so a kernel walking the sequence reads two table entries, not
+// one per chunk. Chunk i (from 0): tokens [t0(i), t0(i) + len(i)).
+struct SeqTokens {
+  int t_first = 0, t_end = 0;
+  __device__ int t0(int i) const { return t_first + kChunk * i; }
+  __device__ int len(int i) const { return min(kChunk, t_end - t0(i)); }
+  __device__ int last(int i) const { return min(t0(i) + kChunk, t_end) - 1; }  // its last token
+};
+__device__ __forceinline__ SeqTokens seq_tokens(const ChunkParams& p, int c_begin, int count) {
+  SeqTokens s;
+  if (count > 0) {
+    const ChunkInfo a = p.chunks[c_begin], b = p.chunks[c_begin + count - 1];
+    s.t_first = a.t0, s.t_end = b.t0 + b.len;
+  }
+  return s;
+}
+
 // u's row width, and whether the state columns from v0 take u (false: the M columns, u = 0).
 __host__ __device__ __forceinline__ int u_width(const StateParams& sp) { return sp.Vu > 0 ? sp.Vu : sp.Vw; }
 __device__ __forceinline__ bool takes_u(const StateParams& sp, int v0) { return sp.u != nullptr && v0 < u_width(sp); }

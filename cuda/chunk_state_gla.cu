@@ -60,15 +60,11 @@ struct ChainSmem {
   __device__ float* bend(int st) const { return reinterpret_cast<float*>(base + st * bytes_stage + bytes_kg + bytes_v); }
 };
 
-// Chunk i of a sequence: the chunks are consecutive 64-token runs from t_first, the last ending at
-// t_end (so the chain reads no chunk table entry per step).
+// Chunk i of a sequence (seq_tokens: the chain reads no chunk table entry per step).
 struct ChunkSpan {
   int t0, L;
 };
-__device__ __forceinline__ ChunkSpan chunk_span(int t_first, int t_end, int i) {
-  const int t0 = t_first + kChunk * i;
-  return {t0, min(kChunk, t_end - t0)};
-}
+__device__ __forceinline__ ChunkSpan chunk_span(const SeqTokens& q, int i) { return {q.t0(i), q.len(i)}; }
 
 // The tiles of one chunk into stage st: kg rows x keys [i0, i0+32) and v rows x columns [j0, j0+32)
 // (rows >= L zero-filled; neither when u = 0), and b_end of the 32 keys (the gate cumsum of row L-1).
@@ -162,21 +158,17 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
   for (int nt = 0; nt < kBV / 8; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) S[nt][e] = initial_element(sp, n, hv, i0 + key + e / 2, j0 + 8 * nt + col + e % 2);
-  int t_first = 0, t_end = 0;
-  if (count > 0) {
-    const ChunkInfo a = p.chunks[c_begin], b = p.chunks[c_begin + count - 1];
-    t_first = a.t0, t_end = b.t0 + b.len;
-  }
+  const SeqTokens tok = seq_tokens(p, c_begin, count);
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
-    if (i < count) issue_chain_tiles(sp, chunk_span(t_first, t_end, i), hv, i0, j0, i, s);
+    if (i < count) issue_chain_tiles(sp, chunk_span(tok, i), hv, i0, j0, i, s);
     cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // chunk i's tiles are visible, and every warp is done with chunk i - 1's stage
     const int ahead = i + kStages - 1;
-    if (ahead < count) issue_chain_tiles(sp, chunk_span(t_first, t_end, ahead), hv, i0, j0, ahead % kStages, s);
+    if (ahead < count) issue_chain_tiles(sp, chunk_span(tok, ahead), hv, i0, j0, ahead % kStages, s);
     cp_async_commit();
     chain_step<Tin, kSplit>(sp, s, i % kStages, c_begin + i, hv, i0, j0, S);
   }
@@ -195,8 +187,8 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
 // M of a sequence is diagonal, M[i, i] = prod_c 2^(b_end[c, i]): per key the chain's scalings alone,
 // without its K x K tiles (all but the diagonal ones zero) walking every chunk. One block per (sequence
 // n, value head hv) of kDiagThreads: kDiagThreads / K groups of K threads, group g multiplying the
-// factors of chunks g, g + groups, ... (their last rows found from the sequence's first and last chunk,
-// like the chain's chunk_span: no table read per chunk, the gate loads independent), then the groups'
+// factors of chunks g, g + groups, ... (their last rows from seq_tokens, as the chain finds its chunks:
+// no table read per chunk, the gate loads independent), then the groups'
 // products multiplied in order and the [K, K] block written row-major.
 constexpr int kDiagThreads = 1024;
 
@@ -207,17 +199,10 @@ __global__ void __launch_bounds__(kDiagThreads) gla_transition_m_kernel(const St
   const int c_begin = p.seq_chunk0[n], count = p.seq_chunk0[n + 1] - c_begin;
   const int g = int(threadIdx.x) / p.K, i = int(threadIdx.x) % p.K;
   if (g < groups) {
-    int t_first = 0, t_end = 0;
-    if (count > 0) {
-      const ChunkInfo a = p.chunks[c_begin], b = p.chunks[c_begin + count - 1];
-      t_first = a.t0, t_end = b.t0 + b.len;
-    }
+    const SeqTokens tok = seq_tokens(p, c_begin, count);
     float m = 1.0f;
 #pragma unroll 4
-    for (int c = g; c < count; c += groups) {
-      const int t_last = min(t_first + kChunk * (c + 1), t_end) - 1;
-      m *= exp2f(p.gcum[(int64_t(t_last) * p.HV + hv) * p.K + i]);
-    }
+    for (int c = g; c < count; c += groups) m *= exp2f(p.gcum[(int64_t(tok.last(c)) * p.HV + hv) * p.K + i]);
     part[threadIdx.x] = m;
   }
   __syncthreads();
