@@ -187,7 +187,7 @@ void ContextParallel::forward_impl(const Local& l, const Inputs& in, const Outpu
   Inputs loc = in;
   loc.initial_state = {};
   const TensorView mine = ws_.mine.reuse(q, p.compute, transition_shape(1, p.HV, p.K, p.V));
-  saved_m_ = DeviceTensor();
+  have_m_ = false;
   // The last rank has no transition to run: the local forward's stages that do not read the initial
   // state run while the other ranks run theirs (timed as local work; one rank waits for no one).
   double prepare_ms = 0;
@@ -198,8 +198,8 @@ void ContextParallel::forward_impl(const Local& l, const Inputs& in, const Outpu
     backend_.transition_forward(p, loc, last, mine);  // the last local sequence continues (the backend
                                                       // may keep its front stages, as prepare does)
     if (c.n_local() == 1) {  // it is also the first: its backward transition takes M^T from here
-      saved_m_ = DeviceTensor(q, p.compute, {p.HV, p.K, p.K});
-      q.copy_view(saved_m_.view, transition_m(element(mine)));
+      q.copy_view(saved_m_.reuse(q, p.compute, {p.HV, p.K, p.K}), transition_m(element(mine)));
+      have_m_ = true;
     }
     if (c.starts_here(last))  // the run starts at its h0 (5.7) and nothing before it reaches past
       q.transition_start(element(mine), in.initial_state.empty() ? TensorView()
@@ -245,7 +245,7 @@ void ContextParallel::backward_transition(const Problem& p, const Inputs& loc, c
   const CpContext& c = ctx_;
   Queue& q = backend_.queue();
   const bool m_unread = c.ends_here(0) && d.d_final_state.empty();
-  const bool m_kept = saved_m_.view.shape == Shape{p.HV, p.K, p.K} && saved_m_.view.dtype == p.compute;
+  const bool m_kept = have_m_ && saved_m_.view.shape == Shape{p.HV, p.K, p.K} && saved_m_.view.dtype == p.compute;
   if (!m_unread && !m_kept) return backend_.transition_backward(p, loc, d.d_o, 0, mine);
   const TensorView ds = ws_.ds.reuse(q, p.compute, transition_s_shape(1, p.HV, p.K, p.V));
   backend_.transition_backward(p, loc, d.d_o, 0, ds);
