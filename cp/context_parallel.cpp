@@ -143,12 +143,12 @@ void ContextParallel::exchange_and_merge(const TensorView& mine, bool backward, 
   }
   MergeTimes mt;
   if (opt_.merge == MergeAlgorithm::log_depth) {
-    mt = merge_log_depth(comm_, q, mine, backward, merged);
+    mt = merge_log_depth(comm_, q, mine, backward, merged, &ws_.merge);
   } else {
     // forward: ranks [r - pre, r) oldest first; backward: ranks (r, r + post] farthest first
     const int64_t first = backward ? c.rank + 1 : c.rank - c.pre_num_ranks;
     const int64_t count = backward ? c.post_num_ranks : c.pre_num_ranks;
-    mt = merge_linear(comm_, q, mine, first, count, backward, merged, &ws_.gather);
+    mt = merge_linear(comm_, q, mine, first, count, backward, merged, &ws_.merge);
   }
   times.exchange = mt.exchange * 1e3, times.merge = mt.merge * 1e3;
 }

@@ -30,6 +30,7 @@
 #include "core/backend.h"
 #include "cp/comm.h"
 #include "cp/context.h"
+#include "cp/merge.h"
 
 namespace kcp::cp {
 
@@ -89,7 +90,7 @@ class ContextParallel {
   // GPU each allocation and free per call is a cudaMalloc / cudaFree, and cudaFree waits for the device.
   struct Workspace {
     DeviceTensor mine;       // this rank's transition element [1,HV,K,V+K], forward then backward
-    DeviceTensor gather;     // merge_linear's all-gather of every rank's element [P,HV,K,V+K]
+    MergeBuffers merge;      // merge_linear's all-gather [P,HV,K,V+K], merge_log_depth's scan elements
     DeviceTensor ds;         // dS_ext alone [1,HV,K,V] (backward_transition)
     DeviceTensor merged;     // the backward's merged d_final_state of the last local sequence [HV,K,V]
     DeviceTensor h0, ht;     // the local call's initial and final states [N_local,HV,..]

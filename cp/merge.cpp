@@ -16,13 +16,13 @@ TensorView element0(const TensorView& packed) { return transition_element(packed
 }  // namespace
 
 MergeTimes merge_linear(Comm& comm, Queue& q, const TensorView& mine, int64_t first, int64_t count, bool reverse,
-                        const TensorView& out, DeviceTensor* gather) {
+                        const TensorView& out, MergeBuffers* buffers) {
   MergeTimes t;
   const int64_t per_rank = mine.numel();
   Shape all_shape = mine.shape;
   all_shape[0] = comm.size();
-  DeviceTensor local;
-  const TensorView all = (gather ? *gather : local).reuse(q, mine.dtype, all_shape);
+  MergeBuffers local;
+  const TensorView all = (buffers ? *buffers : local).gather.reuse(q, mine.dtype, all_shape);
   auto t0 = Clock::now();
   comm.all_gather(mine.data, all.data, per_rank, mine.dtype);
   t.exchange = since(t0);
@@ -33,13 +33,17 @@ MergeTimes merge_linear(Comm& comm, Queue& q, const TensorView& mine, int64_t fi
   return t;
 }
 
-MergeTimes merge_log_depth(Comm& comm, Queue& q, const TensorView& mine, bool reverse, const TensorView& out) {
+MergeTimes merge_log_depth(Comm& comm, Queue& q, const TensorView& mine, bool reverse, const TensorView& out,
+                           MergeBuffers* buffers) {
   MergeTimes t;
   const auto t0 = Clock::now();
   const int P = comm.size();
   const int v = reverse ? P - 1 - comm.rank() : comm.rank();
   auto rank_at = [&](int u) { return u < 0 || u >= P ? kNoRank : (reverse ? P - 1 - u : u); };
-  DeviceTensor x(q, mine.dtype, mine.shape), y(q, mine.dtype, mine.shape), z(q, mine.dtype, mine.shape);
+  MergeBuffers local;
+  MergeBuffers& b = buffers ? *buffers : local;
+  for (DeviceTensor* e : {&b.x, &b.y, &b.z}) e->reuse(q, mine.dtype, mine.shape);
+  DeviceTensor &x = b.x, &y = b.y, &z = b.z;  // x and z trade buffers after each composition
   q.copy_view(x.view, mine);
   int tag = 0x5ca0;
   // after the round with distance d, x covers virtual ranks [max(0, v-2d+1), v]

@@ -20,9 +20,15 @@ struct MergeTimes {
   double exchange = 0, merge = 0;  // seconds
 };
 
-// gather: a buffer kept by the caller for the all-gather (resized when needed); null: one per call.
+// Device buffers a caller keeps across merges (DeviceTensor::reuse: resized when needed): the
+// all-gather of merge_linear, the scan's three elements of merge_log_depth. Null: the merge allocates
+// its own for the call.
+struct MergeBuffers {
+  DeviceTensor gather, x, y, z;
+};
 MergeTimes merge_linear(Comm& comm, Queue& q, const TensorView& mine, int64_t first, int64_t count, bool reverse,
-                        const TensorView& out, DeviceTensor* gather = nullptr);
-MergeTimes merge_log_depth(Comm& comm, Queue& q, const TensorView& mine, bool reverse, const TensorView& out);
+                        const TensorView& out, MergeBuffers* buffers = nullptr);
+MergeTimes merge_log_depth(Comm& comm, Queue& q, const TensorView& mine, bool reverse, const TensorView& out,
+                           MergeBuffers* buffers = nullptr);
 
 }  // namespace kcp::cp

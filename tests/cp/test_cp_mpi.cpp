@@ -4,7 +4,8 @@
 // a bad local input, partitions that do not match cu_seqlens, backward before forward. Every refusal
 // must reach every rank as an exception before the backend computes anything. And which ranks ask the
 // backend to prepare a local pass while they wait, and a ContextParallel called a second time on other
-// inputs (the buffers it keeps; a planted stale all-gather buffer fails 16 of its 36 checks).
+// inputs (the buffers it keeps; a planted stale all-gather buffer, or a scan that skips its first
+// copy into a kept buffer, each fails 16 of its 36 checks).
 #include <doctest/doctest.h>
 
 #include "core/rng.h"
