@@ -210,7 +210,7 @@ DeviceTensor::DeviceTensor(Queue& q, DType dt, Shape shape) {
 }
 
 const TensorView& DeviceTensor::reuse(Queue& q, DType dt, const Shape& shape) {
-  if (!view.data || view.dtype != dt || view.shape != shape || view.device != q.device() || buf.queue() != &q)
+  if (!view.data || view.dtype != dt || view.shape != shape || buf.queue() != &q)
     *this = DeviceTensor(q, dt, shape);
   return view;
 }
