@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) bwd_gate_kernel(const BwdParams bp) 
     }
     bp.dx[e] = dx, bp.dalog[e] = dal;
   }
-  if (bp.dg.p) store_any(bp.dg.p, bp.dg.dt, row_off(bp.dg, tt, hv) + d, dx);
+  if (bp.dg.p && !bp.direct_dg) store_any(bp.dg.p, bp.dg.dt, row_off(bp.dg, tt, hv) + d, dx);
 }
 
 // The parameter sums in two passes (deterministic: a fixed partition and fixed orders). Pass 1,
@@ -208,13 +208,15 @@ void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream) {
   KCP_CHECK(p.K <= kMaxK && kThreads % Kg == 0, "cuda-chunkwise backward: K = ", p.K, " (at most ", kMaxK,
             ", a divisor of ", kThreads, ")");
   const auto blocks = [](int64_t n, int per) { return dim3(unsigned((n + per - 1) / per)); };
-  if (bp.dq.p || bp.dk.p) {
+  if ((bp.dq.p || bp.dk.p) && !bp.direct_qk) {  // direct_qk: kernel intra wrote them
     bwd_qk_kernel<<<blocks(p.TT * p.H, kThreads / 32), kThreads, 0, stream>>>(bp);
     KCP_CUDA_LAUNCH_CHECK();
   }
   const dim3 gate_grid = p.kda ? dim3(blocks(p.TT, kThreads / Kg).x, unsigned(p.HV)) : blocks(p.TT * p.HV, kThreads);
-  bwd_gate_kernel<<<gate_grid, kThreads, 0, stream>>>(bp);
-  KCP_CUDA_LAUNCH_CHECK();
+  if (!bp.direct_dg || bp.dbeta.p) {  // direct_dg: kernel intra wrote dg; what is left is dbeta
+    bwd_gate_kernel<<<gate_grid, kThreads, 0, stream>>>(bp);
+    KCP_CUDA_LAUNCH_CHECK();
+  }
   if (p.gate == kGateLogDecay || !(bp.dA_log.p || bp.ddt_bias.p)) return;
   // about 256 tokens per pass-1 block (at most 1024 partitions), within bp.part: HV P (1 + Kg) floats
   const int P = int(std::min<int64_t>(1024, (p.TT + 255) / 256));
