@@ -105,13 +105,15 @@ __global__ void __launch_bounds__(kThreads) bwd_qk_kernel(const BwdParams bp) {
 // One thread per gate element (token, value head, d < Kg; Kg divides kThreads). gdn (Kg = 1): a
 // block covers kThreads (token, value head) rows in memory order; kda: grid (token blocks, HV), a
 // block covers kThreads / Kg tokens of one value head (the head from the block index, not from a
-// 64-bit division per element). dbeta by the row's d = 0 thread.
+// 64-bit division per element). dbeta by the row's d = 0 thread. With direct_dg (kernel intra wrote
+// dg) only dbeta is left: one thread per (token, value head) row, as gdn's.
+__device__ __host__ inline bool gate_per_element(const BwdParams& bp) { return bp.c.kda && !bp.direct_dg; }
 __global__ void __launch_bounds__(kThreads) bwd_gate_kernel(const BwdParams bp) {
   const ChunkParams& p = bp.c;
-  const int Kg = p.kda ? p.K : 1, d = int(threadIdx.x) % Kg;
+  const int Kg = gate_per_element(bp) ? p.K : 1, d = int(threadIdx.x) % Kg;
   int64_t tt;
   int hv;
-  if (p.kda) {
+  if (gate_per_element(bp)) {
     tt = int64_t(blockIdx.x) * (kThreads / Kg) + int(threadIdx.x) / Kg, hv = int(blockIdx.y);
     if (tt >= p.TT) return;
   } else {
@@ -128,6 +130,7 @@ __global__ void __launch_bounds__(kThreads) bwd_gate_kernel(const BwdParams bp) 
     }
     store_any(bp.dbeta.p, bp.dbeta.dt, row_off(bp.dbeta, tt, hv), db);
   }
+  if (bp.direct_dg) return;
   const float rate = p.A_log.p ? expf(load_any(p.A_log.p, p.A_log.dt, hv * p.A_log.s)) : 1.0f;
   const int64_t e = row * Kg + d;
   const float da = bp.da[e];
@@ -145,7 +148,7 @@ __global__ void __launch_bounds__(kThreads) bwd_gate_kernel(const BwdParams bp) 
     }
     bp.dx[e] = dx, bp.dalog[e] = dal;
   }
-  if (bp.dg.p && !bp.direct_dg) store_any(bp.dg.p, bp.dg.dt, row_off(bp.dg, tt, hv) + d, dx);
+  if (bp.dg.p) store_any(bp.dg.p, bp.dg.dt, row_off(bp.dg, tt, hv) + d, dx);
 }
 
 // The parameter sums in two passes (deterministic: a fixed partition and fixed orders). Pass 1,
@@ -212,7 +215,7 @@ void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream) {
     bwd_qk_kernel<<<blocks(p.TT * p.H, kThreads / 32), kThreads, 0, stream>>>(bp);
     KCP_CUDA_LAUNCH_CHECK();
   }
-  const dim3 gate_grid = p.kda ? dim3(blocks(p.TT, kThreads / Kg).x, unsigned(p.HV)) : blocks(p.TT * p.HV, kThreads);
+  const dim3 gate_grid = gate_per_element(bp) ? dim3(blocks(p.TT, kThreads / Kg).x, unsigned(p.HV)) : blocks(p.TT * p.HV, kThreads);
   if (!bp.direct_dg || bp.dbeta.p) {  // direct_dg: kernel intra wrote dg; what is left is dbeta
     bwd_gate_kernel<<<gate_grid, kThreads, 0, stream>>>(bp);
     KCP_CUDA_LAUNCH_CHECK();
