@@ -73,9 +73,12 @@ struct BwdParams {
   bool direct_qk = false, direct_dg = false;
 };
 
-// Pipeline::backward sets BwdParams::direct_qk / direct_dg from these (stage tests leave them false).
-inline bool direct_qk_outputs(const ChunkParams& c) { return (c.kda || c.gla) && !c.l2norm && c.G == 1; }
-inline bool direct_dg_output(const ChunkParams& c) { return (c.kda || c.gla) && c.gate == kGateLogDecay; }
+// Pipeline::backward sets BwdParams::direct_qk / direct_dg from these, once the outputs are set: an
+// output not asked for keeps its workspace path (the stage tests read dqv, dkv, da).
+inline bool direct_qk_outputs(const BwdParams& bp) {
+  return (bp.c.kda || bp.c.gla) && !bp.c.l2norm && bp.c.G == 1 && bp.dq.p && bp.dk.p;
+}
+inline bool direct_dg_output(const BwdParams& bp) { return (bp.c.kda || bp.c.gla) && bp.c.gate == kGateLogDecay && bp.dg.p; }
 
 // The backward's products split into 3xTF32 (float32 accuracy, tile_mma.cuh) when an input it reads
 // is float32 (q, k, v, do) or in the CP transition's chain (dhu with kInitTransition: M^T stays

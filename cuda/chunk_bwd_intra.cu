@@ -31,9 +31,8 @@ namespace {
 
 constexpr int kLdO = 33;  // [64][32] per-key result tiles
 
-// Keys d, d + 1 of row (tt, x) of an output in its dtype (BwdParams::direct_qk); p null: not asked for.
+// Keys d, d + 1 of row (tt, x) of an output in its dtype (BwdParams::direct_qk).
 __device__ __forceinline__ void store_pair(const OutRowsView& o, int64_t tt, int x, int d, float2 v) {
-  if (!o.p) return;
   with_element_type(o.dt, [&](auto tag) {
     using To = typename decltype(tag)::type;
     To* y = static_cast<To*>(o.p) + row_off(o, tt, x) + d;
@@ -323,17 +322,19 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   __syncthreads();  // DQ, DK, ST complete
   if (half == 1) {
     intra_gate(s, L, m, dl);
+    if (bp.direct_dg) {
+      with_element_type(bp.dg.dt, [&](auto tag) {  // one dtype switch, outside the row loop
+        using To = typename decltype(tag)::type;
+        To* y = static_cast<To*>(bp.dg.p) + row_off(bp.dg, ck.t0 + r0, hv) + d0 + dl;
 #pragma unroll
-    for (int u = 0; u < 16; ++u)
-      if (u < nr) {
-        const float da = x[u] + s.ST[(r0 + u) * kLdO + dl];
-        const int64_t tt = ck.t0 + r0 + u;
-        if (bp.direct_dg) {
-          if (bp.dg.p) store_any(bp.dg.p, bp.dg.dt, row_off(bp.dg, tt, hv) + d0 + dl, da);
-        } else {
-          bp.da[(tt * p.HV + hv) * K + d0 + dl] = da;
-        }
-      }
+        for (int u = 0; u < 16; ++u)
+          if (u < nr) y[u * bp.dg.st] = from_float<To>(x[u] + s.ST[(r0 + u) * kLdO + dl]);
+      });
+    } else {
+#pragma unroll
+      for (int u = 0; u < 16; ++u)
+        if (u < nr) bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] = x[u] + s.ST[(r0 + u) * kLdO + dl];
+    }
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
