@@ -67,7 +67,18 @@ struct BwdParams {
   StateView dh0;                // [N,HV,K,V] (or the transition's dS_ext / M^T)
   OutRowsView dq, dk, dv, dg, dbeta;
   OutScalarView dA_log, ddt_bias;
+  // kda / gla (direct_outputs): kernel intra, the last writer of dqv, dkv and da, writes dq and dk
+  // (no L2 norm, one value head per q/k head) and dg (log-decay gate: dg = da) in their dtypes
+  // instead, and finish skips them: no float32 round trip of three [TT,HV,K] tensors.
+  bool direct_qk = false, direct_dg = false;
 };
+
+// Pipeline::backward sets BwdParams::direct_qk / direct_dg from these, once the outputs are set: an
+// output not asked for keeps its workspace path (the stage tests read dqv, dkv, da).
+inline bool direct_qk_outputs(const BwdParams& bp) {
+  return (bp.c.kda || bp.c.gla) && !bp.c.l2norm && bp.c.G == 1 && bp.dq.p && bp.dk.p;
+}
+inline bool direct_dg_output(const BwdParams& bp) { return (bp.c.kda || bp.c.gla) && bp.c.gate == kGateLogDecay && bp.dg.p; }
 
 // The backward's products split into 3xTF32 (float32 accuracy, tile_mma.cuh) when an input it reads
 // is float32 (q, k, v, do) or in the CP transition's chain (dhu with kInitTransition: M^T stays

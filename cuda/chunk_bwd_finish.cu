@@ -105,13 +105,15 @@ __global__ void __launch_bounds__(kThreads) bwd_qk_kernel(const BwdParams bp) {
 // One thread per gate element (token, value head, d < Kg; Kg divides kThreads). gdn (Kg = 1): a
 // block covers kThreads (token, value head) rows in memory order; kda: grid (token blocks, HV), a
 // block covers kThreads / Kg tokens of one value head (the head from the block index, not from a
-// 64-bit division per element). dbeta by the row's d = 0 thread.
+// 64-bit division per element). dbeta by the row's d = 0 thread. With direct_dg (kernel intra wrote
+// dg) only dbeta is left: one thread per (token, value head) row, as gdn's.
+__device__ __host__ inline bool gate_per_element(const BwdParams& bp) { return bp.c.kda && !bp.direct_dg; }
 __global__ void __launch_bounds__(kThreads) bwd_gate_kernel(const BwdParams bp) {
   const ChunkParams& p = bp.c;
-  const int Kg = p.kda ? p.K : 1, d = int(threadIdx.x) % Kg;
+  const int Kg = gate_per_element(bp) ? p.K : 1, d = int(threadIdx.x) % Kg;
   int64_t tt;
   int hv;
-  if (p.kda) {
+  if (gate_per_element(bp)) {
     tt = int64_t(blockIdx.x) * (kThreads / Kg) + int(threadIdx.x) / Kg, hv = int(blockIdx.y);
     if (tt >= p.TT) return;
   } else {
@@ -128,6 +130,7 @@ __global__ void __launch_bounds__(kThreads) bwd_gate_kernel(const BwdParams bp) 
     }
     store_any(bp.dbeta.p, bp.dbeta.dt, row_off(bp.dbeta, tt, hv), db);
   }
+  if (bp.direct_dg) return;
   const float rate = p.A_log.p ? expf(load_any(p.A_log.p, p.A_log.dt, hv * p.A_log.s)) : 1.0f;
   const int64_t e = row * Kg + d;
   const float da = bp.da[e];
@@ -208,13 +211,15 @@ void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream) {
   KCP_CHECK(p.K <= kMaxK && kThreads % Kg == 0, "cuda-chunkwise backward: K = ", p.K, " (at most ", kMaxK,
             ", a divisor of ", kThreads, ")");
   const auto blocks = [](int64_t n, int per) { return dim3(unsigned((n + per - 1) / per)); };
-  if (bp.dq.p || bp.dk.p) {
+  if ((bp.dq.p || bp.dk.p) && !bp.direct_qk) {  // direct_qk: kernel intra wrote them
     bwd_qk_kernel<<<blocks(p.TT * p.H, kThreads / 32), kThreads, 0, stream>>>(bp);
     KCP_CUDA_LAUNCH_CHECK();
   }
-  const dim3 gate_grid = p.kda ? dim3(blocks(p.TT, kThreads / Kg).x, unsigned(p.HV)) : blocks(p.TT * p.HV, kThreads);
-  bwd_gate_kernel<<<gate_grid, kThreads, 0, stream>>>(bp);
-  KCP_CUDA_LAUNCH_CHECK();
+  const dim3 gate_grid = gate_per_element(bp) ? dim3(blocks(p.TT, kThreads / Kg).x, unsigned(p.HV)) : blocks(p.TT * p.HV, kThreads);
+  if (!bp.direct_dg || bp.dbeta.p) {  // direct_dg: kernel intra wrote dg; what is left is dbeta
+    bwd_gate_kernel<<<gate_grid, kThreads, 0, stream>>>(bp);
+    KCP_CUDA_LAUNCH_CHECK();
+  }
   if (p.gate == kGateLogDecay || !(bp.dA_log.p || bp.ddt_bias.p)) return;
   // about 256 tokens per pass-1 block (at most 1024 partitions), within bp.part: HV P (1 + Kg) floats
   const int P = int(std::min<int64_t>(1024, (p.TT + 255) / 256));

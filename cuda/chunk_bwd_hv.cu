@@ -122,7 +122,7 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
 }
 
 // Epilogue of the h products of one half: dqv, dkv, and the per-element gate / dbeta terms into X1, X2, Bk.
-template <int KD, bool kKDA, bool kDelta>
+template <int KD, bool kKDA, bool kDelta, bool kSplit>
 __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<HvShape<KD, kDelta>::NTW>& a,
                             const ChunkInfo& ck, int hv, int d0, const HvThread& th) {
   using S = HvShape<KD, kDelta>;
@@ -157,7 +157,7 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
       const int r = acc_row(m0, e), dl = acc_col(hb + 8 * nt, e);
       float x1 = 0.0f, x2 = 0.0f, bk = 0.0f;
       if (r < L) {
-        const float gam = exp2f(gr[e]), ex = exp2f(ge[e] - gr[e]), xwn = -a.xw[nt][e], b = s.bet[r];
+        const float gam = exp2_approx<kSplit>(gr[e]), ex = exp2_approx<kSplit>(ge[e] - gr[e]), xwn = -a.xw[nt][e], b = s.bet[r];
         const float dq = gam * p.scale * a.doh[nt][e], dki = ex * a.vdh[nt][e];
         dqk[e] = dq, dkk[e] = dki + b * gam * xwn;
         bk = kv[e] * gam * xwn;
@@ -268,7 +268,7 @@ __device__ float reduce_vsum(const HvSmem& s, const float (&vp)[2]) {
 
 // After the slab loop: dA (half 0, lower triangle with the diagonal, scaled) or W1 (half 1) to the
 // workspace, then the epilogue and the gate / dbeta partials (every thread reaches every barrier).
-template <int KD, bool kKDA, bool kDelta>
+template <int KD, bool kKDA, bool kDelta, bool kSplit>
 __device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, const HvAcc<HvShape<KD, kDelta>::NTW>& a,
                                           const float (&vp)[2], const ChunkInfo& ck, int hv, int64_t blk,
                                           const HvThread& th) {
@@ -294,7 +294,7 @@ __device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, cons
   float vsum = 0.0f;  // row t = tid of half 0 (gla: no dbeta term from v)
   if constexpr (kDelta) vsum = reduce_vsum(s, vp);
   if (has_h) {
-    hv_epilogue<KD, kKDA, kDelta>(bp, s, a, ck, hv, d0, th);
+    hv_epilogue<KD, kKDA, kDelta, kSplit>(bp, s, a, ck, hv, d0, th);
   } else if (th.t < L) {  // no key rows (K <= 64, half 1): zero partials
     float* pt = bp.part + (int64_t(ck.t0 + th.t) * p.HV + hv) * kPartSlots;
     pt[kPartDbetaHv + th.z] = 0.0f;
@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kerne
     else if (has_h) slab_products<S::KW, true, 1, kDelta, kSplit>(s, a, th.w);
     else if constexpr (kDelta) slab_products<S::KW, false, 1, kDelta, kSplit>(s, a, th.w);
   }
-  hv_finish<KD, kKDA, kDelta>(bp, smem, a, vp, ck, hv, blk, th);
+  hv_finish<KD, kKDA, kDelta, kSplit>(bp, smem, a, vp, ck, hv, blk, th);
 }
 
 }  // namespace

@@ -14,9 +14,12 @@
 // over the rectangle r >= t > s splits into: the pairs inside t's block (a running sum), row
 // sums of the off-block pairs of the rows r >= t of t's block, column sums of the off-block pairs
 // of the columns s < t of t's block, and whole later-by-earlier block pairs. All terms are
-// added, none subtracted (no cancellation, as the CPU twin). float32 FMA throughout.
+// added, none subtracted (no cancellation, as the CPU twin). float32 FMA throughout; the gate factors
+// by exp2_approx (one ex2 with 16-bit inputs, exp2f with float32 ones: device_math.cuh).
 // gla (kDelta = false, ChunkParams::gla): no WY backward, kernel 2 does not run: dL = 0 and
 // beta_e = 0, so every dL term is left out (no dL tile, half the off-block products).
+// As the last writer of dq, dk and da it writes them in the outputs' dtypes when BwdParams::direct_qk /
+// direct_dg say so (no norm, G = 1; log-decay gate), else the float32 workspace for finish.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
@@ -27,6 +30,15 @@ namespace kcp::cuda {
 namespace {
 
 constexpr int kLdO = 33;  // [64][32] per-key result tiles
+
+// Keys d, d + 1 of row (tt, x) of an output in its dtype (BwdParams::direct_qk).
+__device__ __forceinline__ void store_pair(const OutRowsView& o, int64_t tt, int x, int d, float2 v) {
+  with_element_type(o.dt, [&](auto tag) {
+    using To = typename decltype(tag)::type;
+    To* y = static_cast<To*>(o.p) + row_off(o, tt, x) + d;
+    y[0] = from_float<To>(v.x), y[1] = from_float<To>(v.y);
+  });
+}
 
 struct IntraSmem {
   float *dA, *dL, *q, *k, *g, *qF, *kF, *kE, *RO, *CO, *DQ, *DK, *ST, *Qs, *ct, *bet;
@@ -44,7 +56,7 @@ struct IntraSmem {
 
 // Off-block "right" products, rows r = ty + 16 i (i = 1..3), keys 2 tx, 2 tx + 1:
 // oq = F_r sum_{j<i} c_ij sum_{s in j} dA_rs kE_s, ol likewise with dL.
-template <bool kDelta>
+template <bool kDelta, bool S>
 __device__ void intra_right(const IntraSmem& s, float2 (&oq)[4], float2 (&ol)[4]) {
   const int ty = bwd_ty(), c2 = 2 * bwd_tx();
   float2 aq[4] = {}, al[4] = {};
@@ -79,23 +91,23 @@ __device__ void intra_right(const IntraSmem& s, float2 (&oq)[4], float2 (&ol)[4]
 #pragma unroll
   for (int i = 1; i < 4; ++i) {
     const int r = ty + 16 * i;
-    const float fx = exp2f(gate_of<true>(s.g, kLdS, r, c2) - gate_of<true>(s.g, kLdS, 16 * i, c2));
-    const float fy = exp2f(gate_of<true>(s.g, kLdS, r, c2 + 1) - gate_of<true>(s.g, kLdS, 16 * i, c2 + 1));
+    const float fx = exp2_approx<S>(gate_of<true>(s.g, kLdS, r, c2) - gate_of<true>(s.g, kLdS, 16 * i, c2));
+    const float fy = exp2_approx<S>(gate_of<true>(s.g, kLdS, r, c2 + 1) - gate_of<true>(s.g, kLdS, 16 * i, c2 + 1));
     oq[i] = make_float2(fx * aq[i].x, fy * aq[i].y), ol[i] = make_float2(fx * al[i].x, fy * al[i].y);
   }
 }
 
 // Off-block "left" products, rows s = ty + 16 j (j = 0..2): E_s sum_{i>j} c_ij sum_{r in i}
 // (dA_rs qF_r + beta_r dL_rs kF_r); the later-by-earlier block sums for the gate into Qs.
-template <bool kDelta>
+template <bool kDelta, bool S>
 __device__ void intra_left(const IntraSmem& s, int L, float2 (&ot)[4]) {
   const int ty = bwd_ty(), c2 = 2 * bwd_tx();
   float2 E[3], kk[3], acc[3] = {};
 #pragma unroll
   for (int j = 0; j < 3; ++j) {
     const int r = ty + 16 * j, a = min(16 * j + 15, L - 1);
-    E[j].x = exp2f(gate_of<true>(s.g, kLdS, a, c2) - gate_of<true>(s.g, kLdS, r, c2));
-    E[j].y = exp2f(gate_of<true>(s.g, kLdS, a, c2 + 1) - gate_of<true>(s.g, kLdS, r, c2 + 1));
+    E[j].x = exp2_approx<S>(gate_of<true>(s.g, kLdS, a, c2) - gate_of<true>(s.g, kLdS, r, c2));
+    E[j].y = exp2_approx<S>(gate_of<true>(s.g, kLdS, a, c2 + 1) - gate_of<true>(s.g, kLdS, r, c2 + 1));
     kk[j] = lds2(s.k + r * kLdS + c2);
   }
 #pragma unroll
@@ -135,7 +147,7 @@ __device__ void intra_left(const IntraSmem& s, int L, float2 (&ot)[4]) {
 }
 
 // Pairs inside block m for key dl: DQ, DK (with beta), and the running gate sums ST.
-template <bool kDelta>
+template <bool kDelta, bool S>
 __device__ void intra_diag(const IntraSmem& s, int L, int m, int dl) {
   const int r0 = 16 * m, r1 = min(r0 + 16, L);
   for (int r = r0; r < r1; ++r) s.DK[r * kLdO + dl] = 0.0f, s.ST[r * kLdO + dl] = 0.0f;
@@ -143,7 +155,7 @@ __device__ void intra_diag(const IntraSmem& s, int L, int m, int dl) {
     const float qr = s.q[r * kLdS + dl], kr = s.k[r * kLdS + dl], gr = gate_of<true>(s.g, kLdS, r, dl), br = s.bet[r];
     float dq = 0.0f, dkl = 0.0f, run = 0.0f;
     for (int c = r0; c < r; ++c) {
-      const float D = exp2f(gr - gate_of<true>(s.g, kLdS, c, dl)), kc = s.k[c * kLdS + dl];
+      const float D = exp2_approx<S>(gr - gate_of<true>(s.g, kLdS, c, dl)), kc = s.k[c * kLdS + dl];
       const float a = s.dA[r * kLdC + c], l = kDelta ? s.dL[r * kLdC + c] : 0.0f;  // gla: dL = 0, beta = 0
       dq = fmaf(a * kc, D, dq);
       if constexpr (kDelta) dkl = fmaf(l * kc, D, dkl);
@@ -169,22 +181,23 @@ __device__ void intra_diag(const IntraSmem& s, int L, int m, int dl) {
 // Warp m of each half owns block m, lane dl key dl; the test is warp-uniform.
 
 // Block m's anchors for key dl and kE_c of its rows.
+template <bool S>
 struct DiagAnchor {
   float g0, ga, cd, ke[16];
   __device__ DiagAnchor(const IntraSmem& s, int L, int r0, int dl) {
     g0 = gate_of<true>(s.g, kLdS, r0, dl), ga = gate_of<true>(s.g, kLdS, min(r0 + 15, L - 1), dl);
-    cd = exp2f(g0 - ga);
+    cd = exp2_approx<S>(g0 - ga);
 #pragma unroll
-    for (int v = 0; v < 16; ++v) ke[v] = s.k[(r0 + v) * kLdS + dl] * exp2f(ga - gate_of<true>(s.g, kLdS, r0 + v, dl));
+    for (int v = 0; v < 16; ++v) ke[v] = s.k[(r0 + v) * kLdS + dl] * exp2_approx<S>(ga - gate_of<true>(s.g, kLdS, r0 + v, dl));
   }
   // F_r cd of row r
-  __device__ float fc(const IntraSmem& s, int r, int dl) const { return exp2f(gate_of<true>(s.g, kLdS, r, dl) - g0) * cd; }
+  __device__ float fc(const IntraSmem& s, int r, int dl) const { return exp2_approx<S>(gate_of<true>(s.g, kLdS, r, dl) - g0) * cd; }
 };
 
-template <bool kDelta>
+template <bool kDelta, bool S>
 __device__ void diag_rows(const IntraSmem& s, int L, int m, int dl) {
   const int r0 = 16 * m;
-  const DiagAnchor an(s, L, r0, dl);
+  const DiagAnchor<S> an(s, L, r0, dl);
   float dkc[16] = {};  // sum over later rows t of Y_tc, column c = r0 + v
 #pragma unroll
   for (int u = 0; u < 16; ++u) {
@@ -212,14 +225,14 @@ __device__ void diag_rows(const IntraSmem& s, int L, int m, int dl) {
 #pragma unroll
   for (int v = 0; v < 15; ++v) {  // the column terms (row r0 + 15 has no later row in the block)
     const int c = r0 + v;
-    if (c < L) s.DK[c * kLdO + dl] += exp2f(an.ga - gate_of<true>(s.g, kLdS, c, dl)) * dkc[v];
+    if (c < L) s.DK[c * kLdO + dl] += exp2_approx<S>(an.ga - gate_of<true>(s.g, kLdS, c, dl)) * dkc[v];
   }
 }
 
-template <bool kDelta>
+template <bool kDelta, bool S>
 __device__ void diag_gate(const IntraSmem& s, int L, int m, int dl) {
   const int r0 = 16 * m;
-  const DiagAnchor an(s, L, r0, dl);
+  const DiagAnchor<S> an(s, L, r0, dl);
   float st[16] = {};
 #pragma unroll
   for (int u = 1; u < 16; ++u) {
@@ -252,7 +265,7 @@ __device__ void intra_gate(const IntraSmem& s, int L, int m, int dl) {
   for (int t = r1 - 1; t >= r0; --t) suf += s.RO[t * kLdO + dl], s.ST[t * kLdO + dl] += suf;
 }
 
-template <bool kDelta>
+template <bool kDelta, bool S>
 __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_constant__ BwdParams bp) {
   const ChunkParams& p = bp.c;
   const ChunkInfo ck = p.chunks[blockIdx.x];
@@ -268,11 +281,11 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
   cp_async_wait_all();
   __syncthreads();
-  build_scaled(s.g, s.k, s.q, s.kF, s.kE, s.qF, s.ct, L);
+  build_scaled<S>(s.g, s.k, s.q, s.kF, s.kE, s.qF, s.ct, L);
   __syncthreads();
   float2 oq[4], ol[4], ot[4];
-  intra_right<kDelta>(s, oq, ol);
-  intra_left<kDelta>(s, L, ot);
+  intra_right<kDelta, S>(s, oq, ol);
+  intra_left<kDelta, S>(s, L, ot);
   __syncthreads();  // the scaled slabs are consumed: RO, CO, DQ take their place
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -300,18 +313,28 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
 #pragma unroll
     for (int u = 0; u < 16; ++u)
       x[u] = u < nr ? bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] : 0.0f;
-    if (anchored) diag_gate<kDelta>(s, L, m, dl);
+    if (anchored) diag_gate<kDelta, S>(s, L, m, dl);
   } else if (anchored) {
-    diag_rows<kDelta>(s, L, m, dl);
+    diag_rows<kDelta, S>(s, L, m, dl);
   } else {
-    intra_diag<kDelta>(s, L, m, dl);
+    intra_diag<kDelta, S>(s, L, m, dl);
   }
   __syncthreads();  // DQ, DK, ST complete
   if (half == 1) {
     intra_gate(s, L, m, dl);
+    if (bp.direct_dg) {
+      with_element_type(bp.dg.dt, [&](auto tag) {  // one dtype switch, outside the row loop
+        using To = typename decltype(tag)::type;
+        To* y = static_cast<To*>(bp.dg.p) + row_off(bp.dg, ck.t0 + r0, hv) + d0 + dl;
 #pragma unroll
-    for (int u = 0; u < 16; ++u)
-      if (u < nr) bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] = x[u] + s.ST[(r0 + u) * kLdO + dl];
+        for (int u = 0; u < 16; ++u)
+          if (u < nr) y[u * bp.dg.st] = from_float<To>(x[u] + s.ST[(r0 + u) * kLdO + dl]);
+      });
+    } else {
+#pragma unroll
+      for (int u = 0; u < 16; ++u)
+        if (u < nr) bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] = x[u] + s.ST[(r0 + u) * kLdO + dl];
+    }
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -322,7 +345,11 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
     const float2 dq = make_float2(gq[i].x + (s.DQ[r * kLdO + c2] + oq[i].x), gq[i].y + (s.DQ[r * kLdO + c2 + 1] + oq[i].y));
     const float2 dk = make_float2(gk[i].x + (s.DK[r * kLdO + c2] + fmaf(b, ol[i].x, ot[i].x)),
                                   gk[i].y + (s.DK[r * kLdO + c2 + 1] + fmaf(b, ol[i].y, ot[i].y)));
-    *reinterpret_cast<float2*>(bp.dqv + o) = dq, *reinterpret_cast<float2*>(bp.dkv + o) = dk;
+    if (bp.direct_qk) {  // G = 1: value head hv is q/k head hv
+      store_pair(bp.dq, ck.t0 + r, hv, d0 + c2, dq), store_pair(bp.dk, ck.t0 + r, hv, d0 + c2, dk);
+    } else {
+      *reinterpret_cast<float2*>(bp.dqv + o) = dq, *reinterpret_cast<float2*>(bp.dkv + o) = dk;
+    }
   }
 }
 
@@ -333,8 +360,11 @@ void launch_bwd_intra(const BwdParams& bp, cudaStream_t stream) {
   if (!p.kda && !p.gla) return launch_bwd_intra_gdn(bp, stream);  // a scalar gate: products on tensor cores
   const size_t smem = sizeof(float) * IntraSmem::floats;
   const dim3 grid(p.NT, p.HV, p.K / kSlab);
-  if (p.gla) launch_kernel(bwd_intra_kernel<false>, grid, dim3(kBwdThreads), smem, stream, bp);
-  else launch_kernel(bwd_intra_kernel<true>, grid, dim3(kBwdThreads), smem, stream, bp);
+  dispatch_bool(bwd_split_products(bp), [&](auto split) {  // exp2_approx unless split
+    constexpr bool S = decltype(split)::value;
+    if (p.gla) launch_kernel(bwd_intra_kernel<false, S>, grid, dim3(kBwdThreads), smem, stream, bp);
+    else launch_kernel(bwd_intra_kernel<true, S>, grid, dim3(kBwdThreads), smem, stream, bp);
+  });
 }
 
 }  // namespace kcp::cuda

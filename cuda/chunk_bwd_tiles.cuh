@@ -264,19 +264,20 @@ __device__ __forceinline__ float gate_of(const float* gs, int lds, int r, int c)
 // kF = k F, kE = k E, qF = q F (q may be null), and c[p * 32 + c] for the six block pairs.
 // k, q, gs are [64][kLdS] slabs (a gate per key: kda, gla; gdn's kernels need no anchored
 // products); L is the chunk's length.
+template <bool S>  // exp2_approx<S> (device_math.cuh)
 __device__ __forceinline__ void build_scaled(const float* gs, const float* k, const float* q, float* kF, float* kE,
                                              float* qF, float* ct, int L) {
   for (int idx = threadIdx.x; idx < kChunk * kSlab; idx += kBwdThreads) {
     const int r = idx / kSlab, c = idx % kSlab, o = r * kLdS + c;
     const float g = gate_of<true>(gs, kLdS, r, c);
-    const float F = exp2f(g - gate_of<true>(gs, kLdS, r & ~15, c));
-    const float E = exp2f(gate_of<true>(gs, kLdS, min(r | 15, L - 1), c) - g);
+    const float F = exp2_approx<S>(g - gate_of<true>(gs, kLdS, r & ~15, c));
+    const float E = exp2_approx<S>(gate_of<true>(gs, kLdS, min(r | 15, L - 1), c) - g);
     kF[o] = k[o] * F, kE[o] = k[o] * E;
     if (q) qF[o] = q[o] * F;
   }
   for (int idx = threadIdx.x; idx < kPairs * kSlab; idx += kBwdThreads) {
     const int pr = idx / kSlab, c = idx % kSlab, i = pair_row(pr), j = pair_col(pr);
-    ct[idx] = exp2f(gate_of<true>(gs, kLdS, 16 * i, c) - gate_of<true>(gs, kLdS, min(16 * j + 15, L - 1), c));
+    ct[idx] = exp2_approx<S>(gate_of<true>(gs, kLdS, 16 * i, c) - gate_of<true>(gs, kLdS, min(16 * j + 15, L - 1), c));
   }
 }
 

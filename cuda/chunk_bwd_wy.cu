@@ -127,7 +127,7 @@ __device__ void wy_gram(const BwdParams& bp, const WySmem& s, const ChunkInfo& c
     cp_async_wait_all();
     __syncthreads();
     if constexpr (kKDA) {
-      build_scaled(s.g, s.k, nullptr, s.kF, s.kE, nullptr, s.ct, L);
+      build_scaled<kSplit>(s.g, s.k, nullptr, s.kF, s.kE, nullptr, s.ct, L);
       build_diag(s.g, s.cd, s.dok, L);
       __syncthreads();
       gram_slab_kda(acc, s);

@@ -150,7 +150,7 @@ __device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, NtRa
     for (int e = 0; e < 4; ++e) {
       const int r = n + g + 8 * (e & 1), d = k0 + t + 4 * (e >> 1);
       float f = 1.0f;
-      if constexpr (kKDA) f = exp2_operand<S>(s.gs[r * Sm::ldg + d] - s.gs[n * Sm::ldg + d]);  // TF32-rounded by mma
+      if constexpr (kKDA) f = exp2_approx<S>(s.gs[r * Sm::ldg + d] - s.gs[n * Sm::ldg + d]);  // TF32-rounded by mma
       if constexpr (kDelta) fk.set(e, to_float(s.ks[r * Sm::ldk + d]) * f);
       fq.set(e, to_float(s.qs[r * Sm::ldk + d]) * f);
     }
@@ -160,7 +160,7 @@ __device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, NtRa
       const FragB<S> fb = load_b<S>(
           [&](int d, int sc) {
             float f = 1.0f;
-            if constexpr (kKDA) f = exp2_operand<S>(s.gs[n * Sm::ldg + d] - s.gs[sc * Sm::ldg + d]);
+            if constexpr (kKDA) f = exp2_approx<S>(s.gs[n * Sm::ldg + d] - s.gs[sc * Sm::ldg + d]);
             return to_float(s.ks[sc * Sm::ldk + d]) * f;
           },
           k0, 8 * nt);

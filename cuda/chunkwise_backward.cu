@@ -132,6 +132,7 @@ void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d,
   bp.dg = out_rows(gr.dg, "dg"), bp.dbeta = out_rows(gr.dbeta, "dbeta");
   if (!in.A_log.empty()) bp.dA_log = out_scalar(gr.dA_log, "dA_log");
   if (!in.dt_bias.empty()) bp.ddt_bias = out_scalar(gr.ddt_bias, "ddt_bias");
+  bp.direct_qk = direct_qk_outputs(bp), bp.direct_dg = direct_dg_output(bp);
   if (!terms) launch_bwd_dhu_local(bp, impl_->stream);  // = launch_bwd_dhu, timed in parts
   timer.mark();
   launch_bwd_dhu_serial(bp, impl_->stream);

@@ -43,12 +43,15 @@ __device__ __forceinline__ void with_element_type(int dt, F&& f) {
   }
 }
 
-// 2^x where the result is rounded to TF32 (10-bit mantissa) before any use: one MUFU.EX2
-// (ex2.approx.ftz: relative error about 2^-22, far below that rounding; a subnormal result, below
-// 2^-126, becomes 0) instead of exp2f's range check and rescaling multiplies. Triton's exp2, which
-// FLA's kernels use, is the same instruction. S (split products, float32 inputs): exp2f.
+// 2^x of a gate difference in a kernel run on 16-bit inputs: one MUFU.EX2 (ex2.approx.ftz: relative
+// error about 2^-22; a subnormal result, below 2^-126, becomes 0) instead of exp2f's range check and
+// rescaling multiplies (four instructions). Used where the result is rounded to TF32 before any use
+// (the gated kkt fragments, kg / qg), far below that rounding, and for the gate factors of the
+// backward's float32 FMA paths (kernels intra and hv's epilogue), whose 16-bit-input results are
+// judged at kCudaTf32 (1e-3; validation/tolerance.h). Triton's exp2, which FLA's kernels use for every
+// gate factor, is the same instruction. S (split products, float32 inputs): exp2f, float32 exact.
 template <bool S>
-__device__ __forceinline__ float exp2_operand(float x) {
+__device__ __forceinline__ float exp2_approx(float x) {
   if constexpr (S) {
     return exp2f(x);
   } else {
