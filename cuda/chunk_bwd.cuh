@@ -10,7 +10,8 @@
 //          (per value head), dv, dbeta_e, da (gradient w.r.t. the per-token log decay a) from h, dh,
 //          vnew, dvnew, P
 //   finish (chunk_bwd_finish.cu): dq, dk summed over the value heads of a q/k head and through the
-//          L2 norm; dbeta through the sigmoid; dg, dA_log, ddt_bias through the gate formula.
+//          L2 norm; dbeta through the sigmoid; dg, dA_log, ddt_bias through the gate formula. Where
+//          that is a copy (kda / gla: direct_qk, direct_dg below), kernel intra writes them instead.
 // gla (ChunkParams::gla) runs the same stages without the delta rule (beta_e = 0, P = I, w = 0,
 // vnew = v): the recompute runs the forward's gla kernels (kkt: Aqk, kg, qg; no WY; the state from
 // v: no P, w, u), dhu skips w, kernel hv writes dv = dvnew and skips P^T dvnew, dXu h^T and W1, kernels wy and

@@ -5,10 +5,13 @@
 //     dq/dk per value head, dbeta w.r.t. the effective beta (not gla) and da w.r.t. the log decay (stage chunk),
 //     in pipeline order, so the first failing buffer names the kernel; once more with the pipeline
 //     assuming one multiprocessor (Pipeline::set_multiprocessors), which runs dhu in 32-column blocks;
+//     it asks for dv only, so intra writes the workspace (dqv, dkv, da), not the outputs;
 //  2. the whole gradient against the float64 oracle (cpu-recurrent) over the forward tests' sweep:
 //     lengths 1, 63, 64, 65, odd long, packed sequences, grouped value heads, every flag, q/k/v in
 //     float32, float16, bfloat16; dq, dk, dv and d_o in the input dtype, the rest float32 (FLA's dtypes);
-//     and kda / gla with gates that put anchored and exact-exponent 16-row blocks in one chunk;
+//     and kda / gla with gates that put anchored and exact-exponent 16-row blocks in one chunk; the
+//     layouts with H = HV and no L2 norm take intra's direct outputs (dq, dk, dg in their dtypes, no
+//     finish copy: BwdParams::direct_qk / direct_dg), the others the workspace and finish;
 //  3. transition_backward (dS_ext, M^T) of a range of sequences against the oracle's (both as the
 //     columns of one chain launch), through the backend and with 32-column blocks (assumed 1 or 24 multiprocessors).
 // Every output is NaN-poisoned first: a NaN left is an unwritten element.
