@@ -19,7 +19,8 @@
 // gla (kDelta = false, ChunkParams::gla): no WY backward, kernel 2 does not run: dL = 0 and
 // beta_e = 0, so every dL term is left out (no dL tile, half the off-block products).
 // As the last writer of dq, dk and da it writes them in the outputs' dtypes when BwdParams::direct_qk /
-// direct_dg say so (no norm, G = 1; log-decay gate), else the float32 workspace for finish.
+// direct_dg say so (no norm, G = 1; log-decay gate; the outputs asked for), else the float32
+// workspace for finish.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
