@@ -68,9 +68,9 @@ struct BwdParams {
   StateView dh0;                // [N,HV,K,V] (or the transition's dS_ext / M^T)
   OutRowsView dq, dk, dv, dg, dbeta;
   OutScalarView dA_log, ddt_bias;
-  // kda / gla (direct_outputs): kernel intra, the last writer of dqv, dkv and da, writes dq and dk
-  // (no L2 norm, one value head per q/k head) and dg (log-decay gate: dg = da) in their dtypes
-  // instead, and finish skips them: no float32 round trip of three [TT,HV,K] tensors.
+  // kda / gla (direct_qk_outputs, direct_dg_output below): kernel intra, the last writer of dqv, dkv
+  // and da, writes dq and dk (no L2 norm, one value head per q/k head) and dg (log-decay gate: dg =
+  // da) in their dtypes instead, and finish skips them: no float32 round trip of three [TT,HV,K] tensors.
   bool direct_qk = false, direct_dg = false;
 };
 
