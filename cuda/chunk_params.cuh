@@ -100,8 +100,7 @@ struct StateParams {
   ChunkParams c;
   int Vw = 0;                    // state columns: V (forward, S_ext), K (transition M) or V + K (both)
   int Vu = 0;                    // columns of u and its row width (0: Vw); with kInitTransition, V
-  const float* u = nullptr;      // [TT,HV,Vu]; null means u = 0 (the M recurrence), unless u_is_v
-  bool u_is_v = false;           // gla (chunk_state_gla.cu): u = v, read from the input rows; false: the M run (u = 0)
+  const float* u = nullptr;      // [TT,HV,Vu]; null means u = 0 (the M recurrence; gla's chain reads v instead)
   int init = kInitZero;
   StateView h0;                  // read when init == kInitGiven
   StateView final_state;         // written when p != null

@@ -9,8 +9,8 @@
 //           row, S += kg_c^T v_c on tensor cores. No tile depends on the chain, so the kg, v and b_end
 //           tiles of the next kStages - 1 chunks are in flight (cp.async) while a chunk is reduced.
 //           final_state after the last chunk. The CP transition runs the chain alone for S_ext
-//           (from 0 with v, u_is_v); its M (from I without v: decay only) is diagonal, the per-key
-//           product of the chain's scalings (gla_transition_m_kernel).
+//           (from 0 with v); its M (decay only) is diagonal, the per-key product of the chain's
+//           scalings (gla_transition_m_kernel), so the chain always takes u = v.
 //   output: one block of 8 warps per (chunk c, value head hv, BVo = 64 or 32 columns):
 //           o_r = scale qg_r h[c] + sum_{s <= r} Aqk[r, s] v_s   (rows r < L; Aqk carries scale and
 //           the decay, qg = q 2^b, both from the kkt stage).
@@ -67,27 +67,24 @@ struct ChunkSpan {
 __device__ __forceinline__ ChunkSpan chunk_span(const SeqTokens& q, int i) { return {q.t0(i), q.len(i)}; }
 
 // The tiles of one chunk into stage st: kg rows x keys [i0, i0+32) and v rows x columns [j0, j0+32)
-// (rows >= L zero-filled; neither when u = 0), and b_end of the 32 keys (the gate cumsum of row L-1).
+// (rows >= L zero-filled), and b_end of the 32 keys (the gate cumsum of row L-1).
 template <class Tin>
 __device__ void issue_chain_tiles(const StateParams& sp, ChunkSpan ck, int hv, int i0, int j0, int st,
                                   const ChainSmem<Tin>& s) {
   const ChunkParams& p = sp.c;
-  if (sp.u_is_v) {
-    copy_rows_async<kChunk, 4 * kBK, kChainThreads>(s.kg(st), kLdK, ck.L, p.kg + (int64_t(ck.t0) * p.HV + hv) * p.K + i0,
-                                                    p.HV * p.K);
-    copy_rows_async<kChunk, int(sizeof(Tin)) * kBV, kChainThreads>(
-        s.v(st), ChainSmem<Tin>::ldv, ck.L, static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + j0, int(p.v.st));
-  }
+  copy_rows_async<kChunk, 4 * kBK, kChainThreads>(s.kg(st), kLdK, ck.L, p.kg + (int64_t(ck.t0) * p.HV + hv) * p.K + i0,
+                                                  p.HV * p.K);
+  copy_rows_async<kChunk, int(sizeof(Tin)) * kBV, kChainThreads>(
+      s.v(st), ChainSmem<Tin>::ldv, ck.L, static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + j0, int(p.v.st));
   const float* last = p.gcum + (int64_t(ck.t0 + ck.L - 1) * p.HV + hv) * p.K + i0;
   if (threadIdx.x < kBK / 4) cp_async16(s.bend(st) + 4 * threadIdx.x, last + 4 * threadIdx.x, true);
 }
 
+// h0 (kInitGiven) or 0 (kInitZero): launch_gla_state takes no other start.
 __device__ __forceinline__ float initial_element(const StateParams& sp, int n, int hv, int row, int col) {
-  if (sp.init == kInitGiven) {
-    const StateView& h0 = sp.h0;
-    return load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + row * h0.si + col * h0.sj);
-  }
-  return sp.init == kInitIdentity && row == col ? 1.0f : 0.0f;
+  if (sp.init != kInitGiven) return 0.0f;
+  const StateView& h0 = sp.h0;
+  return load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + row * h0.si + col * h0.sj);
 }
 
 // S += kg^T v over the chunk's 64 tokens (rows >= L are zero): A pairs by 8-byte loads, B by one
@@ -142,7 +139,7 @@ __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int s
   const float f0 = exp2f(b.x), f1 = exp2f(b.y);
 #pragma unroll
   for (int nt = 0; nt < kBV / 8; ++nt) S[nt][0] *= f0, S[nt][1] *= f0, S[nt][2] *= f1, S[nt][3] *= f1;
-  if (sp.u_is_v) chain_products<Tin, kSplit>(s, st, m0, S);
+  chain_products<Tin, kSplit>(s, st, m0, S);
 }
 
 template <class Tin, bool kSplit>
@@ -357,9 +354,10 @@ void launch_gla_transition_m(const StateParams& sp, cudaStream_t stream) {
 
 void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t stream) {
   const ChunkParams& p = sp.c;
-  KCP_CHECK(p.gla && sp.init != kInitTransition && sp.Vw % kBV == 0 && p.K % kBK == 0,
-            "gla state: expected gla, K and the state columns multiples of 32, and no joint transition launch");
-  KCP_CHECK(!sp.o.p || (sp.h && sp.u_is_v && sp.Vw == p.V), "gla state: the output reads the forward's stored states");
+  KCP_CHECK(p.gla && (sp.init == kInitZero || sp.init == kInitGiven) && sp.Vw % kBV == 0 && p.K % kBK == 0,
+            "gla state: expected gla, K and the state columns multiples of 32, and a zero or given start (M: "
+            "launch_gla_transition_m)");
+  KCP_CHECK(!sp.o.p || (sp.h && sp.Vw == p.V), "gla state: the output reads the forward's stored states");
   if (p.N * p.HV > 0)
     dispatch_input_type(input_dtype, [&](auto tag) {
       using Tin = typename decltype(tag)::type;

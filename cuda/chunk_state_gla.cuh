@@ -9,9 +9,9 @@
 
 namespace kcp::cuda {
 
-// The chain, grid (N*HV, K/32, Vw/32) of 64 threads: h[c] into sp.h (when set), final_state (when
-// set). sp.u_is_v: S from v (the forward, S_ext); else u = 0 (M: decay only). Then, when sp.o is
-// set, the output, grid (NT * V/BVo, HV) of 256 threads, reading sp.h (which must be set then).
+// The chain, grid (N*HV, K/32, Vw/32) of 64 threads, S from v (u = v) starting at 0 or h0: h[c] into
+// sp.h (when set), final_state (when set). Then, when sp.o is set, the output, grid (NT * V/BVo, HV)
+// of 256 threads, reading sp.h (which must be set then).
 void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t stream);
 // The transition's M into sp.final_state [N, HV, K, K]: diagonal, M[i, i] = prod over the chunks of
 // 2^(b_end[i]) (what the chain from I without v computes), grid (N*HV) of 1024 threads.

@@ -77,7 +77,7 @@ StateParams Pipeline::Impl::state_params(const Setup& st, const Problem& p, cons
   StateParams sp;
   sp.c = st.c;
   sp.Vw = int(p.V);
-  sp.u = st.c.u, sp.u_is_v = st.c.gla;  // gla: u = v, read by the state kernel from v
+  sp.u = st.c.u;  // gla: u = v, read by its state kernel from v
   sp.init = in.initial_state.empty() ? kInitZero : kInitGiven;
   if (!in.initial_state.empty()) sp.h0 = state_view(in.initial_state, p.flags.state_v_first, "initial_state");
   if (!out.final_state.empty()) sp.final_state = state_view(out.final_state, p.flags.state_v_first, "final_state");
@@ -199,7 +199,7 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
   impl_->run_front(st);
   if (keep) impl_->keep_front(p, in, true);
   if (st.c.gla) {  // gla's split chain for S_ext (from 0 with v); M is diagonal, the decay alone
-    sp.Vw = int(p.V), sp.Vu = 0, sp.u = nullptr, sp.u_is_v = true, sp.init = kInitZero;
+    sp.Vw = int(p.V), sp.Vu = 0, sp.u = nullptr, sp.init = kInitZero;
     sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");
     launch_gla_state(sp, st.dtype, impl_->stream);
     sp.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");

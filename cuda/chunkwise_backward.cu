@@ -94,7 +94,7 @@ BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int
   if (keep_states && recompute) {
     StateParams sp;
     sp.c = st.c;
-    sp.Vw = int(p.V), sp.u = st.c.u, sp.u_is_v = st.c.gla;  // gla: u = v
+    sp.Vw = int(p.V), sp.u = st.c.u;  // gla: u = v
     sp.init = in.initial_state.empty() || seq_count >= 0 ? kInitZero : kInitGiven;
     if (sp.init == kInitGiven) sp.h0 = state_view(in.initial_state, p.flags.state_v_first, "initial_state");
     sp.h = static_cast<float*>(im.buf.h.data);
