@@ -84,8 +84,8 @@ class ContextParallel {
   CpOptions opt_;
   CpContext ctx_;
   DeviceTensor saved_h0_;  // compress_h0: the merged [HV,K,V] of local sequence 0 (empty when not needed)
-  DeviceTensor saved_m_;   // M [HV,K,K] of the forward transition where this rank holds one sequence (have_m_),
-  bool have_m_ = false;    // kept across calls like the Workspace below
+  DeviceTensor saved_m_;   // M [HV,K,K] of the forward transition where this rank holds one sequence;
+  bool have_m_ = false;    // whether this forward wrote it (the buffer is kept across calls, as the Workspace's)
   // Buffers of one call kept for the next (DeviceTensor::reuse: reallocated when a shape changes): on a
   // GPU each allocation and free per call is a cudaMalloc / cudaFree, and cudaFree waits for the device.
   struct Workspace {

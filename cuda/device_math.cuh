@@ -49,7 +49,7 @@ __device__ __forceinline__ void with_element_type(int dt, F&& f) {
 // (the gated kkt fragments, kg / qg), far below that rounding, and for the gate factors of the
 // backward's float32 FMA paths (kernels intra and hv's epilogue), whose 16-bit-input results are
 // judged at kCudaTf32 (1e-3; validation/tolerance.h). Triton's exp2, which FLA's kernels use for every
-// gate factor, is the same instruction. S (split products, float32 inputs): exp2f, float32 exact.
+// gate factor, is the same instruction. S (split products, float32 inputs): exp2f (float32-accurate).
 template <bool S>
 __device__ __forceinline__ float exp2_approx(float x) {
   if constexpr (S) {
