@@ -72,6 +72,10 @@ struct BwdParams {
   // and da, writes dq and dk (no L2 norm, one value head per q/k head) and dg (log-decay gate: dg =
   // da) in their dtypes instead, and finish skips them: no float32 round trip of three [TT,HV,K] tensors.
   bool direct_qk = false, direct_dg = false;
+  // gla (gla_dh_chain_applies below): dh by the forward's chain reversed (qg^T do formed inside the
+  // chain, chunk_state_gla.cu) instead of the scan over B_c; dhu_local then writes A_c alone (no B_c,
+  // and kg is the forward's, in dkv already).
+  bool gla_dh_chain = false;
 };
 
 // Pipeline::backward sets BwdParams::direct_qk / direct_dg from these, once the outputs are set: an
@@ -80,6 +84,23 @@ inline bool direct_qk_outputs(const BwdParams& bp) {
   return (bp.c.kda || bp.c.gla) && !bp.c.l2norm && bp.c.G == 1 && bp.dq.p && bp.dk.p;
 }
 inline bool direct_dg_output(const BwdParams& bp) { return (bp.c.kda || bp.c.gla) && bp.c.gate == kGateLogDecay && bp.dg.p; }
+
+// Pipeline::backward's local pass for gla: the chain needs K, V multiples of 32, the V columns kept
+// from a zero or d_final_state start, the forward's kg in dkv (backward_alias) and its qg, which kkt
+// stores TF32-rounded for 16-bit q, k, v and unrounded for float32 ones: do must be of the same kind
+// (the chain splits its products iff do is float32); mixed dtypes keep the scan over dhu_local's B_c.
+inline bool gla_dh_chain_applies(const BwdParams& bp) {
+  const ChunkParams& p = bp.c;
+  auto half = [](int dt) { return dt == kBF16 || dt == kF16; };
+  const bool all32 = p.q.dt == kF32 && p.k.dt == kF32 && p.v.dt == kF32;
+  const bool all16 = half(p.q.dt) && half(p.k.dt) && half(p.v.dt);
+  const bool do_ok = (bp.d_o.dt == kF32 && all32) || (half(bp.d_o.dt) && all16);
+  const int64_t es = bp.d_o.dt == kF32 ? 4 : 2;  // its rows are copied 16 bytes at a time, as v's
+  const bool do_aligned = reinterpret_cast<uintptr_t>(bp.d_o.p) % 16 == 0 && (bp.d_o.st * es) % 16 == 0 &&
+                          (bp.d_o.sx * es) % 16 == 0;
+  return p.gla && bp.d_o.p && do_ok && do_aligned && bp.keep && bp.init == kInitZero && bp.Vw == p.V && p.K % 32 == 0 &&
+         p.V % 32 == 0 && p.qg && p.kg && p.kg == bp.dkv && bp.dh;
+}
 
 // The backward's products split into 3xTF32 (float32 accuracy, tile_mma.cuh) when an input it reads
 // is float32 (q, k, v, do) or in the CP transition's chain (dhu with kInitTransition: M^T stays

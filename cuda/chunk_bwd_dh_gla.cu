@@ -11,12 +11,18 @@
 //   dv:    dv = dvnew = A_c + kg dh[c] in parallel over the chunks, one block of 8 warps per (chunk,
 //          value head, 64 or 32 columns), the product of gla's output kernel (rows_times_tile),
 //          written in dv's dtype (gla's dvnew has no other reader: kernel hv skips it).
+//   chain: Pipeline::backward's local pass (BwdParams::gla_dh_chain, where gla_dh_chain_applies)
+//          instead of the scan: the forward's chain walked backwards (chunk_state_gla.cu), forming
+//          scale qg^T do inside each step from the forward's qg and do, so dhu_local writes no B_c
+//          (0.54 GB written and read back at T = 32768, H = 16) and no kg. The scan stays for the CP
+//          transition (dS_ext, M^T), mixed dtypes and shapes the chain does not take.
 // Measured (H200, bf16, H = 16, K = V = 128; docs/BENCHMARKS.md, twelfth session): dhu 1.21-1.24 ->
 // 0.73 ms at T = 32768 and 0.29 -> 0.19 ms at T = 8192 against the chain it replaces (ncu at T = 8192:
 // scan 101 us, dvnew 111 us).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, end to end, the
 // transitions).
 #include "cuda/chunk_bwd.cuh"
+#include "cuda/chunk_state_gla.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
 #include "cuda/tile_mma.cuh"
@@ -132,12 +138,30 @@ __global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams b
   with_element_type(bp.dv.dt, store);
 }
 
+// dh by the forward's chain walked backwards (chunk_state_gla.cu): qg for kg, do for v, dht for h0,
+// dh0 for the final state.
+void launch_dh_chain(const BwdParams& bp, cudaStream_t stream) {
+  StateParams sp;
+  sp.c = bp.c;
+  sp.c.kg = bp.c.qg;
+  sp.c.v = bp.d_o;
+  sp.Vw = bp.c.V;
+  sp.init = bp.dht.p ? kInitGiven : kInitZero;
+  sp.h0 = bp.dht;
+  sp.final_state = bp.dh0;
+  sp.h = bp.dh;
+  launch_gla_dh_chain(sp, bp.d_o.dt, stream);
+}
+
 }  // namespace
 
 void launch_bwd_dhu_gla(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   KCP_CHECK(p.gla && bp.Vw % 4 == 0, "gla dhu: expected gla and state columns a multiple of 4");
-  if (p.N * p.HV > 0) {
+  KCP_CHECK(!bp.gla_dh_chain || gla_dh_chain_applies(bp), "gla dhu: the dh chain does not apply to this call");
+  if (bp.gla_dh_chain) {
+    launch_dh_chain(bp, stream);
+  } else if (p.N * p.HV > 0) {
     const dim3 grid(p.N * p.HV, (p.K * bp.Vw / 4 + kScanThreads - 1) / kScanThreads);
     launch_kernel(gla_dh_scan_kernel, grid, dim3(kScanThreads), 0, stream, bp);
   }

@@ -5,6 +5,8 @@
 //         (kn = k rstd_k, qn = q rstd_q: the fused L2 norm applied on load, load_qk_slabs)
 //   A_c = Aqk^T do                               [L,V]  -> bp.dvnew (dhu adds kg dh: dvnew)
 //   B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)    [K,V]  -> bp.dh[c] (dhu reads it, then stores dh[c])
+// gla's local backward with its dh chain (BwdParams::gla_dh_chain) needs A_c alone: the chain forms
+// qg^T do itself from the forward's qg, and kg is the forward's (dkv lives in its buffer).
 // A_c and B_c only with do (not for the transition's M^T), over 64-column slabs of V, on tensor cores
 // (mma.sync; split operands, 3xTF32, where bwd_split_products says so, else one TF32 product).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, and end to end).
@@ -119,6 +121,7 @@ __device__ void local_products(const BwdParams& bp, const LocalSmem<KD>& s, cons
     local_product<4, true, kLdT, kSplit>(s.A, s.dO, L, acc);
     store_local<4>(bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V + j0, int64_t(p.HV) * p.V, L, nc, acc);
   }
+  if (bp.gla_dh_chain) return;  // B_c is formed inside gla's dh chain
   constexpr int MT = KD / 16;
   float acc[LocalTiling<MT>::MW][LocalTiling<MT>::NW][4] = {};
   local_product<MT, false, S::ldq, kSplit>(s.qg, s.dO, L, acc);
@@ -136,8 +139,10 @@ __global__ void __launch_bounds__(kBwdThreads, 3) bwd_dhu_local_kernel(const __g
   const int hv = blockIdx.y, L = ck.len;
   extern __shared__ __align__(16) float smem[];
   const S s(smem);
-  if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);  // waited for with the first slab
-  local_gated_rows<KD, kKDA, kSplit>(bp, s, ck, hv);
+  if (!bp.gla_dh_chain) {  // gla's dh chain reads the forward's kg (in dkv already) and its qg
+    if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);  // waited for with the first slab
+    local_gated_rows<KD, kKDA, kSplit>(bp, s, ck, hv);
+  }
   if (!bp.d_o.p) return;
   __syncthreads();  // the staged slabs are consumed
   copy_rows_async(s.A, kLdT, p.Aqk + (int64_t(blockIdx.x) * p.HV + hv) * kChunk * kChunk, kChunk, kChunk, 0, kChunk);

@@ -10,7 +10,9 @@
 //           tiles of the next kStages - 1 chunks are in flight (cp.async) while a chunk is reduced.
 //           final_state after the last chunk. The CP transition runs the chain alone for S_ext
 //           (from 0 with v); its M (decay only) is diagonal, the per-key product of the chain's
-//           scalings (gla_transition_m_kernel), so the chain always takes u = v.
+//           scalings (gla_transition_m_kernel), so the chain always takes u = v. The backward's dh
+//           is the same chain reversed (launch_gla_dh_chain): last chunk first, qg for kg, do for v,
+//           dh[c] = scale S stored before chunk c's step.
 //   output: one block of 8 warps per (chunk c, value head hv, BVo = 64 or 32 columns):
 //           o_r = scale qg_r h[c] + sum_{s <= r} Aqk[r, s] v_s   (rows r < L; Aqk carries scale and
 //           the decay, qg = q 2^b, both from the kkt stage).
@@ -20,7 +22,8 @@
 // Products: TF32 with 16-bit inputs (kg and qg arrive TF32-rounded, v is exact, h is rounded as the
 // fused kernel rounded S), 3xTF32 with float32 inputs, as in chunk_state.cu.
 // Covered by tests/cuda/test_cuda_stages.cpp (state h / ht and output o for gla against the CPU twin),
-// test_cuda_forward.cpp, test_cuda_transition.cpp, test_cuda_keep.cpp, test_cuda_segmented.cpp.
+// test_cuda_backward.cpp (the reversed chain: stage "dhu" and end to end), test_cuda_forward.cpp,
+// test_cuda_transition.cpp, test_cuda_keep.cpp, test_cuda_segmented.cpp.
 #include "cuda/chunk_state_gla.cuh"
 
 #include "cuda/cuda_check.cuh"
@@ -80,11 +83,14 @@ __device__ void issue_chain_tiles(const StateParams& sp, ChunkSpan ck, int hv, i
   if (threadIdx.x < kBK / 4) cp_async16(s.bend(st) + 4 * threadIdx.x, last + 4 * threadIdx.x, true);
 }
 
-// h0 (kInitGiven) or 0 (kInitZero): launch_gla_state takes no other start.
+// h0 (kInitGiven) or 0 (kInitZero): launch_gla_state takes no other start. The reverse chain carries
+// dh / scale (its products are qg^T do without the scale): its start is divided by it.
+template <bool kReverse>
 __device__ __forceinline__ float initial_element(const StateParams& sp, int n, int hv, int row, int col) {
   if (sp.init != kInitGiven) return 0.0f;
   const StateView& h0 = sp.h0;
-  return load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + row * h0.si + col * h0.sj);
+  const float x = load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + row * h0.si + col * h0.sj);
+  return kReverse ? x / sp.c.scale : x;
 }
 
 // S += kg^T v over the chunk's 64 tokens (rows >= L are zero): A pairs by 8-byte loads, B by one
@@ -121,8 +127,15 @@ __device__ void chain_products(const ChainSmem<Tin>& s, int st, int m0, float (&
   }
 }
 
+// The chain's state as stored: S, or for the reverse chain scale S (= dh).
+template <bool kReverse>
+__device__ __forceinline__ float stored(const StateParams& sp, float x) {
+  if constexpr (kReverse) return sp.c.scale * x;
+  else return x;
+}
+
 // One chunk of the chain from stage st: h[c] = S, then S = Gamma_end S (+ kg^T v).
-template <class Tin, bool kSplit>
+template <class Tin, bool kSplit, bool kReverse>
 __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int st, int c, int hv, int i0, int j0,
                            float (&S)[kBV / 8][4]) {
   const ChunkParams& p = sp.c;
@@ -131,8 +144,8 @@ __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int s
     float* h = sp.h + ((int64_t(c) * p.HV + hv) * p.K + i0 + key) * sp.Vw + j0 + 2 * lane_t();
 #pragma unroll
     for (int nt = 0; nt < kBV / 8; ++nt) {
-      *reinterpret_cast<float2*>(h + 8 * nt) = make_float2(S[nt][0], S[nt][1]);
-      *reinterpret_cast<float2*>(h + sp.Vw + 8 * nt) = make_float2(S[nt][2], S[nt][3]);
+      *reinterpret_cast<float2*>(h + 8 * nt) = make_float2(stored<kReverse>(sp, S[nt][0]), stored<kReverse>(sp, S[nt][1]));
+      *reinterpret_cast<float2*>(h + sp.Vw + 8 * nt) = make_float2(stored<kReverse>(sp, S[nt][2]), stored<kReverse>(sp, S[nt][3]));
     }
   }
   const float2 b = *reinterpret_cast<const float2*>(s.bend(st) + key);
@@ -142,7 +155,9 @@ __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int s
   chain_products<Tin, kSplit>(s, st, m0, S);
 }
 
-template <class Tin, bool kSplit>
+// kReverse: the backward's dh chain (launch_gla_dh_chain): chunks last to first, the tiles' kg and v
+// being qg and do (the caller's ChunkParams), S = dh / scale.
+template <class Tin, bool kSplit, bool kReverse>
 __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StateParams sp) {
   extern __shared__ float4 smem_f4[];
   const ChainSmem<Tin> s(reinterpret_cast<char*>(smem_f4));
@@ -154,20 +169,21 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
 #pragma unroll
   for (int nt = 0; nt < kBV / 8; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) S[nt][e] = initial_element(sp, n, hv, i0 + key + e / 2, j0 + 8 * nt + col + e % 2);
+    for (int e = 0; e < 4; ++e) S[nt][e] = initial_element<kReverse>(sp, n, hv, i0 + key + e / 2, j0 + 8 * nt + col + e % 2);
   const SeqTokens tok = seq_tokens(p, c_begin, count);
+  auto chunk_at = [&](int i) { return kReverse ? count - 1 - i : i; };  // the i-th chunk walked
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
-    if (i < count) issue_chain_tiles(sp, chunk_span(tok, i), hv, i0, j0, i, s);
+    if (i < count) issue_chain_tiles(sp, chunk_span(tok, chunk_at(i)), hv, i0, j0, i, s);
     cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // chunk i's tiles are visible, and every warp is done with chunk i - 1's stage
     const int ahead = i + kStages - 1;
-    if (ahead < count) issue_chain_tiles(sp, chunk_span(tok, ahead), hv, i0, j0, ahead % kStages, s);
+    if (ahead < count) issue_chain_tiles(sp, chunk_span(tok, chunk_at(ahead)), hv, i0, j0, ahead % kStages, s);
     cp_async_commit();
-    chain_step<Tin, kSplit>(sp, s, i % kStages, c_begin + i, hv, i0, j0, S);
+    chain_step<Tin, kSplit, kReverse>(sp, s, i % kStages, c_begin + chunk_at(i), hv, i0, j0, S);
   }
   const StateView& f = sp.final_state;
   if (f.p) {
@@ -175,7 +191,8 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
     for (int nt = 0; nt < kBV / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        store_any(f.p, f.dt, n * f.sn + hv * f.shv + (i0 + key + e / 2) * f.si + (j0 + 8 * nt + col + e % 2) * f.sj, S[nt][e]);
+        store_any(f.p, f.dt, n * f.sn + hv * f.shv + (i0 + key + e / 2) * f.si + (j0 + 8 * nt + col + e % 2) * f.sj,
+                  stored<kReverse>(sp, S[nt][e]));
   }
 }
 
@@ -361,10 +378,23 @@ void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t strea
   if (p.N * p.HV > 0)
     dispatch_input_type(input_dtype, [&](auto tag) {
       using Tin = typename decltype(tag)::type;
-      launch_kernel(gla_chain_kernel<Tin, kSplitProducts<Tin>>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV), kChainThreads,
-                    ChainSmem<Tin>::bytes, stream, sp);
+      launch_kernel(gla_chain_kernel<Tin, kSplitProducts<Tin>, false>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV),
+                    kChainThreads, ChainSmem<Tin>::bytes, stream, sp);
     });
   if (sp.o.p) launch_gla_output(sp, input_dtype, stream);
+}
+
+void launch_gla_dh_chain(const StateParams& sp, int do_dtype, cudaStream_t stream) {
+  const ChunkParams& p = sp.c;
+  KCP_CHECK(p.gla && (sp.init == kInitZero || sp.init == kInitGiven) && sp.Vw == p.V && p.V % kBV == 0 &&
+                p.K % kBK == 0 && !sp.o.p,
+            "gla dh chain: expected gla, K and V multiples of 32, V state columns, a zero or given start, no output");
+  if (p.N * p.HV > 0)
+    dispatch_input_type(do_dtype, [&](auto tag) {
+      using Tin = typename decltype(tag)::type;
+      launch_kernel(gla_chain_kernel<Tin, kSplitProducts<Tin>, true>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV),
+                    kChainThreads, ChainSmem<Tin>::bytes, stream, sp);
+    });
 }
 
 }  // namespace kcp::cuda

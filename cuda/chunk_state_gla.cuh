@@ -13,6 +13,13 @@ namespace kcp::cuda {
 // sp.h (when set), final_state (when set). Then, when sp.o is set, the output, grid (NT * V/BVo, HV)
 // of 256 threads, reading sp.h (which must be set then).
 void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t stream);
+// The backward's dh chain for gla (chunk_bwd_dh_gla.cu builds sp): the same chain walked from the last
+// chunk to the first with sp.c.kg = qg and sp.c.v = do (do_dtype), dh[c] = scale S into sp.h before
+// chunk c's update S = Gamma_end S + qg^T do, the start dht (sp.h0, kInitGiven) or 0, dh0 into
+// sp.final_state: the recurrence dh <- Gamma_end dh + scale qg^T do of chunk_bwd_dh_gla.cu's scan, with
+// B_c formed inside the chain instead of read from memory. Products split iff do is float32 (qg must
+// then be the forward's split-path qg; with 16-bit do, the TF32-rounded one).
+void launch_gla_dh_chain(const StateParams& sp, int do_dtype, cudaStream_t stream);
 // The transition's M into sp.final_state [N, HV, K, K]: diagonal, M[i, i] = prod over the chunks of
 // 2^(b_end[i]) (what the chain from I without v computes), grid (N*HV) of 1024 threads.
 void launch_gla_transition_m(const StateParams& sp, cudaStream_t stream);

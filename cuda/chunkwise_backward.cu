@@ -133,6 +133,7 @@ void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d,
   if (!in.A_log.empty()) bp.dA_log = out_scalar(gr.dA_log, "dA_log");
   if (!in.dt_bias.empty()) bp.ddt_bias = out_scalar(gr.ddt_bias, "ddt_bias");
   bp.direct_qk = direct_qk_outputs(bp), bp.direct_dg = direct_dg_output(bp);
+  bp.gla_dh_chain = gla_dh_chain_applies(bp);
   if (!terms) launch_bwd_dhu_local(bp, impl_->stream);  // = launch_bwd_dhu, timed in parts
   timer.mark();
   launch_bwd_dhu_serial(bp, impl_->stream);

@@ -4,7 +4,8 @@
 //     dvnew is its dv, which dhu writes),
 //     dq/dk per value head, dbeta w.r.t. the effective beta (not gla) and da w.r.t. the log decay (stage chunk),
 //     in pipeline order, so the first failing buffer names the kernel; once more with the pipeline
-//     assuming one multiprocessor (Pipeline::set_multiprocessors), which runs dhu in 32-column blocks;
+//     assuming one multiprocessor (Pipeline::set_multiprocessors), which runs dhu in 32-column blocks
+//     and stages do in float32 (gla with 16-bit inputs: the scan over B_c; else its dh chain);
 //     it asks for dv only, so intra writes the workspace (dqv, dkv, da), not the outputs;
 //  2. the whole gradient against the float64 oracle (cpu-recurrent) over the forward tests' sweep:
 //     lengths 1, 63, 64, 65, odd long, packed sequences, grouped value heads, every flag, q/k/v in
@@ -14,6 +15,7 @@
 //     finish copy: BwdParams::direct_qk / direct_dg), the others the workspace and finish;
 //  3. transition_backward (dS_ext, M^T) of a range of sequences against the oracle's (both as the
 //     columns of one chain launch), through the backend and with 32-column blocks (assumed 1 or 24 multiprocessors).
+//  4. d_o one element off a 16-byte boundary (gla's dh chain needs aligned rows: the scan instead).
 // Every output is NaN-poisoned first: a NaN left is an unwritten element.
 // Bars (validation/tolerance.h, float_rule.h): 16-bit inputs: FLA's own bars for its chunk kernels
 // (kFlaChunkGrad for dq, dk, dv, dh0; kFlaChunkGateBeta for dg, dbeta, dA_log, ddt_bias), since the
@@ -102,16 +104,21 @@ const Tensor<S>& host_grad(const val::GradSet<S>& g, const std::string& n) {
 }
 
 // The whole gradient of one case (its gates already in c) against the float64 oracle, at the bars
-// described at the top of this file.
-void check_gradient(Backend& gpu, Backend& oracle, const BwdCase& bc, val::CaseData& c) {
+// described at the top of this file. do_offset: d_o one element past a 16-byte boundary (gla's dh
+// chain copies do rows 16 bytes at a time; such a view must take the scan, not fault).
+void check_gradient(Backend& gpu, Backend& oracle, const BwdCase& bc, val::CaseData& c, bool do_offset = false) {
   for (int64_t i = 0; i < c.d_o.numel(); ++i) c.d_o.data()[i] = round_to(bc.qkv, c.d_o.data()[i]);  // FLA: do in the input dtype
   const auto ref = val::run_case<double>(oracle, c, true);
   const Problem p = c.problem(DType::f32);
   test::DeviceInputs din = test::upload_inputs(gpu, c, bc.qkv);
-  test::DeviceTensor d_o = test::to_device(gpu, c.d_o, bc.qkv), dht;
+  Tensor<double> do_host({c.d_o.numel() + (do_offset ? 1 : 0)});
+  std::copy(c.d_o.data(), c.d_o.data() + c.d_o.numel(), do_host.data() + (do_offset ? 1 : 0));
+  test::DeviceTensor d_o = test::to_device(gpu, do_host, bc.qkv), dht;
+  const TensorView do_view(static_cast<char*>(d_o.view.data) + (do_offset ? dtype_size(bc.qkv) : 0), bc.qkv, c.d_o.shape(),
+                           Device::cuda);
   if (!c.dht.empty()) dht = test::to_device(gpu, c.dht, DType::f32);
   test::DeviceGrads dg = test::device_grads(gpu, ref.grads, bc.qkv);
-  gpu.backward(p, din.views, {d_o.view, dht.view}, dg.views);
+  gpu.backward(p, din.views, {do_view, dht.view}, dg.views);
   val::RunResult<float> r32;
   val::GradConditioning cond;
   const bool f32 = bc.qkv == DType::f32;
@@ -141,6 +148,22 @@ TEST_CASE("cuda-chunkwise backward matches the float64 oracle" * doctest::skip(!
       check_gradient(*gpu, *oracle, bc, c);
     }
   }
+}
+
+TEST_CASE("cuda-chunkwise backward with d_o off 16-byte alignment" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  const uint64_t seed = val::seed_from_env(804);
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
+    for (DType dt : {DType::bf16, DType::f32}) {
+      BwdCase bc;
+      bc.spec.variant = var, bc.spec.seqlens = {150, 70}, bc.spec.H = 1, bc.spec.HV = 2, bc.spec.K = 64, bc.spec.V = 32;
+      bc.spec.seed = seed, bc.qkv = dt;
+      SUBCASE((bc.name() + " d_o=offset").c_str()) {
+        val::CaseData c = test::round_case(val::make_case(bc.spec), dt);
+        check_gradient(*gpu, *oracle, bc, c, true);
+      }
+    }
 }
 
 // kda and gla's 16-row blocks take anchored products (kkt's diagonal blocks, wy's build_diag, intra's
@@ -193,11 +216,15 @@ TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctes
       s.variant = var, s.seqlens = {70, 0, 130, 1}, s.H = 1, s.HV = 2, s.K = 64, s.V = 32, s.seed = seed;
       s.flags.use_qk_l2norm_in_kernel = true;
       for (const int sms : {0, 1})  // 1: the chains in 32-column blocks (Pipeline::set_multiprocessors)
-      SUBCASE((s.name() + " qkv=" + std::string(dtype_name(dt)) + (sms ? " sms=1" : "")).c_str()) {
-        const val::CaseData c = test::round_case(val::make_case(s), dt);
+      // do in the input dtype (gla: dh by its chain, chunk_state_gla.cu), or float32 with 16-bit
+      // inputs and sms = 1 (gla: mixed dtypes take the scan over B_c, chunk_bwd_dh_gla.cu)
+      SUBCASE((s.name() + " qkv=" + std::string(dtype_name(dt)) + (sms ? " sms=1 do=f32" : "")).c_str()) {
+        val::CaseData c = test::round_case(val::make_case(s), dt);
+        const DType do_dt = sms ? DType::f32 : dt;
+        for (int64_t i = 0; i < c.d_o.numel(); ++i) c.d_o.data()[i] = round_to(do_dt, c.d_o.data()[i]);
         const Problem p64 = c.problem(DType::f64), p32 = c.problem(DType::f32);
         test::DeviceInputs din = test::upload_inputs(*gpu, c, dt);
-        test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, DType::f32), dht = test::to_device(*gpu, c.dht, DType::f32);
+        test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, do_dt), dht = test::to_device(*gpu, c.dht, DType::f32);
         cuda::Pipeline pipe(gpu->queue());
         pipe.set_multiprocessors(sms);
         // gla: dv = dvnew, written in dv's dtype by dhu (chunk_bwd_dh_gla.cu), whose dvnew buffer keeps A_c
