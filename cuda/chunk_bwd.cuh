@@ -73,8 +73,8 @@ struct BwdParams {
   // da) in their dtypes instead, and finish skips them: no float32 round trip of three [TT,HV,K] tensors.
   bool direct_qk = false, direct_dg = false;
   // gla (gla_dh_chain_applies below): dh by the forward's chain reversed (qg^T do formed inside the
-  // chain, chunk_state_gla.cu) instead of the scan over B_c; dhu_local then writes A_c alone (no B_c,
-  // and kg is the forward's, in dkv already).
+  // chain, chunk_state_gla.cu) instead of the scan over B_c; dhu_local then does not run (no B_c, kg
+  // is the forward's, in dkv already, and the dv pass forms A_c).
   bool gla_dh_chain = false;
 };
 

@@ -1,27 +1,31 @@
 // Backward stage "dhu", part 2, for gla (chunk_bwd_dhu.cu serves the delta variants). With w = 0 the
 // state-gradient recurrence (CPU twin chunk_state_backward)
 //   dh[c] = dh;   dvnew = A_c + kg dh;   dh <- Diag(2^b_end) dh + B_c
-// has no product inside the chain: every element of dh evolves on its own (B_c = scale qg^T do and
-// A_c = Aqk^T do, kg come from chunk_bwd_dhu_local.cu, in the dh[c] slots, dvnew and dkv). So:
+// has no product inside the chain: every element of dh evolves on its own (B_c = scale qg^T do and kg
+// come from chunk_bwd_dhu_local.cu, in the dh[c] slots and dkv; A_c = Aqk^T do is formed by the dv
+// pass below, its only reader). So:
 //   scan:  one thread per 4 consecutive state columns of one key row of one (sequence, value head),
 //          chunks last to first: B_c read from the dh[c] slot, dh[c] = dh stored there, dh = gamma dh
 //          + B_c; the B_c and gates of the next kAhead chunks are loaded ahead of use (none depends on
 //          the chain). dh0 after the first chunk. The CP transition: dS_ext from 0 with B_c (columns
 //          < V), M^T from I without (decay only: M^T stays diagonal).
-//   dv:    dv = dvnew = A_c + kg dh[c] in parallel over the chunks, one block of 8 warps per (chunk,
-//          value head, 64 or 32 columns), the product of gla's output kernel (rows_times_tile),
-//          written in dv's dtype (gla's dvnew has no other reader: kernel hv skips it).
+//   dv:    dv = dvnew = Aqk^T do + kg dh[c] in parallel over the chunks, one block of 8 warps per
+//          (chunk, value head, 64 or 32 columns): the transposed lower-triangular Aqk tile times the
+//          do tile, then the product of gla's output kernel (rows_times_tile), written in dv's dtype
+//          (gla's dvnew has no other reader: kernel hv skips it, and dhu_local writes no A_c for gla:
+//          its float32 round trip, 2 TT HV V floats, replaced by reading Aqk and do here).
 //   chain: Pipeline::backward's local pass (BwdParams::gla_dh_chain, where gla_dh_chain_applies)
 //          instead of the scan: the forward's chain walked backwards (chunk_state_gla.cu), forming
-//          scale qg^T do inside each step from the forward's qg and do, so dhu_local writes no B_c
-//          (0.54 GB written and read back at T = 32768, H = 16) and no kg. The scan stays for the CP
-//          transition (dS_ext, M^T), mixed dtypes and shapes the chain does not take.
+//          scale qg^T do inside each step from the forward's qg and do, so dhu_local does not run
+//          (no B_c: 0.54 GB written and read back at T = 32768, H = 16; kg is the forward's). The
+//          scan stays for the CP transition (dS_ext, M^T), mixed dtypes and shapes the chain does not take.
 // Measured (H200, bf16, H = 16, K = V = 128; docs/BENCHMARKS.md, twelfth session): dhu 1.21-1.24 ->
 // 0.73 ms at T = 32768 and 0.29 -> 0.19 ms at T = 8192 against the chain it replaces (ncu at T = 8192:
 // scan 101 us, dvnew 111 us).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, end to end, the
 // transitions).
 #include "cuda/chunk_bwd.cuh"
+#include "cuda/chunk_bwd_tiles.cuh"
 #include "cuda/chunk_state_gla.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
@@ -82,19 +86,34 @@ __global__ void __launch_bounds__(kScanThreads) gla_dh_scan_kernel(const BwdPara
   }
 }
 
-// ---- dvnew += kg dh[c] -------------------------------------------------------------------------
+// ---- dv = Aqk^T do + kg dh[c] -----------------------------------------------------------------
 
 constexpr int kDvThreads = 256;
 
 template <int KD, int BV>
 struct DvSmem {
-  static constexpr int ldk = KD + 4, ldh = BV + 8;  // kg: row-major A by ldmatrix (4 mod 32); dh[c]: k-major B (8 mod 32)
-  static constexpr size_t bytes = 4 * (size_t(kChunk) * ldk + size_t(KD) * ldh);
+  // kg: row-major A by ldmatrix (4 mod 32); dh[c]: k-major B (8 mod 32); Aqk [t][r], read as the
+  // transposed A (element (r, t) at t * lda + r: 8 mod 32, as dhu_local reads it); do: k-major B (8 mod 32)
+  static constexpr int ldk = KD + 4, ldh = BV + 8, lda = kChunk + 8, ldd = BV + 8;
+  static constexpr size_t bytes = 4 * (size_t(kChunk) * ldk + size_t(KD) * ldh + size_t(kChunk) * (lda + ldd));
 };
+
+// acc = A_c = Aqk^T do for this warp's rows [mw, mw + 16) and NTW n-tiles from column c0: rows
+// t >= r (Aqk is lower triangular, t < L), so rows t < mw add nothing; as dhu_local's local_product
+// (Aqk arrives TF32-rounded unless split, do is converted).
+template <bool kSplit, int NTW>
+__device__ void aqk_t_do(const float* As, int lda, const float* Ds, int ldd, int L, int mw, int c0, float (&acc)[NTW][4]) {
+  for (int k0 = mw; k0 < L; k0 += 8) {
+    const FragA<kSplit> a = load_a<kSplit, true>([&](int m, int k) { return k >= m && k < L ? As[k * lda + m] : 0.0f; }, mw, k0);
+#pragma unroll
+    for (int nt = 0; nt < NTW; ++nt)
+      mma(acc[nt], a, load_b<kSplit>([&](int k, int n) { return Ds[k * ldd + n]; }, k0, c0 + 8 * nt));
+  }
+}
 
 // Warp w: rows 16 (w % 4), columns [c0, c0 + BV/2) with c0 = (w / 4) BV/2. dvnew is gla's dv (P = I,
 // u = v, no beta), its only use: written in dv's dtype here (kernel hv neither reads dvnew nor
-// copies it out); the dvnew buffer keeps A_c.
+// copies it out; the dvnew buffer is not used for gla).
 template <int KD, int BV, bool kSplit>
 __global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams bp) {
   using Sm = DvSmem<KD, BV>;
@@ -102,40 +121,24 @@ __global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams b
   extern __shared__ float4 smem_f4[];
   float* Ks = reinterpret_cast<float*>(smem_f4);
   float* Hs = Ks + kChunk * Sm::ldk;
+  float* As = Hs + KD * Sm::ldh;
+  float* Ds = As + kChunk * Sm::lda;
   const ChunkParams& p = bp.c;
   const int nvt = p.V / BV, ci = blockIdx.x / nvt, j0 = (blockIdx.x % nvt) * BV, hv = blockIdx.y;
   const ChunkInfo ck = p.chunks[ci];
   copy_rows_async<kChunk, 4 * KD, kDvThreads>(Ks, Sm::ldk, ck.len, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD, p.HV * KD);
   copy_rows_async<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh, KD, bp.dh + (int64_t(ci) * p.HV + hv) * KD * p.V + j0, p.V);
+  copy_rows_async<kDvThreads>(As, Sm::lda, p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk, kChunk, ck.len, 0, kChunk);
   cp_async_commit();
+  load_rows_any<BV>(Ds, Sm::ldd, bp.d_o, ck.t0, hv, ck.len, j0, BV);  // do [L, BV], zero past L, while the tiles arrive
   const int w = int(threadIdx.x >> 5), mw = 16 * (w % 4), c0 = (w / 4) * (BV / 2);
-  const float* ac = bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V + j0 + c0;  // A_c: row r at ac + r * HV * V
-  const int64_t ldd = int64_t(p.HV) * p.V;
-  float acc[NTW][4];  // A_c, loaded while the tiles arrive
-#pragma unroll
-  for (int nt = 0; nt < NTW; ++nt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = acc_row(mw, 2 * h);
-      const float2 x = r < ck.len ? *reinterpret_cast<const float2*>(ac + r * ldd + acc_col(8 * nt, 0)) : float2{0.0f, 0.0f};
-      acc[nt][2 * h] = x.x, acc[nt][2 * h + 1] = x.y;
-    }
   cp_async_wait<0>();
   if constexpr (!kSplit) round_own_rows_tf32<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh);
   __syncthreads();
-  rows_times_tile<kSplit, false, KD>(Ks, Sm::ldk, Hs, Sm::ldh, mw, c0, acc);  // kg is not stored rounded
-  auto store = [&](auto tag) {  // the dtype switch once, outside the element loop
-    using To = typename decltype(tag)::type;
-    To* dv = static_cast<To*>(bp.dv.p) + row_off(bp.dv, ck.t0, hv) + j0 + c0;
-#pragma unroll
-    for (int nt = 0; nt < NTW; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = acc_row(mw, e);
-        if (r < ck.len) dv[int64_t(r) * bp.dv.st + acc_col(8 * nt, e)] = from_float<To>(acc[nt][e]);
-      }
-  };
-  with_element_type(bp.dv.dt, store);
+  float acc[NTW][4] = {};
+  aqk_t_do<kSplit>(As, Sm::lda, Ds, Sm::ldd, ck.len, mw, c0, acc);                // A_c
+  rows_times_tile<kSplit, false, KD>(Ks, Sm::ldk, Hs, Sm::ldh, mw, c0, acc);  // + kg dh[c] (kg is not stored rounded)
+  store_acc_rows(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0, hv) + j0 + c0, bp.dv.st, ck.len, mw, acc);
 }
 
 // dh by the forward's chain walked backwards (chunk_state_gla.cu): qg for kg, do for v, dht for h0,
@@ -165,7 +168,7 @@ void launch_bwd_dhu_gla(const BwdParams& bp, cudaStream_t stream) {
     const dim3 grid(p.N * p.HV, (p.K * bp.Vw / 4 + kScanThreads - 1) / kScanThreads);
     launch_kernel(gla_dh_scan_kernel, grid, dim3(kScanThreads), 0, stream, bp);
   }
-  if (!(bp.keep && bp.d_o.p && bp.dh && bp.dvnew && bp.dv.p) || p.NT == 0 || p.HV == 0) return;  // dv: dvnew's only reader
+  if (!(bp.keep && bp.d_o.p && bp.dh && bp.dv.p) || p.NT == 0 || p.HV == 0) return;  // dv: dvnew's only reader
   dispatch_bwd(bp, [&](auto kd, auto split) {
     constexpr int KD = decltype(kd)::value;
     constexpr bool kS = decltype(split)::value;

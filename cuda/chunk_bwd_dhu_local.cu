@@ -3,10 +3,12 @@
 // Grid (chunks, HV), 256 threads; per chunk, b the gate cumsum (log2 units), L rows:
 //   kg  = kn Diag-per-row 2^(b_end - b_r)        [L,K]  -> bp.dkv  (free until the chunk stage)
 //         (kn = k rstd_k, qn = q rstd_q: the fused L2 norm applied on load, load_qk_slabs)
-//   A_c = Aqk^T do                               [L,V]  -> bp.dvnew (dhu adds kg dh: dvnew)
+//   A_c = Aqk^T do                               [L,V]  -> bp.dvnew (dhu adds kg dh: dvnew; not for gla,
+//                                                          whose dv pass forms A_c itself: chunk_bwd_dh_gla.cu)
 //   B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)    [K,V]  -> bp.dh[c] (dhu reads it, then stores dh[c])
-// gla's local backward with its dh chain (BwdParams::gla_dh_chain) needs A_c alone: the chain forms
-// qg^T do itself from the forward's qg, and kg is the forward's (dkv lives in its buffer).
+// gla's local backward with its dh chain (BwdParams::gla_dh_chain) runs none of it: the chain forms
+// qg^T do itself from the forward's qg, kg is the forward's (dkv lives in its buffer) and the dv pass
+// forms A_c (chunk_bwd_dh_gla.cu).
 // A_c and B_c only with do (not for the transition's M^T), over 64-column slabs of V, on tensor cores
 // (mma.sync; split operands, 3xTF32, where bwd_split_products says so, else one TF32 product).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, and end to end).
@@ -109,19 +111,18 @@ __device__ void store_local(float* g, int64_t ld, int rows, int nc, const float 
       }
 }
 
-// A_c = Aqk^T do [L, 64] and B_c = scale qg^T do [K, 64] for the value columns [j0, j0 + 64) (do of
-// those columns in s.dO, zero past V and past row L).
-template <int KD, bool kSplit>
+// A_c = Aqk^T do [L, 64] (kAc) and B_c = scale qg^T do [K, 64] for the value columns [j0, j0 + 64) (do
+// of those columns in s.dO, zero past V and past row L).
+template <int KD, bool kSplit, bool kAc>
 __device__ void local_products(const BwdParams& bp, const LocalSmem<KD>& s, const ChunkInfo& ck, int hv, int j0) {
   using S = LocalSmem<KD>;
   const ChunkParams& p = bp.c;
   const int L = ck.len, nc = min(S::kV, p.V - j0);
-  {
+  if constexpr (kAc) {
     float acc[LocalTiling<4>::MW][LocalTiling<4>::NW][4] = {};
     local_product<4, true, kLdT, kSplit>(s.A, s.dO, L, acc);
     store_local<4>(bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V + j0, int64_t(p.HV) * p.V, L, nc, acc);
   }
-  if (bp.gla_dh_chain) return;  // B_c is formed inside gla's dh chain
   constexpr int MT = KD / 16;
   float acc[LocalTiling<MT>::MW][LocalTiling<MT>::NW][4] = {};
   local_product<MT, false, S::ldq, kSplit>(s.qg, s.dO, L, acc);
@@ -130,8 +131,9 @@ __device__ void local_products(const BwdParams& bp, const LocalSmem<KD>& s, cons
 
 // Three blocks per multiprocessor (<= 80 registers; shared memory allows three): a thread keeps its
 // 16 do loads in flight at once (load_rows_any) and the next q/k slab's (QkSlab) without spills on
-// the 16-bit path (the float32-input one spills 12 bytes).
-template <int KD, bool kKDA, bool kSplit>
+// the 16-bit path (the float32-input one spills 12 bytes). kAc: A_c too (gdn, kda; gla's dv pass
+// forms it, chunk_bwd_dh_gla.cu).
+template <int KD, bool kKDA, bool kSplit, bool kAc>
 __global__ void __launch_bounds__(kBwdThreads, 3) bwd_dhu_local_kernel(const __grid_constant__ BwdParams bp) {
   using S = LocalSmem<KD>;
   const ChunkParams& p = bp.c;
@@ -139,13 +141,11 @@ __global__ void __launch_bounds__(kBwdThreads, 3) bwd_dhu_local_kernel(const __g
   const int hv = blockIdx.y, L = ck.len;
   extern __shared__ __align__(16) float smem[];
   const S s(smem);
-  if (!bp.gla_dh_chain) {  // gla's dh chain reads the forward's kg (in dkv already) and its qg
-    if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);  // waited for with the first slab
-    local_gated_rows<KD, kKDA, kSplit>(bp, s, ck, hv);
-  }
+  if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);  // waited for with the first slab
+  local_gated_rows<KD, kKDA, kSplit>(bp, s, ck, hv);
   if (!bp.d_o.p) return;
   __syncthreads();  // the staged slabs are consumed
-  copy_rows_async(s.A, kLdT, p.Aqk + (int64_t(blockIdx.x) * p.HV + hv) * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
+  if constexpr (kAc) copy_rows_async(s.A, kLdT, p.Aqk + (int64_t(blockIdx.x) * p.HV + hv) * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
   for (int j0 = 0; j0 < p.V; j0 += S::kV) {
     __syncthreads();
     load_rows_any<S::kV>(s.dO, kLdT, bp.d_o, ck.t0, hv, L, j0, min(S::kV, p.V - j0));
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kBwdThreads, 3) bwd_dhu_local_kernel(const __g
     for (int idx = threadIdx.x; idx < kChunk * S::kV; idx += kBwdThreads)  // columns past V
       if (idx % S::kV >= p.V - j0) s.dO[(idx / S::kV) * kLdT + idx % S::kV] = 0.0f;
     __syncthreads();
-    local_products<KD, kSplit>(bp, s, ck, hv, j0);
+    local_products<KD, kSplit, kAc>(bp, s, ck, hv, j0);
   }
 }
 
@@ -161,13 +161,14 @@ __global__ void __launch_bounds__(kBwdThreads, 3) bwd_dhu_local_kernel(const __g
 
 void launch_bwd_dhu_local(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
-  if (p.NT == 0) return;
+  if (p.NT == 0 || bp.gla_dh_chain) return;  // gla's dh chain needs no chunk-local terms
   dispatch_bwd(bp, [&](auto kd, auto split) {
     constexpr int KD = decltype(kd)::value;
     constexpr bool kS = decltype(split)::value;
     const size_t smem = sizeof(float) * LocalSmem<KD>::floats;
-    if (p.kda) launch_kernel(bwd_dhu_local_kernel<KD, true, kS>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
-    else launch_kernel(bwd_dhu_local_kernel<KD, false, kS>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+    if (p.gla) launch_kernel(bwd_dhu_local_kernel<KD, true, kS, false>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+    else if (p.kda) launch_kernel(bwd_dhu_local_kernel<KD, true, kS, true>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+    else launch_kernel(bwd_dhu_local_kernel<KD, false, kS, true>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
   });
 }
 

@@ -326,18 +326,7 @@ __global__ void __launch_bounds__(kOutThreads) gla_output_kernel(const StatePara
   cp_async_wait<0>();
   __syncthreads();
   intra_products<S, Tin, Sm, NTW>(s, ck.len, mw, c0, ao);
-  auto store = [&](auto tag) {  // the dtype switch once, outside the element loop
-    using To = typename decltype(tag)::type;
-    To* o = static_cast<To*>(sp.o.p) + int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + j0 + c0;
-#pragma unroll
-    for (int nt = 0; nt < NTW; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = acc_row(mw, e);
-        if (r < ck.len) o[int64_t(r) * sp.o.st + acc_col(8 * nt, e)] = from_float<To>(ao[nt][e]);
-      }
-  };
-  with_element_type(sp.o.dt, store);
+  store_acc_rows(sp.o.p, sp.o.dt, int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + j0 + c0, sp.o.st, ck.len, mw, ao);
 }
 
 }  // namespace

@@ -276,6 +276,25 @@ __device__ __forceinline__ int perm_pos(int k) { return (k & ~7) + ((k & 7) >> 1
 __device__ __forceinline__ int acc_row(int m0, int e) { return m0 + lane_g() + 8 * (e >> 1); }
 __device__ __forceinline__ int acc_col(int n0, int e) { return n0 + 2 * lane_t() + (e & 1); }
 
+// A warp's accumulator tiles (rows mw .. mw + 15, NTW 8-column tiles) into rows < L of a row-major
+// output of dtype code dt, element (r, c) at p + off + r * st + c, converted to the output's type
+// (one dtype switch, outside the element loop).
+template <int NTW>
+__device__ __forceinline__ void store_acc_rows(void* p, int dt, int64_t off, int64_t st, int L, int mw,
+                                               const float (&acc)[NTW][4]) {
+  with_element_type(dt, [&](auto tag) {
+    using To = typename decltype(tag)::type;
+    To* y = static_cast<To*>(p) + off;
+#pragma unroll
+    for (int nt = 0; nt < NTW; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = acc_row(mw, e);
+        if (r < L) y[int64_t(r) * st + acc_col(8 * nt, e)] = from_float<To>(acc[nt][e]);
+      }
+  });
+}
+
 // cp.async: 16 bytes (or 4), zero-filled when !valid (src is then never read, but must be mapped).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(dst));

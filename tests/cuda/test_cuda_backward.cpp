@@ -227,7 +227,7 @@ TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctes
         test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, do_dt), dht = test::to_device(*gpu, c.dht, DType::f32);
         cuda::Pipeline pipe(gpu->queue());
         pipe.set_multiprocessors(sms);
-        // gla: dv = dvnew, written in dv's dtype by dhu (chunk_bwd_dh_gla.cu), whose dvnew buffer keeps A_c
+        // gla: dv = dvnew = A_c + kg dh[c], written in dv's dtype by dhu (chunk_bwd_dh_gla.cu; no A_c in dvnew)
         const bool gla = var == Variant::gla;
         test::DeviceTensor dv_gla = gla ? test::poisoned(*gpu, DType::f32, shape_v(p32)) : test::DeviceTensor{};
         Grads gr;
