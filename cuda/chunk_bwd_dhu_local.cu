@@ -1,7 +1,8 @@
 // Backward stage "dhu", part 1 of 2: the chunk-local terms of the state-gradient recurrence, in
 // parallel over the chunks (CPU twins chunk_bwd_dAv's dv_loc and chunk_state_backward's qg^T do).
 // Grid (chunks, HV), 256 threads; per chunk, b the gate cumsum (log2 units), L rows:
-//   kg  = kn Diag-per-row 2^(b_end - b_r)        [L,K]  -> bp.dkv  (free until the chunk stage)
+//   kg  = kn Diag-per-row 2^(b_end - b_r)        [L,K]  -> bp.dkv  (free until the chunk stage; kda
+//                                                          and gla: there already, the forward's)
 //         (kn = k rstd_k, qn = q rstd_q: the fused L2 norm applied on load, load_qk_slabs)
 //   A_c = Aqk^T do                               [L,V]  -> bp.dvnew (dhu adds kg dh: dvnew; not for gla,
 //                                                          whose dv pass forms A_c itself: chunk_bwd_dh_gla.cu)
@@ -34,7 +35,9 @@ struct LocalSmem {
 // kg to the workspace and scale qg into shared memory (rows >= L zero), 32 keys at a time: q, k
 // (with the fused norm applied; QkSlab, the next slab's loads in flight during this slab's work) and
 // kda's gates (cp.async) staged in the A / dO tiles (free until the products). Four keys per thread
-// and step: float4 reads of the staged rows, one 16-byte kg store.
+// and step: float4 reads of the staged rows, one 16-byte kg store. kda and gla: where dkv lives in
+// the forward's kg buffer (backward_alias), the forward's kkt / WY stage left kg there already (the
+// same rows, TF32-rounded with 16-bit inputs, which dhu's conversion on load leaves unchanged): no store.
 template <int KD, bool kKDA, bool kSplit>
 __device__ void local_gated_rows(const BwdParams& bp, const LocalSmem<KD>& s, const ChunkInfo& ck, int hv) {
   const ChunkParams& p = bp.c;
@@ -42,7 +45,7 @@ __device__ void local_gated_rows(const BwdParams& bp, const LocalSmem<KD>& s, co
   float *qs = s.A, *ks = qs + kChunk * kLdS, *gs = kKDA ? ks + kChunk * kLdS : s.gsc;
   float* kg = bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD;  // row r at kg + r * HV * KD
   const int64_t ldg = int64_t(p.HV) * KD;
-  const bool vec = qk_rows_vec16(p);
+  const bool vec = qk_rows_vec16(p), store_kg = bp.dkv != p.kg;
   QkSlab next;
   next.load(p, ck.t0, h, L, 0, true, vec);
   for (int d0 = 0; d0 < KD; d0 += kSlab) {
@@ -58,7 +61,7 @@ __device__ void local_gated_rows(const BwdParams& bp, const LocalSmem<KD>& s, co
       float g[4], ge[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) g[e] = gate_of<kKDA>(gs, kLdS, r, c + e), ge[e] = gate_of<kKDA>(gs, kLdS, L - 1, c + e);
-      if (r < L)
+      if (r < L && store_kg)
         *reinterpret_cast<float4*>(kg + r * ldg + d0 + c) = make_float4(k4.x * exp2f(ge[0] - g[0]), k4.y * exp2f(ge[1] - g[1]),
                                                                          k4.z * exp2f(ge[2] - g[2]), k4.w * exp2f(ge[3] - g[3]));
       auto qg = [&](float q, int e) { return operand_store<kSplit>(p.scale * q * exp2f(g[e])); };  // only a product operand
