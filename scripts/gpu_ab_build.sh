@@ -10,6 +10,10 @@ ab_cfg() {
 }
 ab_build() {
   local jobs=$(( $(nproc) / 2 )) bn
+  # Both trees from scratch: a machine kept warm between calls keeps build-gpu/ and /tmp/b, and the
+  # copied sources' times need not be newer than those objects (seen: a stale dhu_local object in
+  # the new tree and a base not rebuilt at all, fifteenth session).
+  rm -rf /tmp/b build-gpu
   mkdir -p /tmp/b && tar xzf "${BASE_TGZ:-.gpu/base.tgz}" -C /tmp/b
   # shellcheck disable=SC2086  # $1: a list of targets
   ( ab_cfg . build-gpu > "$L/cfg_new.log" 2>&1 && cmake --build build-gpu -j $jobs --target $1 > "$L/build_new.log" 2>&1
