@@ -137,6 +137,15 @@ void check_gradient(Backend& gpu, Backend& oracle, const BwdCase& bc, val::CaseD
   }
 }
 
+// Two packed sequences (150 and 70 tokens: three chunks with a partial one, and one), H = 1, HV = 2,
+// K = 64, V = 32: the small case of the targeted tests below.
+BwdCase two_sequence_case(Variant var, DType dt, uint64_t seed) {
+  BwdCase bc;
+  bc.spec.variant = var, bc.spec.seqlens = {150, 70}, bc.spec.H = 1, bc.spec.HV = 2, bc.spec.K = 64, bc.spec.V = 32;
+  bc.spec.seed = seed, bc.qkv = dt;
+  return bc;
+}
+
 }  // namespace
 
 TEST_CASE("cuda-chunkwise backward matches the float64 oracle" * doctest::skip(!test::gpu_present())) {
@@ -156,9 +165,7 @@ TEST_CASE("cuda-chunkwise backward with d_o off 16-byte alignment" * doctest::sk
   const uint64_t seed = val::seed_from_env(804);
   for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
     for (DType dt : {DType::bf16, DType::f32}) {
-      BwdCase bc;
-      bc.spec.variant = var, bc.spec.seqlens = {150, 70}, bc.spec.H = 1, bc.spec.HV = 2, bc.spec.K = 64, bc.spec.V = 32;
-      bc.spec.seed = seed, bc.qkv = dt;
+      const BwdCase bc = two_sequence_case(var, dt, seed);
       SUBCASE((bc.name() + " d_o=offset").c_str()) {
         val::CaseData c = test::round_case(val::make_case(bc.spec), dt);
         check_gradient(*gpu, *oracle, bc, c, true);
@@ -179,9 +186,7 @@ TEST_CASE("cuda-chunkwise backward with anchored and exact blocks in one chunk" 
   const uint64_t seed = val::seed_from_env(803);
   for (Variant var : {Variant::kda, Variant::gla})
     for (DType dt : {DType::bf16, DType::f32}) {
-      BwdCase bc;
-      bc.spec.variant = var, bc.spec.seqlens = {150, 70}, bc.spec.H = 1, bc.spec.HV = 2, bc.spec.K = 64, bc.spec.V = 32;
-      bc.spec.seed = seed, bc.qkv = dt;
+      const BwdCase bc = two_sequence_case(var, dt, seed);
       SUBCASE((bc.name() + " gates=straddle").c_str()) {
         val::CaseData c = test::round_case(val::make_case(bc.spec), dt);
         const Problem p = c.problem();
