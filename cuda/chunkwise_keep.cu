@@ -59,9 +59,11 @@ std::vector<std::pair<DType, Shape>> view_keys(const Inputs& in, size_t n = 8) {
 // *slot = the sum over the first n inputs (salts 1 .. n); a sum, so F(all 8) = F(first 7) + F(h0).
 void fingerprint_inputs(const Inputs& in, unsigned long long* slot, cudaStream_t stream, size_t n = 8) {
   KCP_CUDA_CHECK(cudaMemsetAsync(slot, 0, sizeof(unsigned long long), stream));
+  std::vector<FingerprintInput> views;
   uint64_t salt = 1;
   for (const TensorView* t : kept_inputs(in))
-    if (salt <= n) launch_fingerprint_add(*t, salt++, slot, stream);
+    if (salt <= n) views.push_back({t, salt++});
+  launch_fingerprint_add(views, slot, stream);  // one launch for the contiguous ones
 }
 
 // *slot = F(d_o) (its salt, 9, follows the inputs').

@@ -5,6 +5,9 @@
 // flight per thread); other views gather a word's elements. One mix per word (not per element): the
 // mix's 64-bit multiplies, not the memory, bounded the first version (0.65 ms at T = 32768 H = 16 for
 // q, k, v; ~1/3 of the H100's bandwidth). A block sums its threads, then one atomicAdd per block.
+// The contiguous views of one call share one launch of at most one wave (kMaxBlocks), each thread
+// walking view after view: per-view launches left the GPU half idle at T = 8192 (ncu: 2.5 TB/s on q,
+// 17% of the stall samples at EXIT, 1.94 waves; docs/BENCHMARKS.md, fifteenth session).
 // Covered by tests/cuda/test_cuda_keep.cpp.
 #include "cuda/input_fingerprint.cuh"
 
@@ -15,6 +18,8 @@ namespace kcp::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 1024;  // about one wave of 256-thread blocks on 132 multiprocessors
+constexpr int kMaxWordViews = 8;  // contiguous views per launch
 
 struct FpView {
   const char* p;
@@ -47,21 +52,31 @@ __device__ __forceinline__ void block_add(uint64_t acc, unsigned long long* slot
   }
 }
 
-// Contiguous rows of whole words: the words are the memory itself.
-__global__ void __launch_bounds__(kThreads) fingerprint_words_kernel(FpView v, uint64_t salt,
-                                                                     unsigned long long* slot) {
-  const uint64_t* w = reinterpret_cast<const uint64_t*>(v.p);
+// Contiguous views of whole words (the words are the memory itself), one after the other.
+struct WordViews {
+  const uint64_t* p[kMaxWordViews];
+  int64_t words[kMaxWordViews];
+  uint64_t salt[kMaxWordViews];
+  int n = 0;
+};
+
+__global__ void __launch_bounds__(kThreads) fingerprint_words_kernel(WordViews vs, unsigned long long* slot) {
   const int64_t step = int64_t(gridDim.x) * kThreads;
   uint64_t acc = 0;
-  int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  for (; j + 3 * step < v.words; j += 4 * step) {  // four independent loads in flight
-    uint64_t b[4];
+  for (int i = 0; i < vs.n; ++i) {  // no barrier between views: a thread done with one starts the next
+    const uint64_t* w = vs.p[i];
+    const int64_t words = vs.words[i];
+    const uint64_t salt = vs.salt[i];
+    int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+    for (; j + 3 * step < words; j += 4 * step) {  // four independent loads in flight
+      uint64_t b[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) b[u] = __ldg(w + j + u * step);
+      for (int u = 0; u < 4; ++u) b[u] = __ldg(w + j + u * step);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) acc += word_hash(j + u * step, salt, b[u]);
+      for (int u = 0; u < 4; ++u) acc += word_hash(j + u * step, salt, b[u]);
+    }
+    for (; j < words; j += step) acc += word_hash(j, salt, __ldg(w + j));
   }
-  for (; j < v.words; j += step) acc += word_hash(j, salt, __ldg(w + j));
   block_add(acc, slot);
 }
 
@@ -88,12 +103,10 @@ __global__ void __launch_bounds__(kThreads) fingerprint_gather_kernel(FpView v, 
   block_add(acc, slot);
 }
 
-}  // namespace
-
-void launch_fingerprint_add(const TensorView& t, uint64_t salt, unsigned long long* slot, cudaStream_t stream) {
-  if (t.empty()) return;
+// The view's descriptor; false when it has no elements (it adds nothing).
+bool fp_view(const TensorView& t, FpView& v) {
+  if (t.empty()) return false;
   KCP_CHECK(t.rank() >= 1 && t.rank() <= 4, "fingerprint: expected a view of rank 1..4, got rank ", t.rank());
-  FpView v;
   v.p = static_cast<const char*>(t.data);
   v.es = int(dtype_size(t.dtype));
   KCP_CHECK(v.es == 2 || v.es == 4 || v.es == 8, "fingerprint: elements of 2, 4 or 8 bytes, got ", v.es);
@@ -104,18 +117,48 @@ void launch_fingerprint_add(const TensorView& t, uint64_t salt, unsigned long lo
   }
   const int64_t rows = v.shape[0] * v.shape[1] * v.shape[2];
   v.cols = v.shape[3];
-  if (rows == 0 || v.cols == 0) return;  // nothing to add (and no launch of zero blocks)
+  if (rows == 0 || v.cols == 0) return false;  // nothing to add (and no launch of zero blocks)
   const int per = 8 / v.es;
   v.wpr = (v.cols + per - 1) / per;
   v.words = rows * v.wpr;
-  const bool direct = t.contiguous() && v.cols % per == 0 && reinterpret_cast<uintptr_t>(v.p) % 8 == 0;
-  const int64_t want = (v.words + kThreads - 1) / kThreads;
-  const int blocks = int(want < 2048 ? want : 2048);
-  if (direct)
-    fingerprint_words_kernel<<<blocks, kThreads, 0, stream>>>(v, salt, slot);
-  else
-    fingerprint_gather_kernel<<<blocks, kThreads, 0, stream>>>(v, salt, slot);
-  KCP_CUDA_LAUNCH_CHECK();
+  return true;
+}
+
+int blocks_for(int64_t words) {
+  const int64_t want = (words + kThreads - 1) / kThreads;
+  return int(want < kMaxBlocks ? want : kMaxBlocks);
+}
+
+}  // namespace
+
+void launch_fingerprint_add(std::span<const FingerprintInput> inputs, unsigned long long* slot, cudaStream_t stream) {
+  WordViews wv;
+  int64_t words = 0;
+  auto flush = [&] {
+    if (wv.n == 0) return;
+    fingerprint_words_kernel<<<blocks_for(words), kThreads, 0, stream>>>(wv, slot);
+    KCP_CUDA_LAUNCH_CHECK();
+    wv = WordViews{}, words = 0;
+  };
+  for (const FingerprintInput& in : inputs) {
+    FpView v;
+    if (!in.t || !fp_view(*in.t, v)) continue;
+    const bool direct = in.t->contiguous() && v.cols % (8 / v.es) == 0 && reinterpret_cast<uintptr_t>(v.p) % 8 == 0;
+    if (!direct) {  // any strides: a thread gathers one word's elements
+      fingerprint_gather_kernel<<<blocks_for(v.words), kThreads, 0, stream>>>(v, in.salt, slot);
+      KCP_CUDA_LAUNCH_CHECK();
+      continue;
+    }
+    if (wv.n == kMaxWordViews) flush();
+    wv.p[wv.n] = reinterpret_cast<const uint64_t*>(v.p), wv.words[wv.n] = v.words, wv.salt[wv.n] = in.salt;
+    ++wv.n, words += v.words;
+  }
+  flush();
+}
+
+void launch_fingerprint_add(const TensorView& t, uint64_t salt, unsigned long long* slot, cudaStream_t stream) {
+  const FingerprintInput one{&t, salt};
+  launch_fingerprint_add(std::span<const FingerprintInput>(&one, 1), slot, stream);
 }
 
 }  // namespace kcp::cuda

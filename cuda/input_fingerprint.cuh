@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 
 #include "core/tensor.h"
 
@@ -20,5 +21,13 @@ namespace kcp::cuda {
 
 // *slot += F(t) (salted), ordered on `stream`; an empty view adds nothing.
 void launch_fingerprint_add(const TensorView& t, uint64_t salt, unsigned long long* slot, cudaStream_t stream);
+
+// *slot += the sum of F(t_i) (each salted with its salt_i; a null or empty view adds nothing): the
+// contiguous views in one launch, the others gathered one by one. Equal to the single-view calls.
+struct FingerprintInput {
+  const TensorView* t = nullptr;
+  uint64_t salt = 0;
+};
+void launch_fingerprint_add(std::span<const FingerprintInput> inputs, unsigned long long* slot, cudaStream_t stream);
 
 }  // namespace kcp::cuda

@@ -7,7 +7,8 @@
 // (the fingerprint), another problem: each recomputes and still equals the plain pipeline. And the CP
 // layer's order (forward, transition_backward of all sequences, backward) reuses it twice. And the
 // fingerprint itself: its two paths (contiguous words, gathered words) agree on a strided view and its
-// contiguous copy, and one changed element or another salt changes it. And the front stages a
+// contiguous copy, one changed element or another salt changes it, and one call over several views
+// (one launch for the contiguous ones) gives the sum of their single-view values. And the front stages a
 // transition_forward or forward_prepare leaves to the kept forward.
 // Outputs and gradients NaN-poisoned first. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
@@ -330,4 +331,39 @@ TEST_CASE("kept forward: the input fingerprint, strided and contiguous views of 
         CHECK(fingerprint(*gpu, dc.view, 3) != f_packed);
       }
     }
+}
+
+// The kept forward fingerprints its inputs in one call (launch_fingerprint_add over several views):
+// the contiguous views share a launch of at most 8 views, the others are gathered one by one; the sum
+// must equal the single-view fingerprints' sum, over views of 2-, 4- and 8-byte elements, a strided
+// one, an empty one and more contiguous views than one launch takes.
+TEST_CASE("kept forward: the fingerprint of several views is the sum of theirs" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  const uint64_t seed = val::seed_from_env(1404);
+  INFO("seed ", seed);
+  const DType dts[] = {DType::bf16, DType::f32, DType::f64};
+  std::vector<test::DeviceTensor> held;
+  std::vector<TensorView> views;
+  for (int i = 0; i < 11; ++i) {  // 10 of them contiguous rows of whole words
+    Tensor<double> t({2, 3, 5, 8 + 8 * (i % 3)});
+    const CounterRng rng{seed, uint64_t(i)};
+    for (int64_t e = 0; e < t.numel(); ++e) t.data()[e] = rng.normal(uint64_t(e));
+    held.push_back(test::to_device(*gpu, t, dts[i % 3]));
+    views.push_back(i == 4 ? held.back().view.narrow(3, 1, 5) : held.back().view);  // i = 4: strided, gathered
+  }
+  views.push_back(TensorView{});  // empty: adds nothing
+  std::vector<cuda::FingerprintInput> inputs;
+  uint64_t want = 0;
+  for (size_t i = 0; i < views.size(); ++i) {
+    inputs.push_back({&views[i], uint64_t(i + 1)});
+    if (!views[i].empty()) want += fingerprint(*gpu, views[i], i + 1);
+  }
+  test::DeviceTensor slot = test::device_tensor(*gpu, DType::i64, {1});
+  gpu->synchronize();
+  REQUIRE(cudaMemset(slot.view.data, 0, sizeof(uint64_t)) == cudaSuccess);
+  cuda::launch_fingerprint_add(inputs, static_cast<unsigned long long*>(slot.view.data), nullptr);
+  uint64_t got = 0;
+  REQUIRE(cudaMemcpy(&got, slot.view.data, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(got == want);
+  CHECK(got != 0);
 }
