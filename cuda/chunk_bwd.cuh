@@ -98,8 +98,11 @@ inline bool gla_dh_chain_applies(const BwdParams& bp) {
   const int64_t es = bp.d_o.dt == kF32 ? 4 : 2;  // its rows are copied 16 bytes at a time, as v's
   const bool do_aligned = reinterpret_cast<uintptr_t>(bp.d_o.p) % 16 == 0 && (bp.d_o.st * es) % 16 == 0 &&
                           (bp.d_o.sx * es) % 16 == 0;
-  return p.gla && bp.d_o.p && do_ok && do_aligned && bp.keep && bp.init == kInitZero && bp.Vw == p.V && p.K % 32 == 0 &&
-         p.V % 32 == 0 && p.qg && p.kg && p.kg == bp.dkv && bp.dh;
+  // The chain carries dh / scale from d_final_state / scale (Problem::validate: scale > 0, finite):
+  // a float scale far from 1 could overflow or lose that quotient, so such calls take the scan.
+  const bool scale_ok = p.scale >= 0x1p-30f && p.scale <= 0x1p30f;
+  return p.gla && bp.d_o.p && do_ok && do_aligned && scale_ok && bp.keep && bp.init == kInitZero && bp.Vw == p.V &&
+         p.K % 32 == 0 && p.V % 32 == 0 && p.qg && p.kg && p.kg == bp.dkv && bp.dh;
 }
 
 // The backward's products split into 3xTF32 (float32 accuracy, tile_mma.cuh) when an input it reads
