@@ -149,18 +149,7 @@ __device__ void finish_output(const StateParams& sp, const ChunkInfo& ck, int hv
       mma(ao[2 * n2], fa, b0), mma(ao[2 * n2 + 1], fa, b1);
     }
   }
-  auto store = [&](auto tag) {  // the dtype switch once, outside the element loop
-    using To = typename decltype(tag)::type;
-    To* o = static_cast<To*>(sp.o.p) + int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + v0;
-#pragma unroll
-    for (int nt = 0; nt < NC / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = acc_row(mw, e), j = acc_col(8 * nt, e);
-        if (r < L) o[int64_t(r) * sp.o.st + j] = from_float<To>(ao[nt][e]);
-      }
-  };
-  with_element_type(sp.o.dt, store);
+  store_acc_rows(sp.o.p, sp.o.dt, int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + v0, sp.o.st, L, mw, ao);
 }
 
 // One chunk's products: phase 1 (w-warps: vnew; q-warps: q S), then phase 2 (all: the state update;
