@@ -21,6 +21,10 @@
 // fingerprint of q .. dt_bias (not the initial state: the front stages do not read it); a kept
 // forward whose F5 = F4 skips them (front_matches) and sets F0 = F5 + F(initial_state).
 // Covered by tests/cuda/test_cuda_keep.cpp.
+#include <algorithm>
+#include <array>
+#include <span>
+
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunkwise_impl.cuh"
 #include "cuda/device_guard.cuh"
@@ -59,11 +63,10 @@ std::vector<std::pair<DType, Shape>> view_keys(const Inputs& in, size_t n = 8) {
 // *slot = the sum over the first n inputs (salts 1 .. n); a sum, so F(all 8) = F(first 7) + F(h0).
 void fingerprint_inputs(const Inputs& in, unsigned long long* slot, cudaStream_t stream, size_t n = 8) {
   KCP_CUDA_CHECK(cudaMemsetAsync(slot, 0, sizeof(unsigned long long), stream));
-  std::vector<FingerprintInput> views;
-  uint64_t salt = 1;
-  for (const TensorView* t : kept_inputs(in))
-    if (salt <= n) views.push_back({t, salt++});
-  launch_fingerprint_add(views, slot, stream);  // one launch for the contiguous ones
+  const auto inputs = kept_inputs(in);
+  std::array<FingerprintInput, std::tuple_size_v<decltype(inputs)>> views;
+  for (size_t i = 0; i < inputs.size(); ++i) views[i] = {inputs[i], uint64_t(i + 1)};
+  launch_fingerprint_add(std::span(views.data(), std::min(n, views.size())), slot, stream);  // one launch for the contiguous ones
 }
 
 // *slot = F(d_o) (its salt, 9, follows the inputs').
