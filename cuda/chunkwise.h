@@ -68,10 +68,13 @@ class Pipeline {
   // Keep the forward's intermediates for the backward (issue 11's "recompute or keep"; default off):
   // forward() then also writes what the backward's recompute would (the WY w, h and vnew, beside the
   // gate cumsum, P, Aqk, kg, qg it always writes), at the recompute's cost instead of the forward's,
-  // and fingerprints its inputs; a backward() that is the next call on this pipeline, for the same
-  // problem and inputs of the same dtypes, shapes and contents, skips the recompute (one host
-  // synchronization compares the fingerprints); otherwise it recomputes. No memory beyond the
-  // workspace the backward allocates anyway. Covered by tests/cuda/test_cuda_keep.cpp.
+  // and fingerprints its inputs (beside its state chain, on a second stream of the device); a
+  // backward() that is the next call on this pipeline, for the same problem and inputs of the same
+  // dtypes, shapes and contents, skips the recompute; otherwise it recomputes. The backward's
+  // fingerprint also runs beside its chain, and the host waits for it after the last launch: where
+  // the contents differ (inputs changed in place), the backward runs again with the recompute before
+  // returning (kept_redos). No memory beyond the workspace the backward allocates anyway. Covered by
+  // tests/cuda/test_cuda_keep.cpp.
   void set_keep_forward(bool on);
   // Backwards on this pipeline that skipped the recompute (a kept forward's workspace used), for tests.
   int64_t kept_reuses() const;
@@ -87,6 +90,9 @@ class Pipeline {
   // transition_backward of all sequences on the kept forward left its terms for the same do (the
   // CP layer's order), for tests.
   int64_t kept_term_reuses() const;
+  // Backwards that read a kept record whose inputs then fingerprinted otherwise, and ran again with the
+  // recompute, for tests.
+  int64_t kept_redos() const;
   // Folded state kernel (gdn, 16-bit inputs): 16-column groups per block, 1 or 2; 0 (the default)
   // picks by the device's multiprocessor count. For tests, which must cover both.
   void set_state_groups(int groups);

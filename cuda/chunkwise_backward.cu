@@ -113,17 +113,34 @@ BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int
   return bp;
 }
 
+// A kept record without dhu_local terms (a forward, then its backward: the common order) is used at
+// once: the kernels read it while the inputs' fingerprint runs beside the state-gradient chain, and
+// the host waits for that fingerprint alone after the last launch. Inputs changed in place since the
+// forward (another fingerprint) make the backward run again with the recompute, overwriting every
+// gradient in stream order before this call returns. With terms (the CP layer's order: a
+// transition_backward or backward_prepare left them) both fingerprints are compared first.
 void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) {
   check_cotangents(p, d);
   check_grads(p, in, gr);
   DeviceGuard guard(impl_->device);
-  impl_->front.valid = false;
-  StageTimer timer(impl_->stream);
-  timer.mark();
-  const bool kept = impl_->keep_matches(p, in);  // the kept forward's workspace: no recompute
+  Impl& im = *impl_;
+  im.front.valid = false;
+  if (im.keep_speculate(p, in)) {
+    im.run_backward(p, in, d, gr, true, false, true);
+    if (!im.speculation_held()) im.run_backward(p, in, d, gr, false, false, false);
+    return;
+  }
+  const bool kept = im.keep_matches(p, in);  // the kept forward's workspace: no recompute
   // and a transition_backward's dhu_local terms for this do: no dhu_local
-  const bool terms = kept && impl_->kept_terms_match(d.d_o, true);
-  BwdParams bp = impl_->backward_setup(p, in, 0, -1, true, !kept);
+  const bool terms = kept && im.kept_terms_match(d.d_o, true);
+  im.run_backward(p, in, d, gr, kept, terms, false);
+}
+
+void Pipeline::Impl::run_backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr, bool kept,
+                                  bool terms, bool speculate) {
+  StageTimer timer(stream);
+  timer.mark();
+  BwdParams bp = backward_setup(p, in, 0, -1, true, !kept);
   timer.mark();
   bp.d_o = rows_view<RowsView>(d.d_o, "d_o");
   if (!d.d_final_state.empty()) bp.dht = state_view(d.d_final_state, p.flags.state_v_first, "d_final_state");
@@ -134,20 +151,22 @@ void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d,
   if (!in.dt_bias.empty()) bp.ddt_bias = out_scalar(gr.ddt_bias, "ddt_bias");
   bp.direct_qk = direct_qk_outputs(bp), bp.direct_dg = direct_dg_output(bp);
   bp.gla_dh_chain = gla_dh_chain_applies(bp);
-  if (!terms) launch_bwd_dhu_local(bp, impl_->stream);  // = launch_bwd_dhu, timed in parts
+  if (!terms) launch_bwd_dhu_local(bp, stream);  // = launch_bwd_dhu, timed in parts
   timer.mark();
-  launch_bwd_dhu_serial(bp, impl_->stream);
+  if (speculate) fork_side();
+  launch_bwd_dhu_serial(bp, stream);
+  if (speculate) fingerprint_beside(in);
   timer.mark();
-  if (impl_->NT > 0) {  // = launch_bwd_chunk, timed in parts
-    launch_bwd_hv(bp, impl_->stream);
+  if (NT > 0) {  // = launch_bwd_chunk, timed in parts
+    launch_bwd_hv(bp, stream);
     timer.mark();
-    launch_bwd_wy(bp, impl_->stream);
+    launch_bwd_wy(bp, stream);
     timer.mark();
-    launch_bwd_intra(bp, impl_->stream);
+    launch_bwd_intra(bp, stream);
     timer.mark();
-    launch_bwd_chunk_sum(bp, impl_->stream);
+    launch_bwd_chunk_sum(bp, stream);
   }
-  launch_bwd_finish(bp, impl_->stream);
+  launch_bwd_finish(bp, stream);
   timer.mark();
   static const char* const kNames[] = {"recompute", "dhu-local", "dhu", "chunk-hv", "chunk-wy", "chunk-intra", "sum+finish"};
   timer.report("backward", kNames);

@@ -137,12 +137,21 @@ struct Pipeline::Impl {
   int64_t kept_front_reuses = 0;  // kept forwards that skipped their front stages
   int64_t kept_reuses = 0;        // backwards (and transition_backwards) that used a kept forward
   int64_t kept_term_reuses = 0;   // backwards and transition_backwards that skipped dhu_local
+  int64_t kept_redos = 0;         // backwards run again: the record was used, then the inputs fingerprinted otherwise
+  // The kept path's input fingerprints run on `side`, beside the state chains, which wait on their
+  // step latency and leave most of the device idle (chunkwise_keep.cu): forked from `stream` and
+  // joined to it (or, in the backward, waited for by the host) by the two events; h_fp (pinned)
+  // receives the backward's pair.
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork_ev = nullptr, join_ev = nullptr;
+  unsigned long long* h_fp = nullptr;
 
   ~Impl() {
     for (Table& t : tables) cudaFree(t.d);  // destructor: errors cannot be reported, and the memory is gone either way
     cudaFree(d_ws);
     cudaFree(d_bws);
     cudaFree(d_fp);
+    if (side) cudaStreamDestroy(side), cudaEventDestroy(fork_ev), cudaEventDestroy(join_ev), cudaFreeHost(h_fp);
   }
 
   // Chunk table of the sequences [first, first+count) (count < 0: all), numbered from 0 in the
@@ -262,6 +271,19 @@ struct Pipeline::Impl {
   bool front_matches(const Problem& p, const Inputs& in);
   // consume = false (transition_backward): the record stays for the backward that follows.
   bool keep_matches(const Problem& p, const Inputs& in, bool consume = true);
+  // The backward's use of a record without dhu_local terms: whether the problem, dtypes and shapes
+  // match (host only; drops the record). The kernels then read the record at once, and the
+  // fingerprint runs beside the state-gradient chain (fork_side before its launch, fingerprint_beside after);
+  // speculation_held waits for it alone and says whether the inputs were the forward's.
+  bool keep_speculate(const Problem& p, const Inputs& in);
+  void fingerprint_beside(const Inputs& in);
+  bool speculation_held();
+  // `side` waits for the work queued on `stream` so far.
+  void fork_side();
+  // The backward after its setup: the kept record's workspace (kept), its dhu_local terms (terms),
+  // the inputs' fingerprint beside the chain (speculate: keep_speculate's path). chunkwise_backward.cu
+  void run_backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr, bool kept, bool terms,
+                    bool speculate);
   // After dhu_local on a kept forward (transition_backward, backward_prepare): records its do.
   void keep_terms(const TensorView& d_o);
   // In a call that keep_matches: whether the terms are there for this do (one host synchronization);

@@ -3,9 +3,15 @@
 // finds its forward intermediates in the workspace:
 //   forward_kept:  cumsum -> kkt + solve -> WY (w; u only for the unfolded state kernel) -> state
 //                  writing o, final_state, h and vnew (= backward_setup's recompute, plus o);
-//                  then F0 = fingerprint of the inputs (input_fingerprint.cuh) and the problem kept.
-//   keep_matches:  the next call is a backward of the same problem, inputs of the same dtypes and
-//                  shapes, and F1 = F0 for its inputs (read back: one host synchronization): reuse.
+//                  F0 = fingerprint of the inputs (input_fingerprint.cuh) on the side stream beside
+//                  the state kernel (its chain waits on step latency and leaves the device mostly
+//                  idle); the problem kept.
+//   keep_speculate: the next call is a backward of the same problem, inputs of the same dtypes and
+//                  shapes (host checks): its kernels read the record at once, F1 runs beside its dhu
+//                  chain, and after the last launch the host waits for F1 alone; F1 != F0 (inputs
+//                  changed in place) runs the backward again with the recompute (kept_redos).
+//   keep_matches:  the same with F1 compared first (read back: one host synchronization): the CP
+//                  layer's order below, where dhu_local's terms are in the record too.
 // The record is dropped by any other call and by the backward that uses it (the backward's own
 // buffers live in dead forward buffers, chunkwise_backward.cu's backward_alias), except by a
 // transition_backward of all sequences (CP's backward runs one before the local backward): that call
@@ -100,10 +106,13 @@ void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outp
   sp.o = rows_view<OutRowsView>(out.o, "o");
   sp.h = static_cast<float*>(buf.h.data);
   sp.vnew = st.c.gla ? nullptr : static_cast<float*>(buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
+  if (!reuse) fork_side();  // after the front stages, which fill the device: F0 runs beside the chain
   launch_state(sp, st.dtype);
+  if (!reuse) fingerprint_inputs(in, d_fp, side);  // queued after the chain, whose blocks then go first
   timer.mark();
   if (!reuse) {
-    fingerprint_inputs(in, d_fp, stream);
+    KCP_CUDA_CHECK(cudaEventRecord(join_ev, side));
+    KCP_CUDA_CHECK(cudaStreamWaitEvent(stream, join_ev, 0));
   } else {  // F0 = F5 + F(initial_state), salted as fingerprint_inputs salts it
     KCP_CUDA_CHECK(cudaMemcpyAsync(d_fp, d_fp + 5, sizeof(unsigned long long), cudaMemcpyDeviceToDevice, stream));
     launch_fingerprint_add(in.initial_state, kFrontInputs + 1, d_fp, stream);
@@ -150,6 +159,38 @@ bool Pipeline::Impl::keep_matches(const Problem& p, const Inputs& in, bool consu
   return true;
 }
 
+void Pipeline::Impl::fork_side() {
+  if (!side) {
+    KCP_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    KCP_CUDA_CHECK(cudaEventCreateWithFlags(&fork_ev, cudaEventDisableTiming));
+    KCP_CUDA_CHECK(cudaEventCreateWithFlags(&join_ev, cudaEventDisableTiming));
+    KCP_CUDA_CHECK(cudaMallocHost(&h_fp, 2 * sizeof(unsigned long long)));
+  }
+  KCP_CUDA_CHECK(cudaEventRecord(fork_ev, stream));
+  KCP_CUDA_CHECK(cudaStreamWaitEvent(side, fork_ev, 0));
+}
+
+bool Pipeline::Impl::keep_speculate(const Problem& p, const Inputs& in) {
+  if (!kept.valid || kept.terms) return false;
+  kept.valid = false;  // the backward's buffers live in dead forward buffers: one use, right or wrong
+  return same_problem(kept.p, p) && kept.views == view_keys(in);
+}
+
+// F1 on `side` (forked before the chain was queued, so that the chain's blocks go first), then
+// F0, F1 to the host.
+void Pipeline::Impl::fingerprint_beside(const Inputs& in) {
+  fingerprint_inputs(in, d_fp + 1, side);
+  KCP_CUDA_CHECK(cudaMemcpyAsync(h_fp, d_fp, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost, side));
+  KCP_CUDA_CHECK(cudaEventRecord(join_ev, side));
+}
+
+bool Pipeline::Impl::speculation_held() {
+  KCP_CUDA_CHECK(cudaEventSynchronize(join_ev));  // the fingerprint alone, not the kernels queued beside it
+  const bool held = h_fp[0] == h_fp[1];
+  ++(held ? kept_reuses : kept_redos);
+  return held;
+}
+
 void Pipeline::Impl::keep_terms(const TensorView& d_o) {
   fingerprint_do(d_o, d_fp + 2, stream);
   kept.terms = true, kept.do_key = {d_o.dtype, d_o.shape};
@@ -178,5 +219,6 @@ void Pipeline::backward_prepare(const Problem& p, const Inputs& in, const Tensor
 int64_t Pipeline::kept_reuses() const { return impl_->kept_reuses; }
 int64_t Pipeline::kept_term_reuses() const { return impl_->kept_term_reuses; }
 int64_t Pipeline::kept_front_reuses() const { return impl_->kept_front_reuses; }
+int64_t Pipeline::kept_redos() const { return impl_->kept_redos; }
 
 }  // namespace kcp::cuda

@@ -4,7 +4,8 @@
 // bit (the same kernels on the same inputs), over gdn, kda, gla x bf16, float32 x packed and dense
 // layouts x h0, final state, state_v_first, the fused gate and L2 norm. And the record is used at most
 // once and never for other inputs: a second backward, a call in between, inputs changed in place
-// (the fingerprint), another problem: each recomputes and still equals the plain pipeline. And the CP
+// (the fingerprint, compared after the backward's kernels read the record: that backward runs again
+// with the recompute), another problem: each recomputes and still equals the plain pipeline. And the CP
 // layer's order (forward, transition_backward of all sequences, backward) reuses it twice. And the
 // fingerprint itself: its two paths (contiguous words, gathered words) agree on a strided view and its
 // contiguous copy, one changed element or another salt changes it, and one call over several views
@@ -124,6 +125,7 @@ TEST_CASE("kept forward: the plain forward's outputs and the recomputing backwar
       backward(*gpu, plain, s, s.din.views, kc.qkv, a);
       backward(*gpu, kept, s, s.din.views, kc.qkv, b);
       CHECK(kept.kept_reuses() == 1);  // the backward used the kept forward
+      CHECK(kept.kept_redos() == 0);   // and its inputs fingerprinted as the forward's
       CHECK(plain.kept_reuses() == 0);
       check_grads_same(b, a, kc.name());
       std::printf("  kept forward: %zu gradients equal  %s\n", b.grads.size(), kc.name().c_str());
@@ -177,6 +179,7 @@ TEST_CASE("kept forward: used once, never after another call, for changed inputs
       test::upload_into(*gpu, s.din.views.q, c2.q);
       const Results changed = run_backward(s.din.views);
       CHECK(kept.kept_reuses() == 1);
+      CHECK(kept.kept_redos() == 1);  // read the record, then ran again with the recompute
       Results want2;
       backward(*gpu, plain, s, s.din.views, kc.qkv, want2);
       check_grads_same(changed, want2, kc.name() + " (q changed in place)");
@@ -184,6 +187,7 @@ TEST_CASE("kept forward: used once, never after another call, for changed inputs
       forward(*gpu, kept, s);
       check_grads_same(run_backward(s.din.views), want2, kc.name() + " (kept again)");
       CHECK(kept.kept_reuses() == 2);
+      CHECK(kept.kept_redos() == 1);
     }
   }
 }
