@@ -10,7 +10,8 @@
 #   SKIP_TESTS=1 / SKIP_CP=1 / SKIP_BENCH=1 / SKIP_CAPTURE=1   leave a part out
 #   (FLA captures: scripts/gpu_capture.sh, run when `import fla` works, e.g. PYTHONPATH=.fla; with
 #   2 or more GPUs also FLA's own CP over NCCL at N = 2 (and 4): scripts/gpu_fla_cp.sh)
-# Logs go to $OUT when it is set (the device tool's result folder), else to gpu-logs/.
+# Logs go to $OUT when it is set (the device tool's result folder: then packed into logs.tgz beside
+# summary.txt at the end), else to gpu-logs/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -126,9 +127,16 @@ if [ -z "${SKIP_BENCH:-}" ]; then
   fi
 fi
 
-echo
-echo "| suite | result | time |"
-echo "|---|---|---|"
-printf '%s\n' "${summary[@]}"
-[ -n "$bench_table" ] && { echo; echo "$bench_table"; }
+{
+  echo
+  echo "| suite | result | time |"
+  echo "|---|---|---|"
+  printf '%s\n' "${summary[@]}"
+  [ -n "$bench_table" ] && { echo; echo "$bench_table"; }
+} | tee "$LOGS/summary.txt"
+# The device tool returns a few files of $OUT only: there, the logs go back as one archive.
+if [ -n "${OUT:-}" ]; then
+  (cd "$LOGS" && find . -type f ! -name summary.txt ! -name logs.tgz | tar czf logs.tgz -T - \
+    && find . -type f ! -name summary.txt ! -name logs.tgz -delete && find . -mindepth 1 -type d -empty -delete)
+fi
 exit $failed
