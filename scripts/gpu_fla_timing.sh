@@ -3,16 +3,17 @@
 # shapes in FLA_SHAPES (scripts/bench_fla_backward.py; FLA from .fla, carried).
 #   fla_warm_up &   ... kcp's tests and benches ...   wait; fla_tables
 export FLA_PATH=$PWD/.fla TRITON_CACHE_DIR=/tmp/triton-cache
-fla() {  # $1: seconds, $2: log name, then bench_fla_backward.py's arguments
-  local lim=$1 log=$L/$2; shift 2
-  timeout $lim python3 scripts/bench_fla_backward.py --shapes "$FLA_SHAPES" "$@" > $log 2>&1; echo "fla $* rc=$?" >> $S
+fla() {  # $1: seconds, $2: log name, then bench_fla_backward.py's arguments; returns the run's exit code
+  local lim=$1 log=$L/$2 rc; shift 2
+  timeout $lim python3 scripts/bench_fla_backward.py --shapes "$FLA_SHAPES" "$@" > $log 2>&1; rc=$?
+  echo "fla $* rc=$rc" >> $S
+  return $rc
 }
 # Triton's compile and autotuning, untimed (a forward+backward compiles the forward's kernels too: a
 # forward-only warm-up of gla ran past 150 s on the H200 of 2026-11-28 and was not needed).
 fla_warm_up() {
   [ -z "${FLA_SHAPES:-}" ] && return 0
-  fla 300 fla_warm.log --repeat 2 --warmup 1
-  grep -q "^fla --repeat 2 --warmup 1 rc=0" $S && touch $L/fla_warm.ok
+  fla 300 fla_warm.log --repeat 2 --warmup 1 && touch $L/fla_warm.ok
 }
 # The timed forward and forward+backward, their table lines into the summary. Without a finished
 # warm-up the forward+backward would compile again inside its own limit (on 2026-11-29 that ran the
