@@ -63,6 +63,13 @@ class Backend {
   // wait; a backward that follows on the same inputs and d_o may then skip them. Results are the same
   // with or without it. Default: nothing (cuda-chunkwise with a kept forward: chunkwise_keep.cu).
   virtual void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o) { (void)p, (void)in, (void)d_o; }
+  // Optional: while on, the caller vouches that each call finds, in every view that the backend's
+  // previous call also took, the contents that call saw (nothing wrote them in between). The CP layer
+  // turns it on around a rank's local pass that follows its transition or prepare on the same views,
+  // and off right after, also when the call throws (cp/context_parallel.cpp); a backend that checks
+  // contents before reusing work (cuda-chunkwise's input fingerprints) may then skip that check, and
+  // still compares problem, dtypes and shapes. Default: nothing.
+  virtual void set_inputs_unchanged(bool on) { (void)on; }
   virtual void transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) = 0;
   virtual void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t seq_begin,
                                    const TensorView& packed) = 0;

@@ -27,6 +27,7 @@ class ForwardingBackend : public Backend {
   void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o) override {
     inner_->backward_prepare(p, in, d_o);
   }
+  void set_inputs_unchanged(bool on) override { inner_->set_inputs_unchanged(on); }
   void transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) override {
     inner_->transition_forward(p, in, seq_begin, packed);
   }

@@ -170,6 +170,26 @@ TensorView ContextParallel::local_initial_states(const Local& l, const Inputs& i
 }
 
 namespace {
+// While alive (and `on`), the backend may take every call's inputs as unchanged since its previous
+// call (Backend::set_inputs_unchanged): around a rank's local pass right after its transition or
+// prepare on the same views, with nothing but the exchange (this layer's own buffers) in between.
+// Off again at the end of the scope, also when the pass throws.
+class InputsUnchanged {
+ public:
+  InputsUnchanged(Backend& b, bool on) : b_(b), on_(on) {
+    if (on_) b_.set_inputs_unchanged(true);
+  }
+  ~InputsUnchanged() {
+    if (on_) b_.set_inputs_unchanged(false);
+  }
+  InputsUnchanged(const InputsUnchanged&) = delete;
+  InputsUnchanged& operator=(const InputsUnchanged&) = delete;
+
+ private:
+  Backend& b_;
+  bool on_;
+};
+
 // Global state view: entries [seq_begin + own_lo, seq_begin + own_hi) from the local view, zero elsewhere.
 void scatter_states(Queue& q, const CpContext& c, const TensorView& global, const TensorView& local, int64_t own_lo,
                     int64_t own_hi) {
@@ -191,12 +211,18 @@ void ContextParallel::forward_impl(const Local& l, const Inputs& in, const Outpu
   // The last rank has no transition to run: the local forward's stages that do not read the initial
   // state run while the other ranks run theirs (timed as local work; one rank waits for no one).
   double prepare_ms = 0;
-  if (c.is_last_rank && !c.is_first_rank && !c.empty()) phase(prepare_ms, [&] { backend_.forward_prepare(p, loc); });
+  bool called = false;  // the backend took loc's views in this call already
+  if (c.is_last_rank && !c.is_first_rank && !c.empty())
+    phase(prepare_ms, [&] {
+      backend_.forward_prepare(p, loc);
+      called = true;
+    });
   phase(fwd_times_.transition, [&] {
     if (c.empty()) return q.transition_identity(element(mine));
     if (c.is_last_rank) return q.fill_zero(mine);  // a reset with a zero state: no one folds it
-    backend_.transition_forward(p, loc, last, mine);  // the last local sequence continues (the backend
-                                                      // may keep its front stages, as prepare does)
+    // the last local sequence continues (the backend may keep its front stages, as prepare does)
+    backend_.transition_forward(p, loc, last, mine);
+    called = true;
     if (c.n_local() == 1) {  // it is also the first: its backward transition takes M^T from here
       q.copy_view(saved_m_.reuse(q, p.compute, {p.HV, p.K, p.K}), transition_m(element(mine)));
       have_m_ = true;
@@ -214,6 +240,7 @@ void ContextParallel::forward_impl(const Local& l, const Inputs& in, const Outpu
     if (!c.empty()) {
       loc.initial_state = local_initial_states(l, in);
       if (!out.final_state.empty()) ht_local = ws_.ht.reuse(q, out.final_state.dtype, global_state_shape(p, c.n_local()));
+      const InputsUnchanged same(backend_, called);
       backend_.forward(p, loc, {out.o, ht_local});
     }
     // final states of the sequences that end here: all but a continuing last one
@@ -266,13 +293,19 @@ void ContextParallel::backward_impl(const Local& l, const Inputs& in, const Cota
   // The first rank has no transition to run: the local backward's d_o-only stages run while the other
   // ranks run theirs (timed as local work; with one rank there is no one to wait for).
   double prepare_ms = 0;
+  bool called = false;  // the backend took loc's views and d_o in this call already
   if (c.is_first_rank && !c.is_last_rank && !c.empty())
-    phase(prepare_ms, [&] { backend_.backward_prepare(p, loc, d.d_o); });
+    phase(prepare_ms, [&] {
+      backend_.backward_prepare(p, loc, d.d_o);
+      called = true;
+    });
   phase(bwd_times_.transition, [&] {
     if (c.empty()) return q.transition_identity(element(mine));
     if (c.is_first_rank) return q.fill_zero(mine);
-    backward_transition(p, loc, d, mine);  // the first local sequence continues (the backend may keep
-                                           // its d_o-only stages for the local backward, as prepare does)
+    // the first local sequence continues (the backend may keep its d_o-only stages for the local
+    // backward, as prepare does)
+    backward_transition(p, loc, d, mine);
+    called = true;
     if (c.ends_here(0))  // dht folded in (5.7), and the chain stops here
       q.transition_start(element(mine), d.d_final_state.empty()
                                             ? TensorView()
@@ -299,6 +332,7 @@ void ContextParallel::backward_impl(const Local& l, const Inputs& in, const Cota
       lg.d_initial_state = dh0_local;
       lg.dA_log = gr.dA_log.empty() ? TensorView() : dA;
       lg.ddt_bias = gr.ddt_bias.empty() ? TensorView() : ddt;
+      const InputsUnchanged same(backend_, called);
       backend_.backward(p, loc, {d.d_o, dht_local}, lg);
     } else {
       q.fill_zero(dA), q.fill_zero(ddt);

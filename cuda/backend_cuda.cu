@@ -75,6 +75,10 @@ class CudaChunkwiseBackend final : public Backend {
               shape_str(d_o.shape));
     pipeline().backward_prepare(p, in, d_o);
   }
+  // Without a pipeline there is no kept work to reuse; one made later starts with the check on.
+  void set_inputs_unchanged(bool on) override {
+    if (pipeline_) pipeline_->set_inputs_unchanged(on);
+  }
   void transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) override {
     require_support(*this, p);
     expect_device(in.q, "q"), expect_device(packed, "packed");

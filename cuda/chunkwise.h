@@ -93,6 +93,11 @@ class Pipeline {
   // Backwards that read a kept record whose inputs then fingerprinted otherwise, and ran again with the
   // recompute, for tests.
   int64_t kept_redos() const;
+  // While on (Backend::set_inputs_unchanged: the caller vouches that every call finds in the views
+  // the previous call also took the contents that call saw), the reuse of a kept record, of its
+  // dhu_local terms or of kept front stages compares problem, dtypes and shapes, not fingerprints:
+  // no hash, no host synchronization. Default off.
+  void set_inputs_unchanged(bool on);
   // Folded state kernel (gdn, 16-bit inputs): 16-column groups per block, 1 or 2; 0 (the default)
   // picks by the device's multiprocessor count. For tests, which must cover both.
   void set_state_groups(int groups);

@@ -118,14 +118,15 @@ BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int
 // the host waits for that fingerprint alone after the last launch. Inputs changed in place since the
 // forward (another fingerprint) make the backward run again with the recompute, overwriting every
 // gradient in stream order before this call returns. With terms (the CP layer's order: a
-// transition_backward or backward_prepare left them) both fingerprints are compared first.
+// transition_backward or backward_prepare left them) both fingerprints are compared first, and not
+// at all while set_inputs_unchanged vouches for the contents.
 void Pipeline::backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) {
   check_cotangents(p, d);
   check_grads(p, in, gr);
   DeviceGuard guard(impl_->device);
   Impl& im = *impl_;
   im.front.valid = false;
-  if (im.keep_speculate(p, in)) {
+  if (!im.trusted && im.keep_speculate(p, in)) {
     im.run_backward(p, in, d, gr, true, false, true);
     if (!im.speculation_held()) im.run_backward(p, in, d, gr, false, false, false);
     return;

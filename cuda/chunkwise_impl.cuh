@@ -138,6 +138,7 @@ struct Pipeline::Impl {
   int64_t kept_reuses = 0;        // backwards (and transition_backwards) that used a kept forward
   int64_t kept_term_reuses = 0;   // backwards and transition_backwards that skipped dhu_local
   int64_t kept_redos = 0;         // backwards run again: the record was used, then the inputs fingerprinted otherwise
+  bool trusted = false;  // set_inputs_unchanged: the reuse checks skip the fingerprints
   // The kept path's input fingerprints run on `side`, beside the state chains, which wait on their
   // step latency and leave most of the device idle (chunkwise_keep.cu): forked from `stream` and
   // joined to it (or, in the backward, waited for by the host) by the two events; h_fp (pinned)
@@ -269,7 +270,8 @@ struct Pipeline::Impl {
   // In forward_kept: whether the recorded front stages are for this problem and inputs (one host
   // synchronization); drops the record.
   bool front_matches(const Problem& p, const Inputs& in);
-  // consume = false (transition_backward): the record stays for the backward that follows.
+  // consume = false (transition_backward): the record stays for the backward that follows. With
+  // `trusted`, the fingerprints are not compared.
   bool keep_matches(const Problem& p, const Inputs& in, bool consume = true);
   // The backward's use of a record without dhu_local terms: whether the problem, dtypes and shapes
   // match (host only; drops the record). The kernels then read the record at once, and the

@@ -3,10 +3,12 @@
 // through the whole CP layer, and the refusals: ranks that disagree on the configuration, a rank with
 // a bad local input, partitions that do not match cu_seqlens, backward before forward. Every refusal
 // must reach every rank as an exception before the backend computes anything. And which ranks ask the
-// backend to prepare a local pass while they wait, and a ContextParallel called a second time on other
+// backend to prepare a local pass while they wait (and vouch for its inputs around the local pass), and a ContextParallel called a second time on other
 // inputs (the buffers it keeps; a planted stale all-gather buffer, or a scan that skips its first
 // copy into a kept buffer, each fails 16 of its 36 checks).
 #include <doctest/doctest.h>
+
+#include <string>
 
 #include "core/rng.h"
 #include "core/transition.h"
@@ -205,26 +207,43 @@ TEST_CASE("a rank holding one continuing sequence computes dS_ext alone; the gra
 }
 
 // Records which ranks ask the backend to prepare: the stages a local pass can run ahead while the
-// rank waits for the others' transitions (Backend::forward_prepare, backward_prepare).
+// rank waits for the others' transitions (Backend::forward_prepare, backward_prepare); and the calls
+// in order (`log`: P / p prepare, T / t transition, F / B local pass, U / u set_inputs_unchanged on / off).
 class PrepareSpy final : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
   int forward_prepares = 0, backward_prepares = 0, forwards = 0;
+  std::string log;
   void forward_prepare(const Problem& p, const Inputs& in) override {
     CHECK(forwards == 0);  // ahead of the local forward
-    ++forward_prepares, ForwardingBackend::forward_prepare(p, in);
+    ++forward_prepares, log += 'P', ForwardingBackend::forward_prepare(p, in);
   }
   void backward_prepare(const Problem& p, const Inputs& in, const TensorView& d_o) override {
     CHECK(d_o.shape == shape_v(p));
-    ++backward_prepares, ForwardingBackend::backward_prepare(p, in, d_o);
+    ++backward_prepares, log += 'p', ForwardingBackend::backward_prepare(p, in, d_o);
   }
   void forward(const Problem& p, const Inputs& in, const Outputs& o) override {
-    ++forwards, ForwardingBackend::forward(p, in, o);
+    ++forwards, log += 'F', ForwardingBackend::forward(p, in, o);
   }
+  void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& g) override {
+    log += 'B', ForwardingBackend::backward(p, in, d, g);
+  }
+  void transition_forward(const Problem& p, const Inputs& in, int64_t s, const TensorView& t) override {
+    log += 'T', ForwardingBackend::transition_forward(p, in, s, t);
+  }
+  void transition_backward(const Problem& p, const Inputs& in, const TensorView& d_o, int64_t s,
+                           const TensorView& t) override {
+    log += 't', ForwardingBackend::transition_backward(p, in, d_o, s, t);
+  }
+  void set_inputs_unchanged(bool on) override { log += on ? 'U' : 'u', ForwardingBackend::set_inputs_unchanged(on); }
 };
 
 // The rank with no forward transition to run (the last) prepares its forward, the one with no
-// backward transition (the first) its backward; no other rank does; the results stay exact.
+// backward transition (the first) its backward; no other rank does; the results stay exact. And the
+// local passes alone run with set_inputs_unchanged on, each right after the same pass's transition or
+// prepare on the same views: every rank here calls the backend twice per pass (the long sequence
+// spans all ranks), so its log is one of TUFu / PUFu, then tUBu / pUBu; with the sequences cut at the
+// rank bounds it calls nothing before its local passes and vouches for nothing: FB.
 TEST_CASE("the last rank prepares the local forward, the first the local backward, while they wait") {
   cp::Comm& w = test::world();
   REQUIRE(w.size() > 1);
@@ -238,6 +257,14 @@ TEST_CASE("the last rank prepares the local forward, the first the local backwar
   check_exact(got.named(), ref.named());
   CHECK(be.forward_prepares == (w.rank() == w.size() - 1 ? 1 : 0));
   CHECK(be.backward_prepares == (w.rank() == 0 ? 1 : 0));
+  const std::string fwd = w.rank() == w.size() - 1 ? "PUFu" : "TUFu", bwd = w.rank() == 0 ? "pUBu" : "tUBu";
+  CHECK(be.log == fwd + bwd);
+  // Sequences cut at the rank bounds: no transition, no prepare, so nothing to vouch for.
+  s.seqlens.assign(size_t(w.size()), 7);
+  const val::CaseData cut = val::make_case(s);
+  PrepareSpy alone(val::backend_create("cpu-recurrent"));
+  app::run_cp_case<double>(w, alone, cut, cp::equal_bounds(cut.cu_seqlens.back(), w.size()), cp::MergeAlgorithm::linear);
+  CHECK(alone.log == "FB");
 }
 
 TEST_CASE("ranks that disagree on the configuration are stopped before any computation") {
