@@ -198,7 +198,8 @@ TEST_CASE("kept forward: used once, never after another call, for changed inputs
 // backward skips its recompute and, its do being the transition's or the prepare's, dhu_local
 // (kept_term_reuses); every result equals the plain pipeline's bit for bit (the transition's
 // (dS_ext, M^T) included). With another do in the backward (0.5 do: a changed cotangent), it still
-// skips the recompute but runs dhu_local, and equals the plain pipeline's.
+// skips the recompute but runs dhu_local, and equals the plain pipeline's. With set_inputs_unchanged
+// on around the backward (the CP layer's local pass) the same reuses happen without fingerprints.
 TEST_CASE("kept forward: a transition_backward of all sequences or a backward_prepare between forward and backward" *
           doctest::skip(!test::gpu_present())) {
   auto gpu = cuda::make_cuda_backend();
@@ -207,12 +208,15 @@ TEST_CASE("kept forward: a transition_backward of all sequences or a backward_pr
     const char* name;
     bool prepare, transition, same_do;
     int64_t reuses, term_reuses;
+    bool vouched = false;  // set_inputs_unchanged on around the backward (the CP layer's local pass)
   };
   const Mode modes[] = {{"transition", false, true, true, 2, 1},
                         {"transition, another do in the backward", false, true, false, 2, 0},
                         {"prepare, transition", true, true, true, 3, 2},
                         {"prepare (first rank)", true, false, true, 2, 1},
-                        {"prepare, another do in the backward", true, false, false, 2, 0}};
+                        {"prepare, another do in the backward", true, false, false, 2, 0},
+                        {"transition, inputs vouched for", false, true, true, 2, 1, true},
+                        {"prepare (first rank), inputs vouched for", true, false, true, 2, 1, true}};
   for (const KeepCase& kc : {all[2], all[1], all[6 + 2], all[12 + 3 + 2]})  // gdn bf16 one sequence / dense, kda bf16, gla f32
     for (const Mode& m : modes) {
       const std::string name = kc.name() + " (" + m.name + ")";
@@ -234,7 +238,9 @@ TEST_CASE("kept forward: a transition_backward of all sequences or a backward_pr
         const test::DeviceTensor d_o2 = test::to_device(*gpu, half, kc.qkv);
         const TensorView* d_o = m.same_do ? nullptr : &d_o2.view;
         backward(*gpu, plain, s, s.din.views, kc.qkv, a, d_o);
+        kept.set_inputs_unchanged(m.vouched);  // no fingerprint, no read-back: the same reuses, the same bits
         backward(*gpu, kept, s, s.din.views, kc.qkv, b, d_o);
+        kept.set_inputs_unchanged(false);
         CHECK(kept.kept_reuses() == m.reuses);  // every call after the forward read its record
         CHECK(kept.kept_term_reuses() == m.term_reuses);
         CHECK(plain.kept_reuses() == 0);
@@ -257,9 +263,13 @@ TEST_CASE("kept forward: front stages left by a transition_forward or a forward_
   const std::vector<KeepCase> all = cases(seed);
   struct Mode {
     const char* name;
-    bool transition, other_inputs;
+    bool transition, other_inputs, vouched;  // vouched: set_inputs_unchanged on around forward and backward
   };
-  const Mode modes[] = {{"transition", true, false}, {"prepare", false, false}, {"prepare on other inputs", false, true}};
+  const Mode modes[] = {{"transition", true, false, false},
+                        {"prepare", false, false, false},
+                        {"prepare on other inputs", false, true, false},
+                        {"transition, inputs vouched for", true, false, true},
+                        {"prepare, inputs vouched for", false, false, true}};
   // gdn bf16 packed (folded: the transition runs no WY), gdn bf16 fused gate, gdn f32, kda bf16, gla f32
   for (const KeepCase& kc : {all[0], all[2], all[3], all[6 + 1], all[12 + 3]})
     for (const Mode& m : modes) {
@@ -282,6 +292,7 @@ TEST_CASE("kept forward: front stages left by a transition_forward or a forward_
         } else {
           plain.forward_prepare(s.p, no_h0), kept.forward_prepare(s.p, no_h0);
         }
+        kept.set_inputs_unchanged(m.vouched);  // no fingerprint, no read-back: the same reuse, the same bits
         Results a = forward(*gpu, plain, s), b = forward(*gpu, kept, s);
         CHECK(kept.kept_front_reuses() == (m.other_inputs ? 0 : 1));
         CHECK(plain.kept_front_reuses() == 0);
@@ -289,7 +300,9 @@ TEST_CASE("kept forward: front stages left by a transition_forward or a forward_
         if (kc.spec.final_state) check_same("final_state", b.ht, a.ht, name);
         backward(*gpu, plain, s, s.din.views, kc.qkv, a);
         backward(*gpu, kept, s, s.din.views, kc.qkv, b);
+        kept.set_inputs_unchanged(false);
         CHECK(kept.kept_reuses() == 1);  // the record's fingerprint covers the initial state too
+        CHECK(kept.kept_redos() == 0);
         check_grads_same(b, a, name);
       }
     }
