@@ -10,7 +10,9 @@
 # Here, before the call (the base is any commit; .gpu/ and .deps/ are git-ignored, carry both):
 #   git archive --prefix=base/ <commit> | gzip > .gpu/base.tgz; scripts/gpu_deps.sh
 # There:   [VARS="gdn kda gla"] [REPS32=1] [FWD=1 [FWD_VARS=...]] [PROF=0 | PROFS="name:variant:kernel-regex ..."]
-#          [FLA_SHAPES="gla:8192:16,gla:32768:16"] scripts/gpu_ab.sh
+#          [FLA_SHAPES="gla:8192:16,gla:32768:16"] [MPI_SWEEP=1] scripts/gpu_ab.sh
+# MPI_SWEEP=1: after the tests, `kcp cp-sweep --quick` with 2 ranks over MPI sharing the one GPU, with
+# and without KCP_CUDA_KEEP=1 (the CP layer's calls on cuda-chunkwise where no second GPU is lent).
 # FLA_SHAPES (carry .fla): FLA's forward and forward+backward of those shapes in the same call
 # (scripts/bench_fla_backward.py), once during the builds (Triton's compile and autotuning, untimed)
 # and once, timed, after kcp's benches; the table lines go to the summary.
@@ -35,6 +37,13 @@ KCP_CUDA_KEEP=1 $N check --backend cuda-chunkwise --precision f32 data/golden > 
 SB=(bench --backend cuda-chunkwise --variant gdn,kda,gla --H 2 --T 200 --backward 1 --warmup 0 --repeat 1)
 compute-sanitizer --tool racecheck $N "${SB[@]}" > $L/race.log 2>&1; echo "racecheck rc=$?" >> $S; tail -1 $L/race.log >> $S
 compute-sanitizer --tool memcheck $N "${SB[@]}" > $L/mem.log 2>&1; echo "memcheck rc=$?" >> $S; tail -1 $L/mem.log >> $S
+[ "${MPI_SWEEP:-0}" = 1 ] && (
+  . scripts/gpu_mpi.sh  # mpi: the mpirun prefix (in a subshell: it exports KCP_CUDA_KEEP)
+  for keep in 0 1; do
+    KCP_CUDA_KEEP=$keep timeout 240 "${mpi[@]}" 2 $N cp-sweep --quick --backend cuda-chunkwise --comm mpi > $L/mpi2_keep$keep.log 2>&1
+    echo "cp-sweep mpi np=2 (one GPU) keep=$keep rc=$?: $(grep -v '^\s*$' $L/mpi2_keep$keep.log | tail -1)" >> $S
+  done
+)
 echo "tests done $(( $(date +%s) - t0 )) s" >> $S
 wait  # the FLA warm-up
 VARS=${VARS:-gdn kda gla}
