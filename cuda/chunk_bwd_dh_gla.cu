@@ -98,19 +98,6 @@ struct DvSmem {
   static constexpr size_t bytes = 4 * (size_t(kChunk) * ldk + size_t(KD) * ldh + size_t(kChunk) * (lda + ldd));
 };
 
-// acc = A_c = Aqk^T do for this warp's rows [mw, mw + 16) and NTW n-tiles from column c0: rows
-// t >= r (Aqk is lower triangular, t < L), so rows t < mw add nothing; as dhu_local's local_product
-// (Aqk arrives TF32-rounded unless split, do is converted).
-template <bool kSplit, int NTW>
-__device__ void aqk_t_do(const float* As, int lda, const float* Ds, int ldd, int L, int mw, int c0, float (&acc)[NTW][4]) {
-  for (int k0 = mw; k0 < L; k0 += 8) {
-    const FragA<kSplit> a = load_a<kSplit, true>([&](int m, int k) { return k >= m && k < L ? As[k * lda + m] : 0.0f; }, mw, k0);
-#pragma unroll
-    for (int nt = 0; nt < NTW; ++nt)
-      mma(acc[nt], a, load_b<kSplit>([&](int k, int n) { return Ds[k * ldd + n]; }, k0, c0 + 8 * nt));
-  }
-}
-
 // Warp w: rows 16 (w % 4), columns [c0, c0 + BV/2) with c0 = (w / 4) BV/2. dvnew is gla's dv (P = I,
 // u = v, no beta), its only use: written in dv's dtype here (kernel hv neither reads dvnew nor
 // copies it out; the dvnew buffer is not used for gla).
@@ -136,7 +123,7 @@ __global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams b
   if constexpr (!kSplit) round_own_rows_tf32<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh);
   __syncthreads();
   float acc[NTW][4] = {};
-  aqk_t_do<kSplit>(As, Sm::lda, Ds, Sm::ldd, ck.len, mw, c0, acc);                // A_c
+  transposed_product<true, kSplit>(As, Sm::lda, Ds, Sm::ldd, ck.len, mw, c0, acc);  // A_c = Aqk^T do
   rows_times_tile<kSplit, false, KD>(Ks, Sm::ldk, Hs, Sm::ldh, mw, c0, acc);  // + kg dh[c] (kg is not stored rounded)
   store_acc_rows(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0, hv) + j0 + c0, bp.dv.st, ck.len, mw, acc);
 }

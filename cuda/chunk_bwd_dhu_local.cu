@@ -88,15 +88,7 @@ template <int MT, bool kTri, int ldx, bool S>
 __device__ void local_product(const float* X, const float* dO, int L, float (&acc)[LocalTiling<MT>::MW][LocalTiling<MT>::NW][4]) {
   using Tl = LocalTiling<MT>;
 #pragma unroll
-  for (int i = 0; i < Tl::MW; ++i) {
-    const int m0 = Tl::m0(i);
-    for (int k0 = kTri ? m0 : 0; k0 < L; k0 += 8) {  // Aqk^T: rows t < m0 are zero for the whole tile
-      const FragA<S> a = load_a<S, true>([&](int m, int k) { return (!kTri || k >= m) && k < L ? X[k * ldx + m] : 0.0f; }, m0, k0);
-#pragma unroll
-      for (int j = 0; j < Tl::NW; ++j)
-        mma<S>(acc[i][j], a, load_b<S>([&](int k, int n) { return dO[k * kLdT + n]; }, k0, Tl::n0(j)));
-    }
-  }
+  for (int i = 0; i < Tl::MW; ++i) transposed_product<kTri, S>(X, ldx, dO, kLdT, L, Tl::m0(i), Tl::n0(0), acc[i]);
 }
 
 // Accumulator tiles to a row-major float array (row r at g + r * ld), rows < rows, columns < nc.

@@ -281,6 +281,21 @@ __device__ __forceinline__ void build_scaled(const float* gs, const float* k, co
   }
 }
 
+// acc[j] (+)= X^T dO for one warp's 16 rows [m0, m0 + 16) and its n-tiles n0 + 8 j, over the chunk rows
+// k < L: X a row-major float tile read transposed (A row m is X's column m), dO row-major; kTri: X is
+// lower triangular (X[k][m] = 0 for k < m: Aqk^T), so rows k < m0 add nothing and are skipped. Split
+// operands (3xTF32) when S. dhu_local's A_c and B_c (chunk_bwd_dhu_local.cu) and gla's dv pass's A_c
+// (chunk_bwd_dh_gla.cu).
+template <bool kTri, bool S, int NT>
+__device__ __forceinline__ void transposed_product(const float* X, int ldx, const float* dO, int ldd, int L, int m0, int n0,
+                                                   float (&acc)[NT][4]) {
+  for (int k0 = kTri ? m0 : 0; k0 < L; k0 += 8) {
+    const FragA<S> a = load_a<S, true>([&](int m, int k) { return (!kTri || k >= m) && k < L ? X[k * ldx + m] : 0.0f; }, m0, k0);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) mma<S>(acc[j], a, load_b<S>([&](int k, int n) { return dO[k * ldd + n]; }, k0, n0 + 8 * j));
+  }
+}
+
 // The anchored factors apply to 16-row block r0 / 16 for key c when the key's gate spread over the
 // block's rows is <= kMaxAnchorSpread (chunk_params.cuh): F_r, E_s (<= 1) and cd (>= 1) then stay
 // within 2^+-64. Callers vote over the warp's 32 keys (one warp per block); NaN gates fail the test:
