@@ -104,8 +104,8 @@ struct StateParams {
   int init = kInitZero;
   StateView h0;                  // read when init == kInitGiven
   StateView final_state;         // written when p != null
-  float* h = nullptr;            // [NT,HV,K,Vw] state entering each chunk (stage tests)
-  float* vnew = nullptr;         // [TT,HV,Vw] (stage tests)
+  float* h = nullptr;            // [NT,HV,K,Vw] state entering each chunk (stage tests, the kept forward)
+  float* vnew = nullptr;         // [TT,HV,Vw] (stage tests, the kept forward)
   OutRowsView o;                 // fused output when p != null
 };
 

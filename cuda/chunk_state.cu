@@ -1,7 +1,7 @@
 // Stage "state recurrence" (+ fused output): one block of 8 warps per (sequence n, value head hv,
 // BV state columns [v0, v0+BV)), BV = 16 or 32, walking the chunks of n in order with the state
 // S [K,BV] in registers (float32, tensor-core accumulator layout). Per chunk c with L valid rows:
-//   h[c] = S                                         (stage tests only)
+//   h[c] = S                                         (stage tests and the kept forward)
 //   vnew = u_c - w_c @ S                    [L,BV]   (rows >= L are 0)
 //   o_c  = scale * Gamma ⊙ (q_c @ S) + Aqk_c @ vnew  (gdn: Gamma_r = 2^b_r * rstd_q; kda: q_c = qg_c)
 //   S    = Gamma_end ⊙ S + kt_c^T @ vt_c             gdn: kt = k, vt_r = vnew_r * 2^(b_end - b_r) * rstd_k
@@ -84,15 +84,18 @@ __device__ void form_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, in
 #pragma unroll
   for (int nt = 0; nt < BV / 8; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = r0 + 8 * (e >> 1), j = acc_col(8 * nt, e);
-      float vn = 0.0f;
-      if (r < L) {
-        vn = (has_u ? to_float(us[r * Sm::ldu + j]) : 0.0f) - av[nt][e];
-        if (vnew) vnew[int64_t(r) * p.HV * sp.Vw + j] = vn;
+    for (int e0 = 0; e0 < 4; e0 += 2) {  // elements e0, e0 + 1: columns j, j + 1 of row r
+      const int r = r0 + 4 * e0, j = acc_col(8 * nt, e0);
+      float vn[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int d = 0; d < 2; ++d) {
+        if (r < L) vn[d] = (has_u ? to_float(us[r * Sm::ldu + j + d]) : 0.0f) - av[nt][e0 + d];
+        s.VNt[(j + d) * kLdV + r] = operand_store<S>(vn[d]);
+        if constexpr (!Sm::kIsKDA)
+          s.VEt[(j + d) * kLdV + (kPermutedK<S, Sm> ? perm_pos(r) : r)] = operand_store<S>(vn[d] * fe[e0 >> 1]);
       }
-      s.VNt[j * kLdV + r] = operand_store<S>(vn);
-      if constexpr (!Sm::kIsKDA) s.VEt[j * kLdV + (kPermutedK<S, Sm> ? perm_pos(r) : r)] = operand_store<S>(vn * fe[e >> 1]);
+      // together: whole 32-byte sectors and half the store instructions of one element each
+      if (vnew && r < L) *reinterpret_cast<float2*>(vnew + int64_t(r) * p.HV * sp.Vw + j) = make_float2(vn[0], vn[1]);
     }
 }
 
@@ -204,7 +207,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kernel(const StatePar
     for_state_elems<KD, BV>([&](int i, int j, int e, int row, int col) {
       s.St[col * Sm::lds + row] = operand_store<kSplit>(Sr[i][j][e]);
       if constexpr (Sm::kPermutedQ) s.Stp[col * Sm::lds + perm_pos(row)] = operand_store<kSplit>(Sr[i][j][e]);
-      if (sp.h) sp.h[((int64_t(c) * p.HV + hv) * KD + row) * sp.Vw + v0 + col] = Sr[i][j][e];
+      if (sp.h && (e & 1) == 0)  // pairs of adjacent columns: whole sectors, half the store instructions
+        *reinterpret_cast<float2*>(sp.h + ((int64_t(c) * p.HV + hv) * KD + row) * sp.Vw + v0 + col) =
+            make_float2(Sr[i][j][e], Sr[i][j][e + 1]);
     });
     cp_async_wait<1>();  // group A of chunk c
     __syncthreads();
