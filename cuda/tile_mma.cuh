@@ -276,22 +276,62 @@ __device__ __forceinline__ int perm_pos(int k) { return (k & ~7) + ((k & 7) >> 1
 __device__ __forceinline__ int acc_row(int m0, int e) { return m0 + lane_g() + 8 * (e >> 1); }
 __device__ __forceinline__ int acc_col(int n0, int e) { return n0 + 2 * lane_t() + (e & 1); }
 
+// The four entries of one 8-column accumulator tile a thread holds (row r: a0 a1, row r + 8: b0 b1,
+// columns 2t, 2t + 1, t = lane_t()) regrouped as four consecutive columns of one row: one exchange
+// with the neighbour lane (every lane of the warp must call), then f(hh, c, x0, x1, x2, x3) stores
+// row r + 8 hh, tile columns c .. c + 3 (even t: row r, c = 2t; odd t: row r + 8, c = 2t - 2). A warp
+// then covers 16 rows x 4 columns per lane with one store per tile instead of two pairs or four
+// elements (the kept forward's h at T = 32768: 0.2 ms of scattered stores inside the chain's step).
+template <class F>
+__device__ __forceinline__ void acc_row_quads(float a0, float a1, float b0, float b1, F&& f) {
+  const int t = lane_t();
+  const bool odd = t & 1;
+  const float s0 = __shfl_xor_sync(0xffffffffu, odd ? a0 : b0, 1), s1 = __shfl_xor_sync(0xffffffffu, odd ? a1 : b1, 1);
+  if (odd) f(1, 2 * t - 2, s0, s1, b0, b1);
+  else f(0, 2 * t, a0, a1, s0, s1);
+}
+
+// Four consecutive elements of type To at y, one store for 16- and 32-bit types (y aligned to four
+// elements), converted as from_float converts.
+template <class To>
+__device__ __forceinline__ void store4(To* y, float x0, float x1, float x2, float x3) {
+  if constexpr (std::is_same_v<To, float>) {
+    *reinterpret_cast<float4*>(y) = make_float4(x0, x1, x2, x3);
+  } else if constexpr (sizeof(To) == 2) {
+    const To v[4] = {from_float<To>(x0), from_float<To>(x1), from_float<To>(x2), from_float<To>(x3)};
+    *reinterpret_cast<uint2*>(y) = *reinterpret_cast<const uint2*>(v);
+  } else {
+    y[0] = from_float<To>(x0), y[1] = from_float<To>(x1), y[2] = from_float<To>(x2), y[3] = from_float<To>(x3);
+  }
+}
+
 // A warp's accumulator tiles (rows mw .. mw + 15, NTW 8-column tiles) into rows < L of a row-major
 // output of dtype code dt, element (r, c) at p + off + r * st + c, converted to the output's type
-// (one dtype switch, outside the element loop).
+// (one dtype switch, outside the element loop). Four columns per store (acc_row_quads) where the
+// view allows it (row stride and start aligned to four elements: a warp-uniform test), else one
+// element each. Every lane of the warp must call (the exchange).
 template <int NTW>
 __device__ __forceinline__ void store_acc_rows(void* p, int dt, int64_t off, int64_t st, int L, int mw,
                                                const float (&acc)[NTW][4]) {
   with_element_type(dt, [&](auto tag) {
     using To = typename decltype(tag)::type;
     To* y = static_cast<To*>(p) + off;
+    const bool quads = st % 4 == 0 && reinterpret_cast<uintptr_t>(y) % (4 * sizeof(To)) == 0;
 #pragma unroll
-    for (int nt = 0; nt < NTW; ++nt)
+    for (int nt = 0; nt < NTW; ++nt) {
+      if (quads) {
+        acc_row_quads(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3], [&](int hh, int c, float x0, float x1, float x2, float x3) {
+          const int r = mw + lane_g() + 8 * hh;
+          if (r < L) store4(y + int64_t(r) * st + 8 * nt + c, x0, x1, x2, x3);
+        });
+      } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = acc_row(mw, e);
-        if (r < L) y[int64_t(r) * st + acc_col(8 * nt, e)] = from_float<To>(acc[nt][e]);
+        for (int e = 0; e < 4; ++e) {
+          const int r = acc_row(mw, e);
+          if (r < L) y[int64_t(r) * st + acc_col(8 * nt, e)] = from_float<To>(acc[nt][e]);
+        }
       }
+    }
   });
 }
 
