@@ -281,7 +281,9 @@ __device__ __forceinline__ int acc_col(int n0, int e) { return n0 + 2 * lane_t()
 // with the neighbour lane (every lane of the warp must call), then f(hh, c, x0, x1, x2, x3) stores
 // row r + 8 hh, tile columns c .. c + 3 (even t: row r, c = 2t; odd t: row r + 8, c = 2t - 2). A warp
 // then covers 16 rows x 4 columns per lane with one store per tile instead of two pairs or four
-// elements (the kept forward's h at T = 32768: 0.2 ms of scattered stores inside the chain's step).
+// elements: gla's output kernel -5%, kda's chain (o) -3% (H200, 2026-11-29). Inside a chain's step
+// the exchange sits on the step's path: the state kernels' h / vnew and the folded kernel's o measured
+// slower with it than with float2 pairs (docs/BENCHMARKS.md, seventeenth session).
 template <class F>
 __device__ __forceinline__ void acc_row_quads(float a0, float a1, float b0, float b1, F&& f) {
   const int t = lane_t();
