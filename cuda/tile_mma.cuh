@@ -300,7 +300,7 @@ __device__ __forceinline__ void store4(To* y, float x0, float x1, float x2, floa
   if constexpr (std::is_same_v<To, float>) {
     *reinterpret_cast<float4*>(y) = make_float4(x0, x1, x2, x3);
   } else if constexpr (sizeof(To) == 2) {
-    const To v[4] = {from_float<To>(x0), from_float<To>(x1), from_float<To>(x2), from_float<To>(x3)};
+    alignas(8) const To v[4] = {from_float<To>(x0), from_float<To>(x1), from_float<To>(x2), from_float<To>(x3)};
     *reinterpret_cast<uint2*>(y) = *reinterpret_cast<const uint2*>(v);
   } else {
     y[0] = from_float<To>(x0), y[1] = from_float<To>(x1), y[2] = from_float<To>(x2), y[3] = from_float<To>(x3);
