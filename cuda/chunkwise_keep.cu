@@ -14,7 +14,7 @@
 //                  layer's order below, where dhu_local's terms are in the record too.
 // While set_inputs_unchanged is on (the CP layer around a rank's local pass after its transition or
 // prepare, on the same views), the checks compare problem, dtypes and shapes only: no F1, F3 or F5
-// is hashed (F5 := F4) and nothing is read back.
+// is hashed and nothing is read back (contents_held).
 // The record is dropped by any other call and by the backward that uses it (the backward's own
 // buffers live in dead forward buffers, chunkwise_backward.cu's backward_alias), except by a
 // transition_backward of all sequences (CP's backward runs one before the local backward): that call
@@ -28,7 +28,7 @@
 // Before the forward, in the same way: a transition_forward of all sequences with keep_forward, or
 // forward_prepare (the CP rank with no forward transition), leaves the front stages and F4, the
 // fingerprint of q .. dt_bias (not the initial state: the front stages do not read it); a kept
-// forward whose F5 = F4 skips them (front_matches) and sets F0 = F5 + F(initial_state).
+// forward whose F5 = F4 skips them (front_matches) and sets F0 = F4 + F(initial_state).
 // Covered by tests/cuda/test_cuda_keep.cpp.
 #include <algorithm>
 #include <array>
@@ -92,6 +92,16 @@ bool fingerprints_equal(const unsigned long long* pair, cudaStream_t stream) {
   return f[0] == f[1];
 }
 
+// Whether the contents recorded as pair[0] are still there: hash(pair + 1), then compared (one host
+// synchronization); taken as true, with no hash, while the caller vouches for them (`trusted`:
+// set_inputs_unchanged).
+template <class Hash>
+bool contents_held(bool trusted, unsigned long long* pair, cudaStream_t stream, Hash&& hash) {
+  if (trusted) return true;
+  hash(pair + 1);
+  return fingerprints_equal(pair, stream);
+}
+
 }  // namespace
 
 void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outputs& out) {
@@ -116,8 +126,8 @@ void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outp
   if (!reuse) {
     KCP_CUDA_CHECK(cudaEventRecord(join_ev, side));
     KCP_CUDA_CHECK(cudaStreamWaitEvent(stream, join_ev, 0));
-  } else {  // F0 = F5 + F(initial_state), salted as fingerprint_inputs salts it
-    KCP_CUDA_CHECK(cudaMemcpyAsync(d_fp, d_fp + 5, sizeof(unsigned long long), cudaMemcpyDeviceToDevice, stream));
+  } else {  // F0 = F4 (= F5 where compared) + F(initial_state), salted as fingerprint_inputs salts it
+    KCP_CUDA_CHECK(cudaMemcpyAsync(d_fp, d_fp + 4, sizeof(unsigned long long), cudaMemcpyDeviceToDevice, stream));
     launch_fingerprint_add(in.initial_state, kFrontInputs + 1, d_fp, stream);
   }
   kept.p = p, kept.views = view_keys(in), kept.valid = true, kept.terms = false;
@@ -136,12 +146,8 @@ bool Pipeline::Impl::front_matches(const Problem& p, const Inputs& in) {
   if (!front.valid) return false;
   front.valid = false;
   if (!same_problem(front.p, p) || front.views != view_keys(in, kFrontInputs)) return false;
-  if (trusted) {  // the caller vouches for the contents (set_inputs_unchanged): F5 = F4, no hash
-    KCP_CUDA_CHECK(cudaMemcpyAsync(d_fp + 5, d_fp + 4, sizeof(unsigned long long), cudaMemcpyDeviceToDevice, stream));
-  } else {
-    fingerprint_inputs(in, d_fp + 5, stream, kFrontInputs);
-    if (!fingerprints_equal(d_fp + 4, stream)) return false;
-  }
+  if (!contents_held(trusted, d_fp + 4, stream, [&](auto* f5) { fingerprint_inputs(in, f5, stream, kFrontInputs); }))
+    return false;
   ++kept_front_reuses;
   return true;
 }
@@ -159,10 +165,7 @@ bool Pipeline::Impl::keep_matches(const Problem& p, const Inputs& in, bool consu
   if (!kept.valid) return false;
   kept.valid = false;  // one backward per kept forward; a matching transition_backward restores it below
   if (!same_problem(kept.p, p) || kept.views != view_keys(in)) return false;
-  if (!trusted) {
-    fingerprint_inputs(in, d_fp + 1, stream);
-    if (!fingerprints_equal(d_fp, stream)) return false;
-  }
+  if (!contents_held(trusted, d_fp, stream, [&](auto* f1) { fingerprint_inputs(in, f1, stream); })) return false;
   ++kept_reuses;
   kept.valid = !consume;
   return true;
@@ -209,10 +212,7 @@ bool Pipeline::Impl::kept_terms_match(const TensorView& d_o, bool consume) {
   if (!kept.terms) return false;
   kept.terms = !consume;  // a backward rewrites dh[c] and dvnew
   if (kept.do_key != std::make_pair(d_o.dtype, d_o.shape)) return false;
-  if (!trusted) {
-    fingerprint_do(d_o, d_fp + 3, stream);
-    if (!fingerprints_equal(d_fp + 2, stream)) return false;
-  }
+  if (!contents_held(trusted, d_fp + 2, stream, [&](auto* f3) { fingerprint_do(d_o, f3, stream); })) return false;
   ++kept_term_reuses;
   return true;
 }
