@@ -55,15 +55,12 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
     s.dxu[r * kLdV + j] = operand_store<S>(c[e]);  // only ever a product operand: rounded once here
     if (r < L) vp[e >> 1] = fmaf(bits_to_float(sv.bits[e], v.dt), c[e], vp[e >> 1]);
   }
-  if (bp.dv.p) with_element_type(bp.dv.dt, [&](auto tag) {  // the dtype switch outside the stores
-    using To = typename decltype(tag)::type;
-    To* dv = static_cast<To*>(bp.dv.p) + row_off(bp.dv, ck.t0, hv) + j0;
+  if (bp.dv.p) {  // four columns of a row per store where the view allows (tile_mma.cuh store_acc_rows)
+    float d[1][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = acc_row(m0, e);
-      if (r < L) dv[int64_t(r) * bp.dv.st + acc_col(n0, e)] = from_float<To>(s.bet[r] * c[e]);
-    }
-  });
+    for (int e = 0; e < 4; ++e) d[0][e] = s.bet[acc_row(m0, e)] * c[e];  // rows >= L are not stored
+    store_acc_rows(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0, hv) + j0 + n0, bp.dv.st, L, m0, d);
+  }
 }
 
 template <int NTW>

@@ -140,33 +140,12 @@ __device__ void issue_update(const FoldDescs& d, uint64_t so, float (&S)[KD >= 6
         wg::mma16<Tin, BV, 1, 1>(S[mh], adv(d.km + so, 2 * ks * 1024 + mh * kChunk * 128), adv(part ? d.vt1 : d.vt0, 2 * ks * kB), true);
 }
 
-// o rows acc_row(0) and acc_row(0) + 8 (those < L), column pairs stored together.
-template <class To, int NA>
-__device__ void store_o(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, const float (&o)[NA]) {
-  const int r0 = wg::acc_row(0);
-  To* row = static_cast<To*>(sp.o.p) + (int64_t(ck.t0) + r0) * sp.o.st + int64_t(hv) * sp.o.sx + v0 + wg::acc_col(0);
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    if (r0 + 8 * hh >= ck.len) continue;
-    To* dst = row + 8 * hh * sp.o.st;
-#pragma unroll
-    for (int x = 2 * hh; x < NA; x += 4) {
-      To* d = dst + 8 * (x >> 2);
-      if constexpr (std::is_same_v<To, __nv_bfloat16>) *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(o[x], o[x + 1]);
-      else if constexpr (std::is_same_v<To, __half>) *reinterpret_cast<__half2*>(d) = __floats2half2_rn(o[x], o[x + 1]);
-      else if constexpr (std::is_same_v<To, float>) *reinterpret_cast<float2*>(d) = make_float2(o[x], o[x + 1]);
-      else d[0] = To(o[x]), d[1] = To(o[x + 1]);
-    }
-  }
-}
+// o rows < L in the dtype of the o view: column pairs stored together where the view is aligned for
+// them, else one element each (tile_mma.cuh store_acc_rows<2>).
 template <int NA>
 __device__ void store_output(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, const float (&o)[NA]) {
-  switch (sp.o.dt) {
-    case kBF16: store_o<__nv_bfloat16>(sp, ck, hv, v0, o); break;
-    case kF16: store_o<__half>(sp, ck, hv, v0, o); break;
-    case kF64: store_o<double>(sp, ck, hv, v0, o); break;
-    default: store_o<float>(sp, ck, hv, v0, o); break;
-  }
+  store_acc_rows<2>(sp.o.p, sp.o.dt, int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + v0, sp.o.st, ck.len,
+                    16 * int(threadIdx.x >> 5), reinterpret_cast<const float(&)[NA / 4][4]>(o));
 }
 
 // The kept forward's h[c] (the state entering chunk c) and vnew (rows < L), accumulator pairs (x, x+1:

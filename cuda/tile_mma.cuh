@@ -306,26 +306,47 @@ __device__ __forceinline__ void store4(To* y, float x0, float x1, float x2, floa
     y[0] = from_float<To>(x0), y[1] = from_float<To>(x1), y[2] = from_float<To>(x2), y[3] = from_float<To>(x3);
   }
 }
+// Two consecutive elements of type To at y, one store for 16- and 32-bit types (y aligned to two).
+template <class To>
+__device__ __forceinline__ void store2(To* y, float x0, float x1) {
+  if constexpr (std::is_same_v<To, float>) {
+    *reinterpret_cast<float2*>(y) = make_float2(x0, x1);
+  } else if constexpr (sizeof(To) == 2) {
+    alignas(4) const To v[2] = {from_float<To>(x0), from_float<To>(x1)};
+    *reinterpret_cast<uint32_t*>(y) = *reinterpret_cast<const uint32_t*>(v);
+  } else {
+    y[0] = from_float<To>(x0), y[1] = from_float<To>(x1);
+  }
+}
 
 // A warp's accumulator tiles (rows mw .. mw + 15, NTW 8-column tiles) into rows < L of a row-major
 // output of dtype code dt, element (r, c) at p + off + r * st + c, converted to the output's type
-// (one dtype switch, outside the element loop). Four columns per store (acc_row_quads) where the
-// view allows it (row stride and start aligned to four elements: a warp-uniform test), else one
-// element each. Every lane of the warp must call (the exchange).
-template <int NTW>
+// (one dtype switch, outside the element loop). kGroup columns per store where the view allows it
+// (row stride and start aligned to kGroup elements: a warp-uniform test), else one element each (an
+// output view at any element offset is served, never a misaligned store): 4, after one exchange with
+// the neighbour lane (acc_row_quads; every lane of the warp must call), or 2 (the thread's own pairs:
+// inside a chain's step, where the exchange measured slower).
+template <int kGroup = 4, int NTW>
 __device__ __forceinline__ void store_acc_rows(void* p, int dt, int64_t off, int64_t st, int L, int mw,
                                                const float (&acc)[NTW][4]) {
+  static_assert(kGroup == 2 || kGroup == 4, "store_acc_rows: groups of 2 or 4 columns");
   with_element_type(dt, [&](auto tag) {
     using To = typename decltype(tag)::type;
     To* y = static_cast<To*>(p) + off;
-    const bool quads = st % 4 == 0 && reinterpret_cast<uintptr_t>(y) % (4 * sizeof(To)) == 0;
+    const bool grouped = st % kGroup == 0 && reinterpret_cast<uintptr_t>(y) % (kGroup * sizeof(To)) == 0;
 #pragma unroll
     for (int nt = 0; nt < NTW; ++nt) {
-      if (quads) {
+      if (grouped && kGroup == 4) {
         acc_row_quads(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3], [&](int hh, int c, float x0, float x1, float x2, float x3) {
           const int r = mw + lane_g() + 8 * hh;
           if (r < L) store4(y + int64_t(r) * st + 8 * nt + c, x0, x1, x2, x3);
         });
+      } else if (grouped) {
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          const int r = acc_row(mw, e);
+          if (r < L) store2(y + int64_t(r) * st + acc_col(8 * nt, e), acc[nt][e], acc[nt][e + 1]);
+        }
       } else {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {

@@ -7,7 +7,9 @@ q/k/v/do bf16 (q, k L2-normalized per row), g ~ U(-0.3, -0.001) float32 (per cha
 beta ~ U(0, 1) float32 (not for gla), no initial or final state. Median of CUDA-event times after warm-up, rotating
 over 3 input sets; peak device memory of one forward+backward (torch.cuda.max_memory_allocated,
 inputs included). With --kcp FILE (the output of `kcp bench --backward 1`) prints one table with
-both and the ratio FLA / kcp. FLA from FLA_PATH (default ../../.fla, i.e. /work/main/.fla carried).
+both and the ratio FLA / kcp. With --kernels N, instead: FLA's kernels over N calls after the warm-up
+(torch.profiler), each kernel's device time per call, largest first (to set kcp's stage times
+beside FLA's). FLA from FLA_PATH (default ../../.fla, i.e. /work/main/.fla carried).
 A benchmark, never a test. Used by scripts/bench_backward.sh.
 """
 import argparse
@@ -15,7 +17,8 @@ import os
 import sys
 
 
-def fla_time(variant, T, H, K, V, repeat, warmup, backward=True):
+def make_run(variant, T, H, K, V, backward):
+    """run(i): one forward (+ backward) of FLA's kernel on input set i % 3."""
     import torch
     torch.manual_seed(0)
     dev = "cuda"
@@ -49,6 +52,12 @@ def fla_time(variant, T, H, K, V, repeat, warmup, backward=True):
         if backward:
             torch.autograd.backward(o, do)
 
+    return run
+
+
+def fla_time(variant, T, H, K, V, repeat, warmup, backward=True):
+    import torch
+    run = make_run(variant, T, H, K, V, backward)
     for i in range(warmup):
         run(i)
     torch.cuda.synchronize()
@@ -66,6 +75,28 @@ def fla_time(variant, T, H, K, V, repeat, warmup, backward=True):
         ms.append(a.elapsed_time(b))
     ms.sort()
     return ms[len(ms) // 2], peak
+
+
+def fla_kernels(variant, T, H, K, V, calls, backward=True):
+    """(kernel name, device ms per call, launches per call) over `calls` calls, largest first."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    run = make_run(variant, T, H, K, V, backward)
+    for i in range(3):
+        run(i)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            run(i)
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0)
+        if us > 0:
+            rows.append((e.key, us / 1000 / calls, e.count / calls))
+    return sorted(rows, key=lambda r: -r[1])
 
 
 def kcp_rows(path):
@@ -90,9 +121,18 @@ def main():
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--forward", action="store_true", help="time the forward alone (no autograd)")
+    ap.add_argument("--kernels", type=int, default=0, help="FLA's kernels over this many calls instead")
     a = ap.parse_args()
     what = "fwd" if a.forward else "fwd+bwd"
     sys.path.insert(0, os.environ.get("FLA_PATH", os.path.join(os.path.dirname(__file__), "../../../.fla")))
+    if a.kernels:
+        print(f"| op | T | H | FLA kernel ({what}) | ms per call | launches per call |")
+        print("|---|---|---|---|---|---|")
+        for s in a.shapes.split(","):
+            var, T, H = s.split(":")
+            for name, ms, n in fla_kernels(var, int(T), int(H), 128, 128, a.kernels, backward=not a.forward):
+                print(f"| {var} | {T} | {H} | {name[:90]} | {ms:.3f} | {n:g} |", flush=True)
+        return
     kcp = kcp_rows(a.kcp)
     print(f"| op | T | H | FLA {what} ms | FLA peak MiB | kcp {what} ms | kcp MiB held | FLA / kcp |")
     print("|---|---|---|---|---|---|---|---|")

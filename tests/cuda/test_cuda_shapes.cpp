@@ -5,7 +5,8 @@
 // (cpu-recurrent) on the unpadded problem:
 //   forward (o, final_state), backward (every gradient; skipped where supports_backward() says no, gla
 //   today), transition_forward and transition_backward of sequence ranges, and one case with a strided
-//   q and o on the device. Outputs NaN-poisoned before each launch.
+//   q and o on the device, and o views at element offsets 1 and 2 (unpadded shapes: the kernels'
+//   own stores). Outputs NaN-poisoned before each launch.
 // Bars (validation/tolerance.h), as the unpadded suites use them: forward and transitions as
 // test_cuda_forward.cpp / test_cuda_transition.cpp (float32 inputs kFloatVsDouble; 16-bit kCudaTf32);
 // gradients as test_cuda_backward.cpp (16-bit: kFlaChunkGrad, kFlaChunkGateBeta for the gate and beta
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "core/transition.h"
 #include "reference/backend_cpu.h"
@@ -199,4 +201,43 @@ TEST_CASE("cuda-chunkwise pads strided device views" * doctest::skip(!test::gpu_
   int64_t untouched = 0;  // the columns beside the view keep their poison
   for (int64_t i = 0; i < o_wide.numel(); ++i) untouched += i % wide_o.back() >= p.V && std::isnan(o_wide.data()[i]);
   CHECK(untouched == o_wide.numel() / wide_o.back() * 8);
+}
+
+// o at element offsets 1 and 2 of a wider row (a slice of a caller's buffer): the kernels store pairs
+// or quads of columns only where the view's start and row stride are aligned for them, else element by
+// element (tile_mma.cuh store_acc_rows); before, the folded gdn kernel's pair stores faulted on such a
+// view. Unpadded shapes (K = 64, V = 32), so the view reaches the kernels themselves; bf16 inputs (gdn:
+// the folded kernel).
+TEST_CASE("cuda-chunkwise writes o into views at any element offset" * doctest::skip(!test::gpu_present())) {
+  auto gpu = val::backend_create("cuda-chunkwise");
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  uint64_t seed = val::seed_from_env(1201);
+  for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})
+    for (int64_t off : {1, 2}) {
+      ShapeCase sc;
+      sc.spec.variant = var, sc.spec.seqlens = {70, 33}, sc.spec.H = 2, sc.spec.HV = 2, sc.spec.K = 64, sc.spec.V = 32;
+      sc.spec.seed = seed++, sc.qkv = DType::bf16;
+      SUBCASE((sc.name() + " o offset " + std::to_string(off)).c_str()) {
+        const val::CaseData c = rounded_case(sc);
+        const Problem p = c.problem(DType::f32);
+        REQUIRE(gpu->supports(p));
+        CHECK(gpu->explain_forward(p).find("pad ") == std::string::npos);  // the kernels see the view
+        const auto ref = val::run_case<double>(*oracle, c, false);
+        test::DeviceInputs din = test::upload_inputs(*gpu, c, sc.qkv);
+        Shape wide_o = shape_v(p);
+        wide_o.back() += 4;
+        test::DeviceTensor o = test::poisoned(*gpu, DType::f32, wide_o);
+        test::DeviceTensor ht = test::poisoned(*gpu, DType::f32, shape_state(p));
+        gpu->forward(p, din.views, {o.view.narrow(3, off, p.V), ht.view});
+        const Tensor<double> o_wide = test::to_host(*gpu, o.view);
+        test::check_rel_l2("o (offset view)", sc.name(), to_tensor<double>(o_wide.view().narrow(3, off, p.V)), ref.out.o.view(),
+                           val::tol::kCudaTf32);
+        int64_t untouched = 0;  // the columns beside the view keep their poison
+        for (int64_t i = 0; i < o_wide.numel(); ++i) {
+          const int64_t col = i % wide_o.back();
+          untouched += (col < off || col >= off + p.V) && std::isnan(o_wide.data()[i]);
+        }
+        CHECK(untouched == o_wide.numel() / wide_o.back() * 4);
+      }
+    }
 }
