@@ -136,22 +136,21 @@ __device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, cons
             th.z == 0 ? make_float2(c <= r ? p.scale * x0 : 0.0f, c + 1 <= r ? p.scale * x1 : 0.0f) : make_float2(x0, x1);
       }
   }
-  __syncthreads();  // slabs consumed: the epilogue tiles reuse them (kda, gla)
+  __syncthreads();  // slabs consumed: the row blocks' key totals reuse them (kda, gla)
   const HvSmem s = carve_hv<KD, kDelta>(smem, 0, th.z);
   float vsum = 0.0f;  // row t = tid of half 0 (gla: no dbeta term from v)
   if constexpr (kDelta) vsum = reduce_vsum(s, vp);
+  KeyScans<S::NTW> ks;  // kda, gla
   if (has_h) {
-    hv_epilogue<KD, kKDA, kDelta, kSplit>(bp, s, a, ck, hv, d0, th);
+    hv_epilogue<KD, kKDA, kDelta, kSplit>(bp, s, a, ck, hv, d0, th, ks);
   } else if (th.t < L) {  // no key rows (K <= 64, half 1): zero partials
     float* pt = bp.part + (int64_t(ck.t0 + th.t) * p.HV + hv) * kPartSlots;
     pt[kPartDbetaHv + th.z] = 0.0f;
     if constexpr (!kKDA) pt[kPartDaHv + th.z] = 0.0f;
   }
   __syncthreads();
-  if constexpr (kKDA) {
-    if (has_h) hv_gate_rows<KD, kDelta>(bp, s, ck, hv, d0, th);
-    __syncthreads();
-  }
+  if constexpr (kKDA)
+    if (has_h) hv_key_da<KD, S::NTW, S::KW>(bp, s, ks, ck, hv, d0, th);
   if (has_h) hv_gate_partials<KD, kKDA, kDelta>(bp, s, ck, hv, th, vsum);
 }
 

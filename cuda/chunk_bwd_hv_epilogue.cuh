@@ -5,9 +5,11 @@
 //   x1 = q dq + beta bk,  x2 = k e vdh,  bk = k gamma xw
 //   da_t[d] = sum_{r>=t} x1_r + sum_{r<t} x2_r + 2^b_end rowsum(h dh)
 //   dbeta partial = sum_d bk (+ v . dXu)
-// kda and gla scan x1, x2 per key over the rows (tiles X1, X2, Bk in the slab buffers); gdn sums them
-// over the keys, which the accumulator layout gives by shuffles (hv_row_sums: no tiles, one pass and
-// one barrier fewer; hv 1.92 -> 1.85 ms at gdn T = 32768, docs/BENCHMARKS.md).
+// gdn sums x1, x2 over the keys, kda and gla scan them per key over the rows: both straight from the
+// accumulator layout by shuffles (hv_row_sums; hv_key_scans within a warp's 16 rows, then the four row
+// blocks' totals through shared memory, hv_key_da), bk summed per row for dbeta. No tiles: one pass
+// and one barrier fewer than tiles summed afterwards (gdn hv 1.92 -> 1.85 ms at T = 32768,
+// docs/BENCHMARKS.md).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #pragma once
 
@@ -23,11 +25,13 @@ struct HvAcc {
   float doh[NTW][4], xw[NTW][4], vdh[NTW][4], X[4][4];
 };
 
-// gdn's row sums of x1, x2, bk (rows g, g + 8 of warp w's tile, over its KW / 2 keys, quad shuffles)
-// into s.red + 384 z + 192 (w / 4) + 64 v: the two key quarters of a row summed by hv_gate_partials.
+// Row sums of x1, x2, bk (gdn) or bk alone (v0 = 2: kda, gla) for rows g, g + 8 of warp w's tile, over
+// its KW / 2 keys (quad shuffles), into s.red + 384 z + 192 (w / 4) + 64 v: the two key quarters of a row
+// are added by hv_gate_partials.
+template <int v0>
 __device__ __forceinline__ void hv_row_sums(const HvSmem& s, float (&rs)[3][2], const HvThread& th) {
 #pragma unroll
-  for (int v = 0; v < 3; ++v)
+  for (int v = v0; v < 3; ++v)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       rs[v][i] += __shfl_xor_sync(0xffffffffu, rs[v][i], 1);
@@ -36,19 +40,97 @@ __device__ __forceinline__ void hv_row_sums(const HvSmem& s, float (&rs)[3][2], 
   if (lane_t() == 0) {
     float* red = s.red + 384 * th.z + 192 * (th.w >> 2) + 16 * (th.w & 3) + lane_g();
 #pragma unroll
-    for (int v = 0; v < 3; ++v) red[64 * v] = rs[v][0], red[64 * v + 8] = rs[v][1];
+    for (int v = v0; v < 3; ++v) red[64 * v] = rs[v][0], red[64 * v + 8] = rs[v][1];
   }
 }
 
-// Epilogue of the h products of one half: dqv, dkv, and the per-element gate / dbeta terms: into
-// X1, X2, Bk (kda, gla) or summed per row (gdn, hv_row_sums).
+// kda, gla: per key (column) of warp w's tile, x1's suffix sums (inclusive) and x2's prefix sums
+// (exclusive) over the warp's 16 rows, in place of x1, x2; g-lanes are 4 apart (lane = 4 g + t), rows
+// g + 8 follow rows g. Nothing is subtracted (exclusive sums are the inclusive ones of the row before).
+template <int NTW>
+struct KeyScans {
+  float s1[NTW][4], p2[NTW][4];  // accumulator positions: rows g (e < 2), g + 8; columns 2 t + (e & 1)
+};
+__device__ __forceinline__ float suffix_g(float x, int g) {  // inclusive, over rows g .. 7 of the lane's column
+#pragma unroll
+  for (int off = 1; off < 8; off *= 2) {
+    const float y = __shfl_down_sync(0xffffffffu, x, 4 * off);
+    if (g + off < 8) x += y;
+  }
+  return x;
+}
+__device__ __forceinline__ float prefix_g(float x, int g) {  // inclusive, over rows 0 .. g
+#pragma unroll
+  for (int off = 1; off < 8; off *= 2) {
+    const float y = __shfl_up_sync(0xffffffffu, x, 4 * off);
+    if (g >= off) x += y;
+  }
+  return x;
+}
+// The scans, and the warp's column totals (x1 over its 16 rows, x2 likewise) into s.X1 / s.X2 as
+// [4 row blocks][KW] for hv_key_da (after a barrier).
+template <int NTW, int KW>
+__device__ __forceinline__ void hv_key_scans(const HvSmem& s, KeyScans<NTW>& ks, const HvThread& th) {
+  const int g = lane_g(), t = lane_t(), rb = th.w & 3, hb = (th.w >> 2) * (KW / 2);
+#pragma unroll
+  for (int nt = 0; nt < NTW; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const float a1 = suffix_g(ks.s1[nt][2 + c], g);                      // rows g + 8 .. 15
+      const float a0 = suffix_g(ks.s1[nt][c], g) + __shfl_sync(0xffffffffu, a1, t);  // + rows 8 .. 15
+      const float i0 = prefix_g(ks.p2[nt][c], g);                          // rows 0 .. g
+      const float u0 = __shfl_sync(0xffffffffu, i0, 28 + t);               // rows 0 .. 7
+      const float i1 = prefix_g(ks.p2[nt][2 + c], g) + u0;                 // rows 0 .. g + 8
+      const float e0 = __shfl_up_sync(0xffffffffu, i0, 4), e1 = __shfl_up_sync(0xffffffffu, i1, 4);
+      const float tot1 = __shfl_sync(0xffffffffu, a0, t), tot2 = __shfl_sync(0xffffffffu, i1, 28 + t);
+      ks.s1[nt][c] = a0, ks.s1[nt][2 + c] = a1;
+      ks.p2[nt][c] = g > 0 ? e0 : 0.0f, ks.p2[nt][2 + c] = g > 0 ? e1 : u0;
+      if (g == 0) {
+        const int dl = hb + 8 * nt + 2 * t + c;
+        s.X1[rb * KW + dl] = tot1, s.X2[rb * KW + dl] = tot2;
+      }
+    }
+}
+
+// kda, gla, after the barrier that follows hv_key_scans: da[r][d] = sum_{r' >= r} x1 + 2^b_end
+// rowsum(h dh)[d] + sum_{r' < r} x2, the other row blocks' totals added (later blocks' x1, earlier
+// blocks' x2), stored as pairs of adjacent keys.
+template <int KD, int NTW, int KW>
+__device__ __forceinline__ void hv_key_da(const BwdParams& bp, const HvSmem& s, const KeyScans<NTW>& ks,
+                                          const ChunkInfo& ck, int hv, int d0, const HvThread& th) {
+  const ChunkParams& p = bp.c;
+  const int rb = th.w & 3, m0 = 16 * rb, hb = (th.w >> 2) * (KW / 2);
+#pragma unroll
+  for (int nt = 0; nt < NTW; ++nt) {
+    float off[2];  // per column: later blocks' x1 + hdh + earlier blocks' x2
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int dl = hb + 8 * nt + 2 * lane_t() + c;
+      float later = 0.0f, earlier = 0.0f;
+      for (int b = rb + 1; b < 4; ++b) later += s.X1[b * KW + dl];
+      for (int b = 0; b < rb; ++b) earlier += s.X2[b * KW + dl];
+      off[c] = later + s.hdh[dl] + earlier;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int r = acc_row(m0, e), d = d0 + acc_col(hb + 8 * nt, e);
+      if (r < ck.len)
+        *reinterpret_cast<float2*>(bp.da + (int64_t(ck.t0 + r) * p.HV + hv) * KD + d) =
+            make_float2(ks.s1[nt][e] + off[0] + ks.p2[nt][e], ks.s1[nt][e + 1] + off[1] + ks.p2[nt][e + 1]);
+    }
+  }
+}
+
+// Epilogue of the h products of one half: dqv, dkv, and the per-element gate / dbeta terms: summed per
+// row (gdn, hv_row_sums) or scanned per key (kda, gla: ks, hv_key_scans), bk summed per row.
 template <int KD, bool kKDA, bool kDelta, bool kSplit>
 __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<HvShape<KD, kDelta>::NTW>& a,
-                            const ChunkInfo& ck, int hv, int d0, const HvThread& th) {
+                            const ChunkInfo& ck, int hv, int d0, const HvThread& th,
+                            KeyScans<HvShape<KD, kDelta>::NTW>& ks) {
   using S = HvShape<KD, kDelta>;
   const ChunkParams& p = bp.c;
   const int m0 = 16 * (th.w & 3), hb = (th.w >> 2) * (S::KW / 2), L = ck.len, h = hv / p.G;
-  float rs[3][2] = {};  // gdn: row sums of x1, x2, bk
+  float rs[3][2] = {};  // row sums of x1, x2 (gdn), bk
 #pragma unroll
   for (int nt = 0; nt < S::NTW; ++nt) {
     float qv[4], kv[4], gr[4], ge[4];  // all loads of this tile first (no store may alias them)
@@ -74,7 +156,7 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
     float dqk[4] = {}, dkk[4] = {};  // dq, dk of the tile, stored in pairs below
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = acc_row(m0, e), dl = acc_col(hb + 8 * nt, e);
+      const int r = acc_row(m0, e);
       float x1 = 0.0f, x2 = 0.0f, bk = 0.0f;
       if (r < L) {
         const float gam = exp2_approx<kSplit>(gr[e]), ex = exp2_approx<kSplit>(ge[e] - gr[e]), xwn = -a.xw[nt][e], b = s.bet[r];
@@ -83,8 +165,9 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
         bk = kv[e] * gam * xwn;
         x1 = qv[e] * dq + b * bk, x2 = kv[e] * dki;
       }
-      if constexpr (kKDA) s.X1[r * S::kLdE + dl] = x1, s.X2[r * S::kLdE + dl] = x2, s.Bk[r * S::kLdE + dl] = bk;
-      else rs[0][e >> 1] += x1, rs[1][e >> 1] += x2, rs[2][e >> 1] += bk;
+      if constexpr (kKDA) ks.s1[nt][e] = x1, ks.p2[nt][e] = x2;
+      else rs[0][e >> 1] += x1, rs[1][e >> 1] += x2;
+      rs[2][e >> 1] += bk;
     }
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // keys d, d + 1 of row r: one 8-byte store each
@@ -96,62 +179,14 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
       }
     }
   }
-  if constexpr (!kKDA) hv_row_sums(s, rs, th);
+  hv_row_sums<kKDA ? 2 : 0>(s, rs, th);
+  if constexpr (kKDA) hv_key_scans<S::NTW, S::KW>(s, ks, th);
   if (th.t < S::KW)  // dB_all (gdn: the end gate from the staged gates, no global load)
     s.hdh[th.t] *= exp2f(kKDA ? p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d0 + th.t] : s.gsc[L - 1]);
 }
 
-// Row r's sum over the half's KW keys of tile X ([64][kLdE]) by the four threads 4 r .. 4 r + 3 of the
-// half (a quarter of the keys each, then shuffles): every thread of the half calls it.
-template <int KW, int kLdE>
-__device__ __forceinline__ float row_sum4(const float* X, int t) {
-  constexpr int kQ = KW / 4;
-  const int r = t >> 2, q0 = kQ * (t & 3);
-  float a = 0.0f;
-#pragma unroll
-  for (int d = q0; d < q0 + kQ; ++d) a += X[r * kLdE + d];
-  a += __shfl_xor_sync(0xffffffffu, a, 1);
-  return a + __shfl_xor_sync(0xffffffffu, a, 2);
-}
-
-// Gate cumsum backward of the inter terms of one half (kda, gla), first part (every thread of the half;
-// four threads per row or key, so that 64 threads do not each walk 64 rows or keys in series): the
-// per-key suffix / prefix scans into da and Bk's row sums into red[256 z + 128 + ..]. A block barrier
-// follows. (gdn's row sums come from hv_row_sums.)
-template <int KD, bool kDelta>
-__device__ void hv_gate_rows(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int d0, const HvThread& th) {
-  using S = HvShape<KD, kDelta>;
-  const ChunkParams& p = bp.c;
-  const int L = ck.len, t = th.t;
-  float* red = s.red + 4 * kChunk * th.z;
-  const float c = row_sum4<S::KW, S::kLdE>(s.Bk, t);
-  {
-    // key d = t / 4, rows [16 q, 16 q + 16) for q = t % 4: the quarter's sums, then the other
-    // quarters' totals by shuffles (later quarters for the X1 suffix, earlier ones for the X2 prefix)
-    const int d = t >> 2, q = t & 3, ra = 16 * q, lane = t & 31;
-    const bool own = d < S::KW;
-    float A = 0.0f, B = 0.0f;
-    if (own)
-      for (int r = ra; r < min(ra + 16, L); ++r) A += s.X1[r * S::kLdE + d], B += s.X2[r * S::kLdE + d];
-    float suf = 0.0f, pre = own ? s.hdh[d] : 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float Aj = __shfl_sync(0xffffffffu, A, (lane & ~3) + j), Bj = __shfl_sync(0xffffffffu, B, (lane & ~3) + j);
-      if (j > q) suf += Aj;
-      if (j < q) pre += Bj;
-    }
-    if (own) {
-      for (int r = min(ra + 16, L) - 1; r >= ra; --r) suf += s.X1[r * S::kLdE + d], s.X1[r * S::kLdE + d] = suf;
-      for (int r = ra; r < min(ra + 16, L); ++r) {
-        bp.da[(int64_t(ck.t0 + r) * p.HV + hv) * KD + d0 + d] = s.X1[r * S::kLdE + d] + pre;
-        pre += s.X2[r * S::kLdE + d];
-      }
-    }
-  }
-  if ((t & 3) == 0) red[128 + (t >> 2)] = c;
-}
-
-// Second part: the partials of row t = th.t of this half (dbeta; gdn's da), vsum = v . dXu of row t (half 0).
+// After the epilogue's barrier: the partials of row t = th.t of this half (dbeta; gdn's da), vsum = v . dXu
+// of row t (half 0).
 template <int KD, bool kKDA, bool kDelta>
 __device__ void hv_gate_partials(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, const HvThread& th,
                                  float vsum) {
@@ -160,13 +195,10 @@ __device__ void hv_gate_partials(const BwdParams& bp, const HvSmem& s, const Chu
   const int L = ck.len, t = th.t;
   if (t >= L) return;
   float* pt = bp.part + (int64_t(ck.t0 + t) * p.HV + hv) * kPartSlots;
-  float db;
-  if constexpr (kKDA) {
-    db = s.red[4 * kChunk * th.z + 128 + t];  // rowsum of Bk (hv_gate_rows)
-  } else {  // the two key quarters of hv_row_sums: x1 at 0, x2 at 64, bk at 128
-    const float* red = s.red + 384 * th.z;
-    auto row = [&](int v, int r) { return red[64 * v + r] + red[192 + 64 * v + r]; };
-    db = row(2, t);
+  const float* red = s.red + 384 * th.z;  // the two key quarters of hv_row_sums: x1 at 0, x2 at 64, bk at 128
+  auto row = [&](int v, int r) { return red[64 * v + r] + red[192 + 64 * v + r]; };
+  float db = row(2, t);
+  if constexpr (!kKDA) {
     float da = 0.0f;
     for (int d = 0; d < S::KW; ++d) da += s.hdh[d];
     for (int r = t; r < L; ++r) da += row(0, r);

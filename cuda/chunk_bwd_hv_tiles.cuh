@@ -2,7 +2,7 @@
 // value head) at a time, the V slabs double-buffered in shared memory:
 //   P' [64][68] | dXu [64][36] | buffer 0, 1: do, vnew, dvnew [64][36], h, dh [max(K, 64)][36] |
 //   beta, gdn gates [64] | rowsum(h dh) per half [64] | reductions [16 x 64]
-// (kda's and gla's epilogue tiles X1, X2, Bk per half [64][KW + 1] reuse the two buffers; raw P is staged
+// (kda's and gla's row-block key totals X1, X2 per half [4][KW] reuse buffer 0 after the slabs; raw P is staged
 // in buffer 1 before slab 0). The slab loads: cp.async for the float32 workspaces (vnew, dvnew, h, dh),
 // registers for the 16-bit or float32 inputs (do; gla's v), both issued a slab ahead.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" and end to end).
@@ -23,12 +23,11 @@ struct HvShape {
   static constexpr int NTW = KW / 16;           // 8-column tiles of a warp (its half of KW)
   static constexpr int kHalves = kDelta || NH == 2 ? 2 : 1;
   static constexpr int kThreads = kHalves * kBwdThreads;
-  static constexpr int kLdE = KW + 1;  // epilogue tiles [64][KW]
   static constexpr int HR = KD < kChunk ? kChunk : KD;  // rows of the h, dh slabs (copies fill 64 rows)
   // one slab buffer: do, vnew, dvnew [64][kLdV], then h, dh [HR][kLdV]
   static constexpr int buf = 3 * kSlabFloats + 2 * HR * kLdV;
-  static constexpr int tiles = 3 * kHalves * kChunk * kLdE;  // X1, X2, Bk per half, over the buffers
-  static constexpr int area = 2 * buf > tiles ? 2 * buf : tiles;
+  static constexpr int area = 2 * buf;
+  static_assert(kHalves * 8 * KW <= buf, "the key totals X1, X2 [4][KW] per half fit in buffer 0");
   static constexpr int kRed = 16 * kChunk;  // 16 partials of v . dXu per row; then row sums
   // floats: P', dXu, the two buffers, scalars (beta, gdn gates, hdh per half, reductions)
   static constexpr int floats = kChunk * kLdC + kSlabFloats + area + 2 * kChunk + kHalves * kChunk + kRed;
@@ -36,7 +35,7 @@ struct HvShape {
 };
 
 struct HvSmem {
-  float *P, *dxu, *dO, *vn, *dvn, *h, *dh, *X1, *X2, *Bk, *bet, *gsc, *hdh, *red;
+  float *P, *dxu, *dO, *vn, *dvn, *h, *dh, *X1, *X2, *bet, *gsc, *hdh, *red;
 };
 
 // The view of half z of slab buffer b.
@@ -49,7 +48,7 @@ __device__ HvSmem carve_hv(float* s, int b, int z) {
   float* bf = s + b * S::buf;
   m.dO = bf, m.vn = bf + kSlabFloats, m.dvn = bf + 2 * kSlabFloats;
   m.h = bf + 3 * kSlabFloats + z * S::KW * kLdV, m.dh = m.h + S::HR * kLdV;
-  m.X1 = s + 3 * z * kChunk * S::kLdE, m.X2 = m.X1 + kChunk * S::kLdE, m.Bk = m.X2 + kChunk * S::kLdE;
+  m.X1 = s + 8 * z * S::KW, m.X2 = m.X1 + 4 * S::KW;
   s += S::area;
   m.bet = s, m.gsc = s + kChunk, m.hdh = s + 2 * kChunk + z * kChunk, m.red = s + (2 + S::kHalves) * kChunk;
   return m;
