@@ -1,7 +1,7 @@
 // Backward stage "chunk", kernel 1 of 3: the products over the value dimension (CPU twins
 // chunk_bwd_dAv's dAqk, chunk_bwd_ht_products, chunk_inter_backward, the dv / dbeta / dk parts of
-// chunk_wy_backward and the inter part of chunk_gate_cumsum_backward). Grid (chunks, HV), one block
-// of two halves of 256 threads per (chunk, value head): half z owns key rows [64 z, 64 z + KW) of h,
+// chunk_wy_backward and the inter part of chunk_gate_cumsum_backward). One block of two halves of 256
+// threads per (chunk, value head) item: half z owns key rows [64 z, 64 z + KW) of h,
 // dh (KW = min(K, 64); with K <= 64 half 1 owns none and only forms W1; gla with K <= 64 has no half 1).
 // The halves share one copy of P, do, vnew, dvnew and dXu (two blocks used to load and form each
 // twice). V streams in slabs of 32 columns, double-buffered: slab j + 1 is copied (cp.async; do, and
@@ -16,12 +16,10 @@
 // Every product on tensor cores, mma.sync m16n8k8: split operands (3xTF32, tile_mma.cuh) where
 // bwd_split_products says so (float32 inputs), else one TF32 product (chunk_bwd.cuh). Warp w of a
 // half owns rows 16 (w % 4) and half of the columns.
-// Epilogue per (row r, key d), gamma = 2^b_r[d], e = 2^(b_end[d] - b_r[d]):
-//   dq = gamma scale doh;  dk = e vdh + beta gamma xw  (-> dqv, dkv; the intra parts are added later)
-//   da_t[d] = sum_{r>=t} (q dq + beta k gamma xw)_r + sum_{r<t} (k e vdh)_r + 2^b_end rowsum(h dh)
-//   dbeta partial = sum_d k gamma xw (+ v . dXu);  gdn sums da over d: partials in bp.part.
+// Epilogue (dq, dk inter parts, gate and dbeta partials): chunk_bwd_hv_epilogue.cuh.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
+#include "cuda/chunk_bwd_hv_epilogue.cuh"
 #include "cuda/chunk_bwd_hv_tiles.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
 #include "cuda/cuda_check.cuh"
@@ -63,10 +61,6 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
   }
 }
 
-template <int NTW>
-struct HvAcc {
-  float doh[NTW][4], xw[NTW][4], vdh[NTW][4], X[4][4];
-};
 
 // One slab of the products of warp w of a half (tensor cores, TF32 or 3xTF32 by S): the three h
 // products (kH) and dA (kX = 0, a = do) or W1 (kX = 1, a = dvnew). Warp w: rows 16 (w % 4); h columns
@@ -118,163 +112,19 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
   }
 }
 
-// Epilogue of the h products of one half: dqv, dkv, and the per-element gate / dbeta terms into X1, X2, Bk.
-template <int KD, bool kKDA, bool kDelta, bool kSplit>
-__device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<HvShape<KD, kDelta>::NTW>& a,
-                            const ChunkInfo& ck, int hv, int d0, const HvThread& th) {
-  using S = HvShape<KD, kDelta>;
-  const ChunkParams& p = bp.c;
-  const int m0 = 16 * (th.w & 3), hb = (th.w >> 2) * (S::KW / 2), L = ck.len, h = hv / p.G;
-  const int Kg = kKDA ? KD : 1;
-#pragma unroll
-  for (int nt = 0; nt < S::NTW; ++nt) {
-    float qv[4], kv[4], gr[4], ge[4];  // all loads of this tile first (no store may alias them)
-    QkPairBits qb[2], kb[2];            // issued together, converted after: one round trip per tile
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {  // elements e, e + 1: keys d, d + 1 (d even) of one row
-      const int rr = min(acc_row(m0, e), L - 1), d = d0 + acc_col(hb + 8 * nt, e);
-      const int64_t tt = ck.t0 + rr;
-      qb[e / 2] = qk_pair_load(q_rows(p), p.H, tt, h, d), kb[e / 2] = qk_pair_load(k_rows(p), p.H, tt, h, d);
-      if constexpr (kKDA) {  // gcum rows are K floats: pairs 8-byte aligned
-        const float2 g2 = *reinterpret_cast<const float2*>(p.gcum + (tt * p.HV + hv) * KD + d);
-        const float2 e2 = *reinterpret_cast<const float2*>(p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d);
-        gr[e] = g2.x, gr[e + 1] = g2.y, ge[e] = e2.x, ge[e + 1] = e2.y;
-      } else {
-        gr[e] = gr[e + 1] = s.gsc[rr], ge[e] = ge[e + 1] = s.gsc[L - 1];
-      }
-    }
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const float2 q2 = qk_pair_value(qb[e / 2], p.q.dt), k2 = qk_pair_value(kb[e / 2], p.k.dt);
-      qv[e] = q2.x, qv[e + 1] = q2.y, kv[e] = k2.x, kv[e + 1] = k2.y;
-    }
-    float dqk[4] = {}, dkk[4] = {};  // dq, dk of the tile, stored in pairs below
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = acc_row(m0, e), dl = acc_col(hb + 8 * nt, e);
-      float x1 = 0.0f, x2 = 0.0f, bk = 0.0f;
-      if (r < L) {
-        const float gam = exp2_approx<kSplit>(gr[e]), ex = exp2_approx<kSplit>(ge[e] - gr[e]), xwn = -a.xw[nt][e], b = s.bet[r];
-        const float dq = gam * p.scale * a.doh[nt][e], dki = ex * a.vdh[nt][e];
-        dqk[e] = dq, dkk[e] = dki + b * gam * xwn;
-        bk = kv[e] * gam * xwn;
-        x1 = qv[e] * dq + b * bk, x2 = kv[e] * dki;
-      }
-      s.X1[r * S::kLdE + dl] = x1, s.X2[r * S::kLdE + dl] = x2, s.Bk[r * S::kLdE + dl] = bk;
-    }
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {  // keys d, d + 1 of row r: one 8-byte store each
-      const int r = acc_row(m0, e), d = d0 + acc_col(hb + 8 * nt, e);
-      if (r < L) {
-        const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * KD + d;
-        *reinterpret_cast<float2*>(bp.dqv + o) = make_float2(dqk[e], dqk[e + 1]);
-        *reinterpret_cast<float2*>(bp.dkv + o) = make_float2(dkk[e], dkk[e + 1]);
-      }
-    }
-  }
-  if (th.t < S::KW)  // dB_all
-    s.hdh[th.t] *= exp2f(p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * Kg + (kKDA ? d0 + th.t : 0)]);
-}
-
-// Row r's sum over the half's KW keys of tile X ([64][kLdE]) by the four threads 4 r .. 4 r + 3 of the
-// half (a quarter of the keys each, then shuffles): every thread of the half calls it.
-template <int KW, int kLdE>
-__device__ __forceinline__ float row_sum4(const float* X, int t) {
-  constexpr int kQ = KW / 4;
-  const int r = t >> 2, q0 = kQ * (t & 3);
-  float a = 0.0f;
-#pragma unroll
-  for (int d = q0; d < q0 + kQ; ++d) a += X[r * kLdE + d];
-  a += __shfl_xor_sync(0xffffffffu, a, 1);
-  return a + __shfl_xor_sync(0xffffffffu, a, 2);
-}
-
-// Gate cumsum backward of the inter terms of one half, first part (every thread of the half; four
-// threads per row or key, so that 64 threads do not each walk 64 rows or keys in series): kda's per-key
-// suffix / prefix scans into da and Bk's row sums; gdn's row sums of X1, X2, Bk. Row sums go to
-// red[256 z + ..] (X1, X2, Bk at offsets 0, 64, 128). A block barrier follows.
-template <int KD, bool kKDA, bool kDelta>
-__device__ void hv_gate_rows(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int d0, const HvThread& th) {
-  using S = HvShape<KD, kDelta>;
-  const ChunkParams& p = bp.c;
-  const int L = ck.len, t = th.t;
-  float* red = s.red + 4 * kChunk * th.z;
-  const float c = row_sum4<S::KW, S::kLdE>(s.Bk, t);
-  if constexpr (kKDA) {
-    // key d = t / 4, rows [16 q, 16 q + 16) for q = t % 4: the quarter's sums, then the other
-    // quarters' totals by shuffles (later quarters for the X1 suffix, earlier ones for the X2 prefix)
-    const int d = t >> 2, q = t & 3, ra = 16 * q, lane = t & 31;
-    const bool own = d < S::KW;
-    float A = 0.0f, B = 0.0f;
-    if (own)
-      for (int r = ra; r < min(ra + 16, L); ++r) A += s.X1[r * S::kLdE + d], B += s.X2[r * S::kLdE + d];
-    float suf = 0.0f, pre = own ? s.hdh[d] : 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float Aj = __shfl_sync(0xffffffffu, A, (lane & ~3) + j), Bj = __shfl_sync(0xffffffffu, B, (lane & ~3) + j);
-      if (j > q) suf += Aj;
-      if (j < q) pre += Bj;
-    }
-    if (own) {
-      for (int r = min(ra + 16, L) - 1; r >= ra; --r) suf += s.X1[r * S::kLdE + d], s.X1[r * S::kLdE + d] = suf;
-      for (int r = ra; r < min(ra + 16, L); ++r) {
-        bp.da[(int64_t(ck.t0 + r) * p.HV + hv) * KD + d0 + d] = s.X1[r * S::kLdE + d] + pre;
-        pre += s.X2[r * S::kLdE + d];
-      }
-    }
-  } else {
-    const float a = row_sum4<S::KW, S::kLdE>(s.X1, t), b = row_sum4<S::KW, S::kLdE>(s.X2, t);
-    if ((t & 3) == 0) red[t >> 2] = a, red[64 + (t >> 2)] = b;
-  }
-  if ((t & 3) == 0) red[128 + (t >> 2)] = c;
-}
-
-// Second part: the partials of row t = th.t of this half (dbeta; gdn's da), vsum = v . dXu of row t (half 0).
-template <int KD, bool kKDA, bool kDelta>
-__device__ void hv_gate_partials(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, const HvThread& th,
-                                 float vsum) {
-  using S = HvShape<KD, kDelta>;
-  const ChunkParams& p = bp.c;
-  const int L = ck.len, t = th.t;
-  if (t >= L) return;
-  float* pt = bp.part + (int64_t(ck.t0 + t) * p.HV + hv) * kPartSlots;
-  const float* red = s.red + 4 * kChunk * th.z;
-  float db = red[128 + t];  // rowsum of Bk (hv_gate_rows)
-  if constexpr (!kKDA) {
-    float da = 0.0f;
-    for (int d = 0; d < S::KW; ++d) da += s.hdh[d];
-    for (int r = t; r < L; ++r) da += red[r];
-    for (int r = 0; r < t; ++r) da += red[64 + r];
-    pt[kPartDaHv + th.z] = da;
-  }
-  if (th.z == 0) db += vsum;
-  pt[kPartDbetaHv + th.z] = db;
-}
-
-// v . dXu of row t = tid (t < 64): the 16 partials of the warps and lanes that own its columns.
-__device__ float reduce_vsum(const HvSmem& s, const float (&vp)[2]) {
-  const int W = threadIdx.x >> 5, r0 = 16 * (W & 3) + lane_g(), q = 4 * (W >> 2) + lane_t();
-  s.red[r0 * 16 + q] = vp[0], s.red[(r0 + 8) * 16 + q] = vp[1];
-  __syncthreads();
-  float vsum = 0.0f;
-  if (threadIdx.x < kChunk)
-    for (int u = 0; u < 16; ++u) vsum += s.red[16 * threadIdx.x + u];
-  __syncthreads();
-  return vsum;
-}
 
 // After the slab loop: dA (half 0, lower triangle with the diagonal, scaled) or W1 (half 1) to the
 // workspace, then the epilogue and the gate / dbeta partials (every thread reaches every barrier).
 template <int KD, bool kKDA, bool kDelta, bool kSplit>
 __device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, const HvAcc<HvShape<KD, kDelta>::NTW>& a,
-                                          const float (&vp)[2], const ChunkInfo& ck, int hv, int64_t blk,
-                                          const HvThread& th) {
+                                          const float (&vp)[2], const HvItem& it, const HvThread& th) {
   using S = HvShape<KD, kDelta>;
   const ChunkParams& p = bp.c;
-  const int L = ck.len;
+  const ChunkInfo& ck = it.ck;
+  const int L = ck.len, hv = it.hv;
   const bool has_h = th.z < S::NH;
   const int d0 = has_h ? th.z * S::KW : 0;
-  float* X = (th.z == 0 ? bp.dAc : bp.Wc) + blk * kChunk * kChunk;
+  float* X = (th.z == 0 ? bp.dAc : bp.Wc) + it.blk * kChunk * kChunk;
   if (kDelta || th.z == 0) {  // gla: no W1
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
@@ -286,60 +136,74 @@ __device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, cons
             th.z == 0 ? make_float2(c <= r ? p.scale * x0 : 0.0f, c + 1 <= r ? p.scale * x1 : 0.0f) : make_float2(x0, x1);
       }
   }
-  __syncthreads();  // slabs consumed: the epilogue tiles reuse them
+  __syncthreads();  // slabs consumed: the row blocks' key totals reuse them (kda, gla)
   const HvSmem s = carve_hv<KD, kDelta>(smem, 0, th.z);
   float vsum = 0.0f;  // row t = tid of half 0 (gla: no dbeta term from v)
   if constexpr (kDelta) vsum = reduce_vsum(s, vp);
+  KeyScans<S::NTW> ks;  // kda, gla
   if (has_h) {
-    hv_epilogue<KD, kKDA, kDelta, kSplit>(bp, s, a, ck, hv, d0, th);
+    hv_epilogue<KD, kKDA, kDelta, kSplit>(bp, s, a, ck, hv, d0, th, ks);
   } else if (th.t < L) {  // no key rows (K <= 64, half 1): zero partials
     float* pt = bp.part + (int64_t(ck.t0 + th.t) * p.HV + hv) * kPartSlots;
     pt[kPartDbetaHv + th.z] = 0.0f;
     if constexpr (!kKDA) pt[kPartDaHv + th.z] = 0.0f;
   }
   __syncthreads();
-  if (has_h) hv_gate_rows<KD, kKDA, kDelta>(bp, s, ck, hv, d0, th);
-  __syncthreads();
+  if constexpr (kKDA)
+    if (has_h) hv_key_da<KD, S::NTW, S::KW>(bp, s, ks, ck, hv, d0, th);
   if (has_h) hv_gate_partials<KD, kKDA, kDelta>(bp, s, ck, hv, th, vsum);
 }
 
-template <int KD, bool kKDA, bool kDelta, bool kSplit>
-__global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kernel(const __grid_constant__ BwdParams bp) {
+// The slab loop of one item (hv_start done): slab j + 1's copies issued while slab j is computed.
+template <int KD, bool kDelta, bool kSplit, class Pre>
+__device__ __forceinline__ void hv_slabs(const BwdParams& bp, float* smem, const HvItem& it, const HvThread& th,
+                                         Pre& pdo, Pre& pv, HvAcc<HvShape<KD, kDelta>::NTW>& a, float (&vp)[2]) {
   using S = HvShape<KD, kDelta>;
   constexpr int NT = S::kThreads;
   const ChunkParams& p = bp.c;
-  const ChunkInfo ck = p.chunks[blockIdx.x];
-  const int hv = blockIdx.y, L = ck.len;
-  const HvThread th = hv_thread();
+  const ChunkInfo& ck = it.ck;
+  const int ns = p.V / kSlab, L = ck.len;
   const bool has_h = th.z < S::NH;
-  const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
-  extern __shared__ __align__(16) float smem[];
-  SlabPrefetch<NT, !kSplit> pdo, pv;  // do (and gla's v) of the next slab
-  pdo.load(bp.d_o, ck.t0, hv, L, 0);
-  if constexpr (!kDelta) pv.load(p.v, ck.t0, hv, L, 0);
-  hv_prologue<KD, kKDA, kDelta, kSplit>(bp, smem, ck, hv, blk);
-  HvAcc<S::NTW> a = {};
-  float vp[2] = {};
-  const int ns = p.V / kSlab;
   for (int j = 0; j < ns; ++j) {
     const HvSmem s = carve_hv<KD, kDelta>(smem, j & 1, th.z);
     cp_async_wait_all();
     round_own_copies<KD, kDelta, !kSplit, NT>(carve_hv<KD, kDelta>(smem, j & 1, 0));
-    pdo.store<!kSplit>(s.dO);  // only product operands: rounded once here unless split
-    if constexpr (!kDelta) pv.store<!kSplit>(s.vn);
+    pdo.template store<!kSplit>(s.dO);  // only product operands: rounded once here unless split
+    if constexpr (!kDelta) pv.template store<!kSplit>(s.vn);
     __syncthreads();  // slab j complete; slab j - 1 consumed (its buffer takes slab j + 1)
     if (j + 1 < ns) {
-      issue_slab<KD, kDelta, NT>(bp, carve_hv<KD, kDelta>(smem, (j + 1) & 1, 0), ck, hv, blk, kSlab * (j + 1));
-      pdo.load(bp.d_o, ck.t0, hv, L, kSlab * (j + 1));
-      if constexpr (!kDelta) pv.load(p.v, ck.t0, hv, L, kSlab * (j + 1));
+      issue_slab<KD, kDelta, NT>(bp, carve_hv<KD, kDelta>(smem, (j + 1) & 1, 0), ck, it.hv, it.blk, kSlab * (j + 1));
+      pdo.load(bp.d_o, ck.t0, it.hv, L, kSlab * (j + 1));
+      if constexpr (!kDelta) pv.load(p.v, ck.t0, it.hv, L, kSlab * (j + 1));
     }
-    if constexpr (kDelta) slab_dxu<kSplit>(bp, s, ck, hv, kSlab * j, vp);  // gla: dv = dvnew was written by dhu
+    if constexpr (kDelta) slab_dxu<kSplit>(bp, s, ck, it.hv, kSlab * j, vp);  // gla: dv = dvnew was written by dhu
     if constexpr (kDelta) __syncthreads();  // dXu complete
     if (th.z == 0) slab_products<S::KW, true, 0, kDelta, kSplit>(s, a, th.w);
     else if (has_h) slab_products<S::KW, true, 1, kDelta, kSplit>(s, a, th.w);
     else if constexpr (kDelta) slab_products<S::KW, false, 1, kDelta, kSplit>(s, a, th.w);
   }
-  hv_finish<KD, kKDA, kDelta, kSplit>(bp, smem, a, vp, ck, hv, blk, th);
+}
+
+// One block per (chunk, value head) item. (A block per multiprocessor walking the items, with the next
+// item's first loads issued during this item's gdn epilogue, measured slower: branch study/hv-overlap,
+// docs/BENCHMARKS.md, eighteenth session.)
+template <int KD, bool kKDA, bool kDelta, bool kSplit>
+__global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kernel(const __grid_constant__ BwdParams bp) {
+  using S = HvShape<KD, kDelta>;
+  constexpr int NT = S::kThreads;
+  const ChunkParams& p = bp.c;
+  extern __shared__ __align__(16) float smem[];
+  const HvItem it = hv_item(p, blockIdx.x);
+  const HvThread th = hv_thread();
+  SlabPrefetch<NT, !kSplit> pdo, pv;  // do (and gla's v) of the next slab
+  pdo.load(bp.d_o, it.ck.t0, it.hv, it.ck.len, 0);
+  if constexpr (!kDelta) pv.load(p.v, it.ck.t0, it.hv, it.ck.len, 0);
+  hv_issue<KD, kKDA, kDelta>(bp, smem, it);
+  hv_start<KD, kDelta, kSplit>(smem);
+  HvAcc<S::NTW> a = {};
+  float vp[2] = {};
+  hv_slabs<KD, kDelta, kSplit>(bp, smem, it, th, pdo, pv, a, vp);
+  hv_finish<KD, kKDA, kDelta, kSplit>(bp, smem, a, vp, it, th);
 }
 
 }  // namespace
@@ -351,7 +215,7 @@ void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream) {
     constexpr bool kS = decltype(split)::value;
     auto launch = [&](auto kernel, auto delta) {  // one block of S::kHalves halves per (chunk, value head)
       using S = HvShape<KD, decltype(delta)::value>;
-      launch_kernel(kernel, dim3(p.NT, p.HV), dim3(S::kThreads), sizeof(float) * S::floats, stream, bp);
+      launch_kernel(kernel, dim3(p.NT * p.HV), dim3(S::kThreads), sizeof(float) * S::floats, stream, bp);
     };
     if (p.gla) launch(bwd_hv_kernel<KD, true, false, kS>, std::false_type{});
     else if (p.kda) launch(bwd_hv_kernel<KD, true, true, kS>, std::true_type{});

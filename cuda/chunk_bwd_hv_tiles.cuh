@@ -1,9 +1,9 @@
 // Kernel hv's layout and loads (chunk_bwd_hv.cu): one block of two 256-thread halves per (chunk,
-// value head), the V slabs double-buffered in shared memory:
+// value head) at a time, the V slabs double-buffered in shared memory:
 //   P' [64][68] | dXu [64][36] | buffer 0, 1: do, vnew, dvnew [64][36], h, dh [max(K, 64)][36] |
 //   beta, gdn gates [64] | rowsum(h dh) per half [64] | reductions [16 x 64]
-// (the epilogue's X1, X2, Bk tiles per half [64][KW + 1] reuse the two buffers; raw P is staged in
-// buffer 1 before slab 0). The slab loads: cp.async for the float32 workspaces (vnew, dvnew, h, dh),
+// (kda's and gla's row-block key totals X1, X2 per half [4][KW] reuse buffer 0 after the slabs; raw P is staged
+// in buffer 1 before slab 0). The slab loads: cp.async for the float32 workspaces (vnew, dvnew, h, dh),
 // registers for the 16-bit or float32 inputs (do; gla's v), both issued a slab ahead.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" and end to end).
 #pragma once
@@ -23,12 +23,11 @@ struct HvShape {
   static constexpr int NTW = KW / 16;           // 8-column tiles of a warp (its half of KW)
   static constexpr int kHalves = kDelta || NH == 2 ? 2 : 1;
   static constexpr int kThreads = kHalves * kBwdThreads;
-  static constexpr int kLdE = KW + 1;  // epilogue tiles [64][KW]
   static constexpr int HR = KD < kChunk ? kChunk : KD;  // rows of the h, dh slabs (copies fill 64 rows)
   // one slab buffer: do, vnew, dvnew [64][kLdV], then h, dh [HR][kLdV]
   static constexpr int buf = 3 * kSlabFloats + 2 * HR * kLdV;
-  static constexpr int tiles = 3 * kHalves * kChunk * kLdE;  // X1, X2, Bk per half, over the buffers
-  static constexpr int area = 2 * buf > tiles ? 2 * buf : tiles;
+  static constexpr int area = 2 * buf;
+  static_assert(kHalves * 8 * KW <= buf, "the key totals X1, X2 [4][KW] per half fit in buffer 0");
   static constexpr int kRed = 16 * kChunk;  // 16 partials of v . dXu per row; then row sums
   // floats: P', dXu, the two buffers, scalars (beta, gdn gates, hdh per half, reductions)
   static constexpr int floats = kChunk * kLdC + kSlabFloats + area + 2 * kChunk + kHalves * kChunk + kRed;
@@ -36,7 +35,7 @@ struct HvShape {
 };
 
 struct HvSmem {
-  float *P, *dxu, *dO, *vn, *dvn, *h, *dh, *X1, *X2, *Bk, *bet, *gsc, *hdh, *red;
+  float *P, *dxu, *dO, *vn, *dvn, *h, *dh, *X1, *X2, *bet, *gsc, *hdh, *red;
 };
 
 // The view of half z of slab buffer b.
@@ -49,7 +48,7 @@ __device__ HvSmem carve_hv(float* s, int b, int z) {
   float* bf = s + b * S::buf;
   m.dO = bf, m.vn = bf + kSlabFloats, m.dvn = bf + 2 * kSlabFloats;
   m.h = bf + 3 * kSlabFloats + z * S::KW * kLdV, m.dh = m.h + S::HR * kLdV;
-  m.X1 = s + 3 * z * kChunk * S::kLdE, m.X2 = m.X1 + kChunk * S::kLdE, m.Bk = m.X2 + kChunk * S::kLdE;
+  m.X1 = s + 8 * z * S::KW, m.X2 = m.X1 + 4 * S::KW;
   s += S::area;
   m.bet = s, m.gsc = s + kChunk, m.hdh = s + 2 * kChunk + z * kChunk, m.red = s + (2 + S::kHalves) * kChunk;
   return m;
@@ -197,19 +196,41 @@ __device__ void round_own_copies(const HvSmem& s) {
   }
 }
 
-// Before the slab loop: raw P staged in buffer 1 and transposed (P', TF32-rounded unless kSplit: it
-// only enters P^T dvnew), gdn's gates, beta, hdh = 0, slab 0 issued into buffer 0.
-template <int KD, bool kKDA, bool kDelta, bool kSplit>
-__device__ void hv_prologue(const BwdParams& bp, float* smem, const ChunkInfo& ck, int hv, int64_t blk) {
-  using S = HvShape<KD, kDelta>;
-  constexpr int NT = S::kThreads;
+// Which (chunk, value head) item i is: chunks of one head are consecutive (the order of blockIdx.x).
+struct HvItem {
+  ChunkInfo ck;
+  int hv;
+  int64_t blk;  // chunk * HV + hv: the [NT,HV,...] workspace slot
+};
+__device__ __forceinline__ HvItem hv_item(const ChunkParams& p, int i) {
+  const int c = i % p.NT, hv = i / p.NT;
+  return {p.chunks[c], hv, int64_t(c) * p.HV + hv};
+}
+
+// An item's first loads, all cp.async (one commit): raw P staged in buffer 1, gdn's gates and beta,
+// slab 0 into buffer 0 (waited for by hv_start).
+template <int KD, bool kKDA, bool kDelta>
+__device__ void hv_issue(const BwdParams& bp, float* smem, const HvItem& it) {
+  constexpr int NT = HvShape<KD, kDelta>::kThreads;
   const ChunkParams& p = bp.c;
+  const ChunkInfo& ck = it.ck;
   const HvSmem s = carve_hv<KD, kDelta>(smem, 0, 0);
   float* stage = carve_hv<KD, kDelta>(smem, 1, 0).dO;
-  if constexpr (kDelta) copy_rows_async<NT>(stage, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  if constexpr (!kKDA) copy_gates_async<false, NT>(s.gsc, 0, p, ck, hv, 0, 1);
-  issue_slab<KD, kDelta, NT>(bp, s, ck, hv, blk, 0);
-  for (int r = threadIdx.x; r < kChunk; r += NT) s.bet[r] = r < ck.len ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
+  if constexpr (kDelta) copy_rows_async<NT>(stage, kLdC, p.P + it.blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
+  if constexpr (!kKDA) copy_gates_async<false, NT>(s.gsc, 0, p, ck, it.hv, 0, 1);
+  for (int r = threadIdx.x; r < kChunk; r += NT)  // rows >= len: zero-filled
+    cp_async4(s.bet + r, p.beta_e + int64_t(ck.t0 + min(r, ck.len - 1)) * p.HV + it.hv, r < ck.len);
+  issue_slab<KD, kDelta, NT>(bp, s, ck, it.hv, it.blk, 0);
+}
+
+// Before the slab loop (hv_issue's copies in flight): hdh = 0, the copies waited for, P transposed
+// from its stage (P', TF32-rounded unless kSplit: it only enters P^T dvnew).
+template <int KD, bool kDelta, bool kSplit>
+__device__ void hv_start(float* smem) {
+  using S = HvShape<KD, kDelta>;
+  constexpr int NT = S::kThreads;
+  const HvSmem s = carve_hv<KD, kDelta>(smem, 0, 0);
+  const float* stage = carve_hv<KD, kDelta>(smem, 1, 0).dO;
   for (int r = threadIdx.x; r < S::kHalves * kChunk; r += NT) s.hdh[r] = 0.0f;  // half 0's view starts both
   cp_async_wait_all();
   __syncthreads();

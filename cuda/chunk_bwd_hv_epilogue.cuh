@@ -1,0 +1,224 @@
+// Kernel hv's epilogue (chunk_bwd_hv.cu): after the slab loop, per half, from the accumulators of
+// the h products (doh = do h^T, xw = -dXu h^T, vdh = vnew dh^T, [L,KW]), per (row r, key d),
+// gamma = 2^b_r[d], e = 2^(b_end[d] - b_r[d]):
+//   dq = gamma scale doh;  dk = e vdh + beta gamma xw  (-> dqv, dkv; the intra parts are added later)
+//   x1 = q dq + beta bk,  x2 = k e vdh,  bk = k gamma xw
+//   da_t[d] = sum_{r>=t} x1_r + sum_{r<t} x2_r + 2^b_end rowsum(h dh)
+//   dbeta partial = sum_d bk (+ v . dXu)
+// gdn sums x1, x2 over the keys, kda and gla scan them per key over the rows: both straight from the
+// accumulator layout by shuffles (hv_row_sums; hv_key_scans within a warp's 16 rows, then the four row
+// blocks' totals through shared memory, hv_key_da), bk summed per row for dbeta. No tiles: one pass
+// and one barrier fewer than tiles summed afterwards (gdn hv 1.92 -> 1.85 ms at T = 32768,
+// docs/BENCHMARKS.md).
+// Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
+#pragma once
+
+#include "cuda/chunk_bwd.cuh"
+#include "cuda/chunk_bwd_hv_tiles.cuh"
+#include "cuda/chunk_bwd_tiles.cuh"
+#include "cuda/tile_mma.cuh"
+
+namespace kcp::cuda::hv {
+
+template <int NTW>
+struct HvAcc {
+  float doh[NTW][4], xw[NTW][4], vdh[NTW][4], X[4][4];
+};
+
+// Row sums of x1, x2, bk (gdn) or bk alone (v0 = 2: kda, gla) for rows g, g + 8 of warp w's tile, over
+// its KW / 2 keys (quad shuffles), into s.red + 384 z + 192 (w / 4) + 64 v: the two key quarters of a row
+// are added by hv_gate_partials.
+template <int v0>
+__device__ __forceinline__ void hv_row_sums(const HvSmem& s, float (&rs)[3][2], const HvThread& th) {
+#pragma unroll
+  for (int v = v0; v < 3; ++v)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      rs[v][i] += __shfl_xor_sync(0xffffffffu, rs[v][i], 1);
+      rs[v][i] += __shfl_xor_sync(0xffffffffu, rs[v][i], 2);
+    }
+  if (lane_t() == 0) {
+    float* red = s.red + 384 * th.z + 192 * (th.w >> 2) + 16 * (th.w & 3) + lane_g();
+#pragma unroll
+    for (int v = v0; v < 3; ++v) red[64 * v] = rs[v][0], red[64 * v + 8] = rs[v][1];
+  }
+}
+
+// kda, gla: per key (column) of warp w's tile, x1's suffix sums (inclusive) and x2's prefix sums
+// (exclusive) over the warp's 16 rows, in place of x1, x2; g-lanes are 4 apart (lane = 4 g + t), rows
+// g + 8 follow rows g. Nothing is subtracted (exclusive sums are the inclusive ones of the row before).
+template <int NTW>
+struct KeyScans {
+  float s1[NTW][4], p2[NTW][4];  // accumulator positions: rows g (e < 2), g + 8; columns 2 t + (e & 1)
+};
+__device__ __forceinline__ float suffix_g(float x, int g) {  // inclusive, over rows g .. 7 of the lane's column
+#pragma unroll
+  for (int off = 1; off < 8; off *= 2) {
+    const float y = __shfl_down_sync(0xffffffffu, x, 4 * off);
+    if (g + off < 8) x += y;
+  }
+  return x;
+}
+__device__ __forceinline__ float prefix_g(float x, int g) {  // inclusive, over rows 0 .. g
+#pragma unroll
+  for (int off = 1; off < 8; off *= 2) {
+    const float y = __shfl_up_sync(0xffffffffu, x, 4 * off);
+    if (g >= off) x += y;
+  }
+  return x;
+}
+// The scans, and the warp's column totals (x1 over its 16 rows, x2 likewise) into s.X1 / s.X2 as
+// [4 row blocks][KW] for hv_key_da (after a barrier).
+template <int NTW, int KW>
+__device__ __forceinline__ void hv_key_scans(const HvSmem& s, KeyScans<NTW>& ks, const HvThread& th) {
+  const int g = lane_g(), t = lane_t(), rb = th.w & 3, hb = (th.w >> 2) * (KW / 2);
+#pragma unroll
+  for (int nt = 0; nt < NTW; ++nt)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const float a1 = suffix_g(ks.s1[nt][2 + c], g);                      // rows g + 8 .. 15
+      const float a0 = suffix_g(ks.s1[nt][c], g) + __shfl_sync(0xffffffffu, a1, t);  // + rows 8 .. 15
+      const float i0 = prefix_g(ks.p2[nt][c], g);                          // rows 0 .. g
+      const float u0 = __shfl_sync(0xffffffffu, i0, 28 + t);               // rows 0 .. 7
+      const float i1 = prefix_g(ks.p2[nt][2 + c], g) + u0;                 // rows 0 .. g + 8
+      const float e0 = __shfl_up_sync(0xffffffffu, i0, 4), e1 = __shfl_up_sync(0xffffffffu, i1, 4);
+      const float tot1 = __shfl_sync(0xffffffffu, a0, t), tot2 = __shfl_sync(0xffffffffu, i1, 28 + t);
+      ks.s1[nt][c] = a0, ks.s1[nt][2 + c] = a1;
+      ks.p2[nt][c] = g > 0 ? e0 : 0.0f, ks.p2[nt][2 + c] = g > 0 ? e1 : u0;
+      if (g == 0) {
+        const int dl = hb + 8 * nt + 2 * t + c;
+        s.X1[rb * KW + dl] = tot1, s.X2[rb * KW + dl] = tot2;
+      }
+    }
+}
+
+// kda, gla, after the barrier that follows hv_key_scans: da[r][d] = sum_{r' >= r} x1 + 2^b_end
+// rowsum(h dh)[d] + sum_{r' < r} x2, the other row blocks' totals added (later blocks' x1, earlier
+// blocks' x2), stored as pairs of adjacent keys.
+template <int KD, int NTW, int KW>
+__device__ __forceinline__ void hv_key_da(const BwdParams& bp, const HvSmem& s, const KeyScans<NTW>& ks,
+                                          const ChunkInfo& ck, int hv, int d0, const HvThread& th) {
+  const ChunkParams& p = bp.c;
+  const int rb = th.w & 3, m0 = 16 * rb, hb = (th.w >> 2) * (KW / 2);
+#pragma unroll
+  for (int nt = 0; nt < NTW; ++nt) {
+    float off[2];  // per column: later blocks' x1 + hdh + earlier blocks' x2
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int dl = hb + 8 * nt + 2 * lane_t() + c;
+      float later = 0.0f, earlier = 0.0f;
+      for (int b = rb + 1; b < 4; ++b) later += s.X1[b * KW + dl];
+      for (int b = 0; b < rb; ++b) earlier += s.X2[b * KW + dl];
+      off[c] = later + s.hdh[dl] + earlier;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int r = acc_row(m0, e), d = d0 + acc_col(hb + 8 * nt, e);
+      if (r < ck.len)
+        *reinterpret_cast<float2*>(bp.da + (int64_t(ck.t0 + r) * p.HV + hv) * KD + d) =
+            make_float2(ks.s1[nt][e] + off[0] + ks.p2[nt][e], ks.s1[nt][e + 1] + off[1] + ks.p2[nt][e + 1]);
+    }
+  }
+}
+
+// Epilogue of the h products of one half: dqv, dkv, and the per-element gate / dbeta terms: summed per
+// row (gdn, hv_row_sums) or scanned per key (kda, gla: ks, hv_key_scans), bk summed per row.
+template <int KD, bool kKDA, bool kDelta, bool kSplit>
+__device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<HvShape<KD, kDelta>::NTW>& a,
+                            const ChunkInfo& ck, int hv, int d0, const HvThread& th,
+                            KeyScans<HvShape<KD, kDelta>::NTW>& ks) {
+  using S = HvShape<KD, kDelta>;
+  const ChunkParams& p = bp.c;
+  const int m0 = 16 * (th.w & 3), hb = (th.w >> 2) * (S::KW / 2), L = ck.len, h = hv / p.G;
+  float rs[3][2] = {};  // row sums of x1, x2 (gdn), bk
+#pragma unroll
+  for (int nt = 0; nt < S::NTW; ++nt) {
+    float qv[4], kv[4], gr[4], ge[4];  // all loads of this tile first (no store may alias them)
+    QkPairBits qb[2], kb[2];            // issued together, converted after: one round trip per tile
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // elements e, e + 1: keys d, d + 1 (d even) of one row
+      const int rr = min(acc_row(m0, e), L - 1), d = d0 + acc_col(hb + 8 * nt, e);
+      const int64_t tt = ck.t0 + rr;
+      qb[e / 2] = qk_pair_load(q_rows(p), p.H, tt, h, d), kb[e / 2] = qk_pair_load(k_rows(p), p.H, tt, h, d);
+      if constexpr (kKDA) {  // gcum rows are K floats: pairs 8-byte aligned
+        const float2 g2 = *reinterpret_cast<const float2*>(p.gcum + (tt * p.HV + hv) * KD + d);
+        const float2 e2 = *reinterpret_cast<const float2*>(p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d);
+        gr[e] = g2.x, gr[e + 1] = g2.y, ge[e] = e2.x, ge[e + 1] = e2.y;
+      } else {
+        gr[e] = gr[e + 1] = s.gsc[rr], ge[e] = ge[e + 1] = s.gsc[L - 1];
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const float2 q2 = qk_pair_value(qb[e / 2], p.q.dt), k2 = qk_pair_value(kb[e / 2], p.k.dt);
+      qv[e] = q2.x, qv[e + 1] = q2.y, kv[e] = k2.x, kv[e + 1] = k2.y;
+    }
+    float dqk[4] = {}, dkk[4] = {};  // dq, dk of the tile, stored in pairs below
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = acc_row(m0, e);
+      float x1 = 0.0f, x2 = 0.0f, bk = 0.0f;
+      if (r < L) {
+        const float gam = exp2_approx<kSplit>(gr[e]), ex = exp2_approx<kSplit>(ge[e] - gr[e]), xwn = -a.xw[nt][e], b = s.bet[r];
+        const float dq = gam * p.scale * a.doh[nt][e], dki = ex * a.vdh[nt][e];
+        dqk[e] = dq, dkk[e] = dki + b * gam * xwn;
+        bk = kv[e] * gam * xwn;
+        x1 = qv[e] * dq + b * bk, x2 = kv[e] * dki;
+      }
+      if constexpr (kKDA) ks.s1[nt][e] = x1, ks.p2[nt][e] = x2;
+      else rs[0][e >> 1] += x1, rs[1][e >> 1] += x2;
+      rs[2][e >> 1] += bk;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // keys d, d + 1 of row r: one 8-byte store each
+      const int r = acc_row(m0, e), d = d0 + acc_col(hb + 8 * nt, e);
+      if (r < L) {
+        const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * KD + d;
+        *reinterpret_cast<float2*>(bp.dqv + o) = make_float2(dqk[e], dqk[e + 1]);
+        *reinterpret_cast<float2*>(bp.dkv + o) = make_float2(dkk[e], dkk[e + 1]);
+      }
+    }
+  }
+  hv_row_sums<kKDA ? 2 : 0>(s, rs, th);
+  if constexpr (kKDA) hv_key_scans<S::NTW, S::KW>(s, ks, th);
+  if (th.t < S::KW)  // dB_all (gdn: the end gate from the staged gates, no global load)
+    s.hdh[th.t] *= exp2f(kKDA ? p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d0 + th.t] : s.gsc[L - 1]);
+}
+
+// After the epilogue's barrier: the partials of row t = th.t of this half (dbeta; gdn's da), vsum = v . dXu
+// of row t (half 0).
+template <int KD, bool kKDA, bool kDelta>
+__device__ void hv_gate_partials(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, const HvThread& th,
+                                 float vsum) {
+  using S = HvShape<KD, kDelta>;
+  const ChunkParams& p = bp.c;
+  const int L = ck.len, t = th.t;
+  if (t >= L) return;
+  float* pt = bp.part + (int64_t(ck.t0 + t) * p.HV + hv) * kPartSlots;
+  const float* red = s.red + 384 * th.z;  // the two key quarters of hv_row_sums: x1 at 0, x2 at 64, bk at 128
+  auto row = [&](int v, int r) { return red[64 * v + r] + red[192 + 64 * v + r]; };
+  float db = row(2, t);
+  if constexpr (!kKDA) {
+    float da = 0.0f;
+    for (int d = 0; d < S::KW; ++d) da += s.hdh[d];
+    for (int r = t; r < L; ++r) da += row(0, r);
+    for (int r = 0; r < t; ++r) da += row(1, r);
+    pt[kPartDaHv + th.z] = da;
+  }
+  if (th.z == 0) db += vsum;
+  pt[kPartDbetaHv + th.z] = db;
+}
+
+// v . dXu of row t = tid (t < 64): the 16 partials of the warps and lanes that own its columns.
+__device__ __forceinline__ float reduce_vsum(const HvSmem& s, const float (&vp)[2]) {
+  const int W = threadIdx.x >> 5, r0 = 16 * (W & 3) + lane_g(), q = 4 * (W >> 2) + lane_t();
+  s.red[r0 * 16 + q] = vp[0], s.red[(r0 + 8) * 16 + q] = vp[1];
+  __syncthreads();
+  float vsum = 0.0f;
+  if (threadIdx.x < kChunk)
+    for (int u = 0; u < 16; ++u) vsum += s.red[16 * threadIdx.x + u];
+  __syncthreads();
+  return vsum;
+}
+
+}  // namespace kcp::cuda::hv
