@@ -10,7 +10,7 @@
 # Here, before the call (the base is any commit; .gpu/ and .deps/ are git-ignored, carry both):
 #   git archive --prefix=base/ <commit> | gzip > .gpu/base.tgz; scripts/gpu_deps.sh
 # There:   [VARS="gdn kda gla"] [REPS32=1] [FWD=1 [FWD_VARS=...]] [PROF=0 | PROFS="name:variant:kernel-regex ..."]
-#          [FLA_SHAPES="gla:8192:16,gla:32768:16"] [MPI_SWEEP=1] scripts/gpu_ab.sh
+#          [FLA_SHAPES="gla:8192:16,gla:32768:16"] [MPI_SWEEP=1] [ENVS="label:NAME=value ..."] scripts/gpu_ab.sh
 # MPI_SWEEP=1: after the tests, `kcp cp-sweep --quick` with 2 ranks over MPI sharing the one GPU, with
 # and without KCP_CUDA_KEEP=1 (the CP layer's calls on cuda-chunkwise where no second GPU is lent).
 # FLA_SHAPES (carry .fla): FLA's forward and forward+backward of those shapes in the same call
@@ -65,6 +65,16 @@ for v in gdn; do for tag in new base; do
   KCP_CUDA_STAGE_TIMES=1 timeout 120 $X bench --backend cuda-chunkwise --variant $v --H 16 --T 8192 --dtype float32 --backward 1 --keep 1 --check 1 --warmup 2 --repeat 10 > $L/f32_${v}_${tag}.log 2>&1
   echo "$tag $v f32 T=8192: $(grep -E "^\| $v" $L/f32_${v}_${tag}.log | head -1) | $(grep 'backward stages' $L/f32_${v}_${tag}.log | tail -1 | sed 's/.*(ms)://')" >> $S
 done; done
+# ENVS="label:NAME=value ...": the new binary once more under each setting, each of VARS at both
+# lengths (a study's forms selected at run time in one build, as KCP_HV_MODE was on study/hv-overlap).
+for x in ${ENVS:-}; do
+  IFS=: read -r lab kv <<< "$x"
+  for T in 8192 32768; do for v in $VARS; do
+    ck=1; [ $T = 32768 ] && ck=0
+    env "$kv" KCP_CUDA_STAGE_TIMES=1 timeout 120 $N bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check $ck --warmup 2 --repeat 10 > $L/env_${lab}_${v}_$T.log 2>&1
+    echo "env $lab ($kv) $v T=$T: $(grep -E "^\| $v" $L/env_${lab}_${v}_$T.log | head -1) | $(grep 'backward stages' $L/env_${lab}_${v}_$T.log | tail -1 | sed 's/.*(ms)://')" >> $S
+  done; done
+done
 # FWD=1: the forward alone (keep 0), new and base alternating, each of FWD_VARS (default VARS) at both
 # lengths, and a stage line from one more run of each.
 [ "${FWD:-0}" = 1 ] && for T in 8192 32768; do for v in ${FWD_VARS:-$VARS}; do for tag in new base; do
