@@ -30,6 +30,7 @@
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
 #include "cuda/tile_mma.cuh"
+#include "cuda/tile_store.cuh"
 
 namespace kcp::cuda {
 namespace {

@@ -25,6 +25,7 @@
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
 #include "cuda/tile_mma.cuh"
+#include "cuda/tile_store.cuh"
 
 namespace kcp::cuda {
 namespace {
@@ -53,7 +54,7 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
     s.dxu[r * kLdV + j] = operand_store<S>(c[e]);  // only ever a product operand: rounded once here
     if (r < L) vp[e >> 1] = fmaf(bits_to_float(sv.bits[e], v.dt), c[e], vp[e >> 1]);
   }
-  if (bp.dv.p) {  // four columns of a row per store where the view allows (tile_mma.cuh store_acc_rows)
+  if (bp.dv.p) {  // four columns of a row per store where the view allows (tile_store.cuh store_acc_rows)
     float d[1][4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) d[0][e] = s.bet[acc_row(m0, e)] * c[e];  // rows >= L are not stored

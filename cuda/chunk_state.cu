@@ -28,6 +28,7 @@
 #include "cuda/key_dims.h"
 #include "cuda/chunk_state_tiles.cuh"
 #include "cuda/tile_mma.cuh"
+#include "cuda/tile_store.cuh"
 
 namespace kcp::cuda {
 namespace {

@@ -27,6 +27,7 @@
 #include "cuda/chunk_state_fold_tiles.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
+#include "cuda/tile_store.cuh"
 
 namespace kcp::cuda {
 namespace {
@@ -141,7 +142,7 @@ __device__ void issue_update(const FoldDescs& d, uint64_t so, float (&S)[KD >= 6
 }
 
 // o rows < L in the dtype of the o view: column pairs stored together where the view is aligned for
-// them, else one element each (tile_mma.cuh store_acc_rows<2>).
+// them, else one element each (tile_store.cuh store_acc_rows<2>).
 template <int NA>
 __device__ void store_output(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, const float (&o)[NA]) {
   store_acc_rows<2>(sp.o.p, sp.o.dt, int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + v0, sp.o.st, ck.len,

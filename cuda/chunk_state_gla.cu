@@ -30,6 +30,7 @@
 #include "cuda/dispatch.cuh"
 #include "cuda/key_dims.h"
 #include "cuda/tile_mma.cuh"
+#include "cuda/tile_store.cuh"
 
 namespace kcp::cuda {
 namespace {

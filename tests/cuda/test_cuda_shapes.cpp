@@ -205,7 +205,7 @@ TEST_CASE("cuda-chunkwise pads strided device views" * doctest::skip(!test::gpu_
 
 // o at element offsets 1 and 2 of a wider row (a slice of a caller's buffer): the kernels store pairs
 // or quads of columns only where the view's start and row stride are aligned for them, else element by
-// element (tile_mma.cuh store_acc_rows); before, the folded gdn kernel's pair stores faulted on such a
+// element (tile_store.cuh store_acc_rows); before, the folded gdn kernel's pair stores faulted on such a
 // view. Unpadded shapes (K = 64, V = 32), so the view reaches the kernels themselves; bf16 inputs (gdn:
 // the folded kernel).
 TEST_CASE("cuda-chunkwise writes o into views at any element offset" * doctest::skip(!test::gpu_present())) {
