@@ -25,9 +25,14 @@ struct HvAcc {
   float doh[NTW][4], xw[NTW][4], vdh[NTW][4], X[4][4];
 };
 
+// Layout of the row sums in s.red, written by hv_row_sums and read by hv_gate_partials: per half z
+// (kRowSumsHalf apart) two key quarters w / 4 (kRowSumsQuarter apart), each x1, x2, bk [64] at 64 v.
+constexpr int kRowSumsQuarter = 3 * kChunk, kRowSumsHalf = 2 * kRowSumsQuarter;
+static_assert(2 * kRowSumsHalf <= HvShape<kChunk, true>::kRed, "the row sums of both halves fit in the reductions area");
+
 // Row sums of x1, x2, bk (gdn) or bk alone (v0 = 2: kda, gla) for rows g, g + 8 of warp w's tile, over
-// its KW / 2 keys (quad shuffles), into s.red + 384 z + 192 (w / 4) + 64 v: the two key quarters of a row
-// are added by hv_gate_partials.
+// its KW / 2 keys (quad shuffles), into the layout above: the two key quarters of a row are added by
+// hv_gate_partials.
 template <int v0>
 __device__ __forceinline__ void hv_row_sums(const HvSmem& s, float (&rs)[3][2], const HvThread& th) {
 #pragma unroll
@@ -38,9 +43,9 @@ __device__ __forceinline__ void hv_row_sums(const HvSmem& s, float (&rs)[3][2], 
       rs[v][i] += __shfl_xor_sync(0xffffffffu, rs[v][i], 2);
     }
   if (lane_t() == 0) {
-    float* red = s.red + 384 * th.z + 192 * (th.w >> 2) + 16 * (th.w & 3) + lane_g();
+    float* red = s.red + kRowSumsHalf * th.z + kRowSumsQuarter * (th.w >> 2) + 16 * (th.w & 3) + lane_g();
 #pragma unroll
-    for (int v = v0; v < 3; ++v) red[64 * v] = rs[v][0], red[64 * v + 8] = rs[v][1];
+    for (int v = v0; v < 3; ++v) red[kChunk * v] = rs[v][0], red[kChunk * v + 8] = rs[v][1];
   }
 }
 
@@ -195,8 +200,8 @@ __device__ void hv_gate_partials(const BwdParams& bp, const HvSmem& s, const Chu
   const int L = ck.len, t = th.t;
   if (t >= L) return;
   float* pt = bp.part + (int64_t(ck.t0 + t) * p.HV + hv) * kPartSlots;
-  const float* red = s.red + 384 * th.z;  // the two key quarters of hv_row_sums: x1 at 0, x2 at 64, bk at 128
-  auto row = [&](int v, int r) { return red[64 * v + r] + red[192 + 64 * v + r]; };
+  const float* red = s.red + kRowSumsHalf * th.z;  // the two key quarters of hv_row_sums: x1, x2, bk
+  auto row = [&](int v, int r) { return red[kChunk * v + r] + red[kRowSumsQuarter + kChunk * v + r]; };
   float db = row(2, t);
   if constexpr (!kKDA) {
     float da = 0.0f;
