@@ -11,7 +11,8 @@
 //          vnew, dvnew, P
 //   finish (chunk_bwd_finish.cu): dq, dk summed over the value heads of a q/k head and through the
 //          L2 norm; dbeta through the sigmoid; dg, dA_log, ddt_bias through the gate formula. Where
-//          that is a copy (kda / gla: direct_qk, direct_dg below), kernel intra writes them instead.
+//          that is a copy (direct_qk for every variant, direct_dg for kda / gla, below), kernel intra
+//          writes them instead.
 // gla (ChunkParams::gla) runs the same stages without the delta rule (beta_e = 0, P = I, w = 0,
 // vnew = v): the recompute runs the forward's gla kernels (kkt: Aqk, kg, qg; no WY; the state from
 // v: no P, w, u), dhu skips w, kernel hv writes dv = dvnew and skips P^T dvnew, dXu h^T and W1, kernels wy and
@@ -68,9 +69,10 @@ struct BwdParams {
   StateView dh0;                // [N,HV,K,V] (or the transition's dS_ext / M^T)
   OutRowsView dq, dk, dv, dg, dbeta;
   OutScalarView dA_log, ddt_bias;
-  // kda / gla (direct_qk_outputs, direct_dg_output below): kernel intra, the last writer of dqv, dkv
-  // and da, writes dq and dk (no L2 norm, one value head per q/k head) and dg (log-decay gate: dg =
-  // da) in their dtypes instead, and finish skips them: no float32 round trip of three [TT,HV,K] tensors.
+  // direct_qk_outputs, direct_dg_output below: kernel intra (every variant's), the last writer of dqv,
+  // dkv and (kda / gla) da, writes dq and dk (no L2 norm, one value head per q/k head) and dg (kda /
+  // gla, log-decay gate: dg = da) in their dtypes instead, and finish skips them: no float32 round
+  // trip of three [TT,HV,K] tensors.
   bool direct_qk = false, direct_dg = false;
   // gla (gla_dh_chain_applies below): dh by the forward's chain reversed (qg^T do formed inside the
   // chain, chunk_state_gla.cu) instead of the scan over B_c; dhu_local then does not run (no B_c, kg
@@ -81,7 +83,7 @@ struct BwdParams {
 // Pipeline::backward sets BwdParams::direct_qk / direct_dg from these, once the outputs are set: an
 // output not asked for keeps its workspace path (the stage tests read dqv, dkv, da).
 inline bool direct_qk_outputs(const BwdParams& bp) {
-  return (bp.c.kda || bp.c.gla) && !bp.c.l2norm && bp.c.G == 1 && bp.dq.p && bp.dk.p;
+  return !bp.c.l2norm && bp.c.G == 1 && bp.dq.p && bp.dk.p;
 }
 inline bool direct_dg_output(const BwdParams& bp) { return (bp.c.kda || bp.c.gla) && bp.c.gate == kGateLogDecay && bp.dg.p; }
 

@@ -32,15 +32,6 @@ namespace {
 
 constexpr int kLdO = 33;  // [64][32] per-key result tiles
 
-// Keys d, d + 1 of row (tt, x) of an output in its dtype (BwdParams::direct_qk).
-__device__ __forceinline__ void store_pair(const OutRowsView& o, int64_t tt, int x, int d, float2 v) {
-  with_element_type(o.dt, [&](auto tag) {
-    using To = typename decltype(tag)::type;
-    To* y = static_cast<To*>(o.p) + row_off(o, tt, x) + d;
-    y[0] = from_float<To>(v.x), y[1] = from_float<To>(v.y);
-  });
-}
-
 struct IntraSmem {
   float *dA, *dL, *q, *k, *g, *qF, *kF, *kE, *RO, *CO, *DQ, *DK, *ST, *Qs, *ct, *bet;
   static constexpr int kTile = kChunk * kLdC, kSl = kChunk * kLdS, kOut = kChunk * kLdO;

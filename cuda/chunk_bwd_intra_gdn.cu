@@ -11,7 +11,8 @@
 //   suffix, sums only (no cancellation, as the CPU twin)  -> bp.part slot kPartDaIntra
 // q, k are qn, kn (the fused L2 norm applied on load, chunk_bwd_tiles.cuh), streamed in passes of
 // up to 64 keys (q k^T and k k^T accumulate across the passes in registers); dq, dk of a pass
-// added to dqv, dkv (kernel 1's parts). Products: mma.sync m16n8k8, 3xTF32 where
+// added to dqv, dkv (kernel 1's parts), or, with BwdParams::direct_qk (no norm, G = 1), written to
+// dq, dk in their dtypes. Products: mma.sync m16n8k8, 3xTF32 where
 // bwd_split_products says so, else one TF32 product (chunk_bwd.cuh). Tiles [64][72] (8 mod 32
 // words: every fragment pattern below is free of bank conflicts with scalar loads).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
@@ -94,7 +95,9 @@ __device__ void intra_products(const IntraGdnSmem& s, float (&dq)[NP / 16][4], f
   }
 }
 
-// dqv, dkv += this pass's dq, dk (columns d0 + ...; rows < L), all loads before the stores.
+// dqv, dkv += this pass's dq, dk (columns d0 + ...; rows < L), all loads before the stores; with
+// BwdParams::direct_qk the sums are dq, dk themselves (kernel intra is their last writer), stored in
+// the outputs' dtypes, and finish's qk pass does not run.
 template <int NP>
 __device__ void add_pass(const BwdParams& bp, const ChunkInfo& ck, int hv, int d0, const float (&dq)[NP / 16][4],
                          const float (&dk)[NP / 16][4]) {
@@ -116,9 +119,15 @@ __device__ void add_pass(const BwdParams& bp, const ChunkInfo& ck, int hv, int d
     for (int h = 0; h < 2; ++h) {
       const int r = acc_row(m0, 2 * h);
       if (r >= ck.len) continue;
-      const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * p.K + d0 + acc_col(n0 + 8 * j, 0);
-      *reinterpret_cast<float2*>(bp.dqv + o) = make_float2(gq[j][h].x + dq[j][2 * h], gq[j][h].y + dq[j][2 * h + 1]);
-      *reinterpret_cast<float2*>(bp.dkv + o) = make_float2(gk[j][h].x + dk[j][2 * h], gk[j][h].y + dk[j][2 * h + 1]);
+      const int d = d0 + acc_col(n0 + 8 * j, 0);
+      const float2 xq = make_float2(gq[j][h].x + dq[j][2 * h], gq[j][h].y + dq[j][2 * h + 1]);
+      const float2 xk = make_float2(gk[j][h].x + dk[j][2 * h], gk[j][h].y + dk[j][2 * h + 1]);
+      if (bp.direct_qk) {  // G = 1, no norm: value head hv is q/k head hv, and these are dq, dk
+        store_pair(bp.dq, ck.t0 + r, hv, d, xq), store_pair(bp.dk, ck.t0 + r, hv, d, xk);
+      } else {
+        const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * p.K + d;
+        *reinterpret_cast<float2*>(bp.dqv + o) = xq, *reinterpret_cast<float2*>(bp.dkv + o) = xk;
+      }
     }
 }
 

@@ -115,6 +115,16 @@ __device__ __forceinline__ void load_rows_lean(float* s, int lds, const RowsView
   }
 }
 
+// Keys d, d + 1 of row (tt, x) of an output in its dtype (BwdParams::direct_qk: kernel intra, gdn's
+// and kda / gla's, writes dq, dk itself).
+__device__ __forceinline__ void store_pair(const OutRowsView& o, int64_t tt, int x, int d, float2 v) {
+  with_element_type(o.dt, [&](auto tag) {
+    using To = typename decltype(tag)::type;
+    To* y = static_cast<To*>(o.p) + row_off(o, tt, x) + d;
+    y[0] = from_float<To>(v.x), y[1] = from_float<To>(v.y);
+  });
+}
+
 // The backward reads q and k as the forward used them: qn = q rstd_q, kn = k rstd_k with the fused
 // L2 norm, else q, k; converted on load (no float32 copy of q and k is kept: 2 TT H K floats).
 // Its value equals the forward's (the same float32 product of the same rounded input).
