@@ -70,9 +70,9 @@ struct BwdParams {
   OutRowsView dq, dk, dv, dg, dbeta;
   OutScalarView dA_log, ddt_bias;
   // direct_qk_outputs, direct_dg_output below: kernel intra (every variant's), the last writer of dqv,
-  // dkv and (kda / gla) da, writes dq and dk (no L2 norm, one value head per q/k head) and dg (kda /
-  // gla, log-decay gate: dg = da) in their dtypes instead, and finish skips them: no float32 round
-  // trip of three [TT,HV,K] tensors.
+  // dkv and (kda / gla) da, writes dq and dk (one value head per q/k head; kda / gla without the L2
+  // norm, gdn with it too: its blocks own whole rows) and dg (kda / gla, log-decay gate: dg = da) in
+  // their dtypes instead, and finish skips them: no float32 round trip of three [TT,HV,K] tensors.
   bool direct_qk = false, direct_dg = false;
   // gla (gla_dh_chain_applies below): dh by the forward's chain reversed (qg^T do formed inside the
   // chain, chunk_state_gla.cu) instead of the scan over B_c; dhu_local then does not run (no B_c, kg
@@ -83,7 +83,7 @@ struct BwdParams {
 // Pipeline::backward sets BwdParams::direct_qk / direct_dg from these, once the outputs are set: an
 // output not asked for keeps its workspace path (the stage tests read dqv, dkv, da).
 inline bool direct_qk_outputs(const BwdParams& bp) {
-  return !bp.c.l2norm && bp.c.G == 1 && bp.dq.p && bp.dk.p;
+  return (!bp.c.l2norm || !(bp.c.kda || bp.c.gla)) && bp.c.G == 1 && bp.dq.p && bp.dk.p;
 }
 inline bool direct_dg_output(const BwdParams& bp) { return (bp.c.kda || bp.c.gla) && bp.c.gate == kGateLogDecay && bp.dg.p; }
 

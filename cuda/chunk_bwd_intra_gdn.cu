@@ -29,12 +29,16 @@ constexpr int kLdM = 72;  // [64][72] tiles: M_A, M_L, q and k passes
 constexpr int kLdZ = 65;  // Z: row r read by thread r (prefix), column t by thread t (suffix)
 constexpr int kPass = 64;  // keys per pass
 
+// MA, ML, q, k [64][kLdM] | Z [64][kLdZ] | gs, bet [64] | with the fused norm's backward only
+// (floats_norm): Xk [64][kLdZ], red [4][64]; Xq is Z (free until intra_gate_gdn).
 struct IntraGdnSmem {
   static constexpr int kTile = kChunk * kLdM;
   static constexpr int floats = 4 * kTile + kChunk * kLdZ + 2 * kChunk;
-  float *MA, *ML, *q, *k, *Z, *gs, *bet;
+  static constexpr int floats_norm = floats + kChunk * kLdZ + 4 * kChunk;
+  float *MA, *ML, *q, *k, *Z, *gs, *bet, *Xq, *Xk, *red;
   __device__ explicit IntraGdnSmem(float* s)
-      : MA(s), ML(s + kTile), q(s + 2 * kTile), k(s + 3 * kTile), Z(s + 4 * kTile), gs(Z + kChunk * kLdZ), bet(gs + kChunk) {}
+      : MA(s), ML(s + kTile), q(s + 2 * kTile), k(s + 3 * kTile), Z(s + 4 * kTile), gs(Z + kChunk * kLdZ), bet(gs + kChunk),
+        Xq(Z), Xk(bet + kChunk), red(Xk + kChunk * kLdZ) {}
 };
 
 // M_A, M_L in place from the raw dA, dL tiles (rows >= L and the masked parts zero).
@@ -95,12 +99,10 @@ __device__ void intra_products(const IntraGdnSmem& s, float (&dq)[NP / 16][4], f
   }
 }
 
-// dqv, dkv += this pass's dq, dk (columns d0 + ...; rows < L), all loads before the stores; with
-// BwdParams::direct_qk the sums are dq, dk themselves (kernel intra is their last writer), stored in
-// the outputs' dtypes, and finish's qk pass does not run.
+// dq, dk += hv's parts of this pass's columns (dqv, dkv; columns d0 + ...), all loads first.
 template <int NP>
-__device__ void add_pass(const BwdParams& bp, const ChunkInfo& ck, int hv, int d0, const float (&dq)[NP / 16][4],
-                         const float (&dk)[NP / 16][4]) {
+__device__ void add_parts(const BwdParams& bp, const ChunkInfo& ck, int hv, int d0, float (&dq)[NP / 16][4],
+                          float (&dk)[NP / 16][4]) {
   constexpr int NJ = NP / 16;
   const ChunkParams& p = bp.c;
   const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = (w >> 2) * (NP / 2);
@@ -117,18 +119,105 @@ __device__ void add_pass(const BwdParams& bp, const ChunkInfo& ck, int hv, int d
   for (int j = 0; j < NJ; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = acc_row(m0, 2 * h);
+      dq[j][2 * h] += gq[j][h].x, dq[j][2 * h + 1] += gq[j][h].y;
+      dk[j][2 * h] += gk[j][h].x, dk[j][2 * h + 1] += gk[j][h].y;
+    }
+}
+
+// The sums of a pass without the norm (rows < L): dq, dk in their dtypes (BwdParams::direct_qk:
+// kernel intra is their last writer, finish's qk pass does not run), else back into dqv, dkv.
+template <int NP>
+__device__ void store_pass(const BwdParams& bp, const ChunkInfo& ck, int hv, int d0, const float (&dq)[NP / 16][4],
+                           const float (&dk)[NP / 16][4]) {
+  const ChunkParams& p = bp.c;
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = (w >> 2) * (NP / 2);
+#pragma unroll
+  for (int j = 0; j < NP / 16; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = acc_row(m0, 2 * h), d = d0 + acc_col(n0 + 8 * j, 0);
       if (r >= ck.len) continue;
-      const int d = d0 + acc_col(n0 + 8 * j, 0);
-      const float2 xq = make_float2(gq[j][h].x + dq[j][2 * h], gq[j][h].y + dq[j][2 * h + 1]);
-      const float2 xk = make_float2(gk[j][h].x + dk[j][2 * h], gk[j][h].y + dk[j][2 * h + 1]);
-      if (bp.direct_qk) {  // G = 1, no norm: value head hv is q/k head hv, and these are dq, dk
+      const float2 xq = make_float2(dq[j][2 * h], dq[j][2 * h + 1]), xk = make_float2(dk[j][2 * h], dk[j][2 * h + 1]);
+      if (bp.direct_qk) {  // G = 1: value head hv is q/k head hv
         store_pair(bp.dq, ck.t0 + r, hv, d, xq), store_pair(bp.dk, ck.t0 + r, hv, d, xk);
       } else {
         const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * p.K + d;
         *reinterpret_cast<float2*>(bp.dqv + o) = xq, *reinterpret_cast<float2*>(bp.dkv + o) = xk;
       }
     }
+}
+
+// The fused L2 norm's backward (direct_qk with the norm: the block owns whole rows, G = 1), as
+// finish's qk pass computes it: dq = rstd_q (dqn - (dqn . qn) qn), dk likewise. The row dots collect
+// over the passes; the sums of the first pass (K = 2 NP) wait in Xq, Xk, the last pass's stay in
+// registers. RowDots: this thread's partial dots of rows acc_row(m0, 0) and acc_row(m0, 2).
+struct RowDots {
+  float q[2] = {0.0f, 0.0f}, k[2] = {0.0f, 0.0f};
+};
+template <int NP>
+__device__ void add_dots(const IntraGdnSmem& s, const float (&dq)[NP / 16][4], const float (&dk)[NP / 16][4], RowDots& rd) {
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = (w >> 2) * (NP / 2);
+#pragma unroll
+  for (int j = 0; j < NP / 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int o = acc_row(m0, e) * kLdM + acc_col(n0 + 8 * j, e);
+      rd.q[e >> 1] = fmaf(dq[j][e], s.q[o], rd.q[e >> 1]), rd.k[e >> 1] = fmaf(dk[j][e], s.k[o], rd.k[e >> 1]);
+    }
+}
+template <int NP>
+__device__ void keep_sums(const IntraGdnSmem& s, const float (&dq)[NP / 16][4], const float (&dk)[NP / 16][4]) {
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = (w >> 2) * (NP / 2);
+#pragma unroll
+  for (int j = 0; j < NP / 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int o = acc_row(m0, e) * kLdZ + acc_col(n0 + 8 * j, e);
+      s.Xq[o] = dq[j][e], s.Xk[o] = dk[j][e];
+    }
+}
+// Whole-row dots: over the quad (one row's 8-column pairs), then over the two warps of the row's
+// column halves (w, w + 4) through s.red [q, k][half][64], in a fixed order.
+__device__ void reduce_dots(const IntraGdnSmem& s, RowDots& rd) {
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), half = w >> 2;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int x = 1; x <= 2; x <<= 1)
+      rd.q[h] += __shfl_xor_sync(0xffffffffu, rd.q[h], x), rd.k[h] += __shfl_xor_sync(0xffffffffu, rd.k[h], x);
+  if (lane_t() == 0)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = acc_row(m0, 2 * h);
+      s.red[half * kChunk + r] = rd.q[h], s.red[(2 + half) * kChunk + r] = rd.k[h];
+    }
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = acc_row(m0, 2 * h);
+    rd.q[h] = s.red[r] + s.red[kChunk + r], rd.k[h] = s.red[2 * kChunk + r] + s.red[3 * kChunk + r];
+  }
+}
+// dq, dk of one pass's columns (rows < L) from its sums x(j, e) and the pass's qn, kn tiles in s.q, s.k.
+template <int NP, class XQ, class XK>
+__device__ void store_normed(const BwdParams& bp, const IntraGdnSmem& s, const ChunkInfo& ck, int hv, int d0,
+                             const RowDots& rd, XQ xq, XK xk) {
+  const ChunkParams& p = bp.c;
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = (w >> 2) * (NP / 2);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = acc_row(m0, 2 * h);
+    if (r >= ck.len) continue;
+    const int64_t tt = ck.t0 + r;
+    const float rq = p.rstd_q[tt * p.H + hv], rk = p.rstd_k[tt * p.H + hv];
+#pragma unroll
+    for (int j = 0; j < NP / 16; ++j) {
+      const int c = acc_col(n0 + 8 * j, 0), o = r * kLdM + c;
+      const float2 a = xq(j, 2 * h), b = xk(j, 2 * h);
+      store_pair(bp.dq, tt, hv, d0 + c, make_float2(rq * (a.x - rd.q[h] * s.q[o]), rq * (a.y - rd.q[h] * s.q[o + 1])));
+      store_pair(bp.dk, tt, hv, d0 + c, make_float2(rk * (b.x - rd.k[h] * s.k[o]), rk * (b.y - rd.k[h] * s.k[o + 1])));
+    }
+  }
 }
 
 // Z from the gram accumulators, then da_t = sum_{r >= t} (row prefix of Z)_r(t) -> the partial slot.
@@ -160,9 +249,22 @@ __device__ void intra_gate_gdn(const BwdParams& bp, const IntraGdnSmem& s, const
   }
 }
 
+// The pass's qn, kn tiles (keys d0 .. d0 + NP): every slab's loads in flight before the first store,
+// one round trip per pass.
+template <int NP>
+__device__ void load_pass_tiles(const IntraGdnSmem& s, const ChunkParams& p, const ChunkInfo& ck, int h, int d0) {
+  const bool vec = qk_rows_vec16(p);
+  QkSlab x[NP / kSlab];
+#pragma unroll
+  for (int c = 0; c < NP; c += kSlab) x[c / kSlab].load(p, ck.t0, h, ck.len, d0 + c, true, vec);
+#pragma unroll
+  for (int c = 0; c < NP; c += kSlab) x[c / kSlab].store(s.q + c, s.k + c, kLdM, p, ck.t0, h, ck.len, d0 + c);
+}
+
 template <int KD, bool kSplit>
 __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_gdn_kernel(const __grid_constant__ BwdParams bp) {
   constexpr int NP = KD < kPass ? KD : kPass;
+  static_assert(KD <= 2 * NP, "the fused norm's backward keeps the sums of one earlier pass (Xq, Xk)");
   const ChunkParams& p = bp.c;
   const ChunkInfo ck = p.chunks[blockIdx.x];
   const int hv = blockIdx.y, L = ck.len, h = hv / p.G;
@@ -177,19 +279,42 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_gdn_kernel(const __g
   __syncthreads();
   build_masks(s, L);
   float qk[4][4] = {}, kk[4][4] = {};
-  const bool vec = qk_rows_vec16(p);
+  const bool norm = bp.direct_qk && p.l2norm;  // the norm's backward here (finish's qk pass does not run)
+  RowDots rd;
   for (int d0 = 0; d0 < KD; d0 += NP) {
     __syncthreads();  // build_masks, or the previous pass, is done
-    QkSlab x[NP / kSlab];  // every slab's loads in flight before the first store: one round trip per pass
-#pragma unroll
-    for (int c = 0; c < NP; c += kSlab) x[c / kSlab].load(p, ck.t0, h, L, d0 + c, true, vec);
-#pragma unroll
-    for (int c = 0; c < NP; c += kSlab) x[c / kSlab].store(s.q + c, s.k + c, kLdM, p, ck.t0, h, L, d0 + c);
+    load_pass_tiles<NP>(s, p, ck, h, d0);
     __syncthreads();
     gram_products<NP, kSplit>(s, qk, kk);
     float dq[NP / 16][4] = {}, dk[NP / 16][4] = {};
     intra_products<NP, kSplit>(s, dq, dk);
-    add_pass<NP>(bp, ck, hv, d0, dq, dk);
+    add_parts<NP>(bp, ck, hv, d0, dq, dk);
+    if (!norm) {
+      store_pass<NP>(bp, ck, hv, d0, dq, dk);
+      continue;
+    }
+    add_dots<NP>(s, dq, dk, rd);
+    if (d0 + NP < KD) {  // the first of two passes: its sums wait for the whole-row dots
+      keep_sums<NP>(s, dq, dk);
+      continue;
+    }
+    reduce_dots(s, rd);
+    auto reg = [](const float (&x)[NP / 16][4]) { return [&x](int j, int e) { return make_float2(x[j][e], x[j][e + 1]); }; };
+    store_normed<NP>(bp, s, ck, hv, d0, rd, reg(dq), reg(dk));
+  }
+  if (norm && KD > NP) {  // the first pass's dq, dk: its qn, kn tiles loaded again
+    __syncthreads();
+    load_pass_tiles<NP>(s, p, ck, h, 0);
+    __syncthreads();
+    const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = (w >> 2) * (NP / 2);
+    auto kept = [&](const float* X) {
+      return [X, m0, n0](int j, int e) {
+        const int o = acc_row(m0, e) * kLdZ + acc_col(n0 + 8 * j, e);
+        return make_float2(X[o], X[o + 1]);
+      };
+    };
+    store_normed<NP>(bp, s, ck, hv, 0, rd, kept(s.Xq), kept(s.Xk));
+    __syncthreads();  // Xq is Z
   }
   intra_gate_gdn(bp, s, ck, hv, qk, kk);
 }
@@ -198,7 +323,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_gdn_kernel(const __g
 
 void launch_bwd_intra_gdn(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
-  const size_t smem = sizeof(float) * IntraGdnSmem::floats;
+  const size_t smem = sizeof(float) * (bp.direct_qk && p.l2norm ? IntraGdnSmem::floats_norm : IntraGdnSmem::floats);
   dispatch_bwd(bp, [&](auto kd, auto split) {
     constexpr int KD = decltype(kd)::value;
     launch_kernel(bwd_intra_gdn_kernel<KD, decltype(split)::value>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);

@@ -88,6 +88,17 @@ std::vector<BwdCase> sweep(uint64_t seed) {
         c.spec = s, c.spec.seed = seed + out.size(), c.qkv = dtypes[out.size() % 3];
         out.push_back(c);
       }
+  // gdn's fused norm backward inside kernel intra (one value head per q/k head: BwdParams::direct_qk):
+  // K = 64 and 32 in one pass over the keys, K = 128 in two (the first pass's sums kept in shared
+  // memory), packed sequences, each input dtype; the layouts above with the norm all group heads.
+  for (const size_t li : {size_t(0), size_t(1), size_t(4), size_t(6), size_t(7)}) {
+    const L& l = layouts[li];
+    BwdCase c;
+    val::CaseSpec& s = c.spec;
+    s.variant = Variant::gdn, s.B = l.B, s.T = l.T, s.seqlens = l.lens, s.H = l.H, s.HV = l.H, s.K = l.K, s.V = l.V;
+    s.flags.use_qk_l2norm_in_kernel = true, s.seed = seed + out.size(), c.qkv = dtypes[out.size() % 3];
+    out.push_back(c);
+  }
   return out;
 }
 
