@@ -10,7 +10,8 @@
 # Here, before the call (the base is any commit; .gpu/ and .deps/ are git-ignored, carry both):
 #   git archive --prefix=base/ <commit> | gzip > .gpu/base.tgz; scripts/gpu_deps.sh
 # There:   [VARS="gdn kda gla"] [REPS32=1] [FWD=1 [FWD_VARS=...]] [PROF=0 | PROFS="name:variant:kernel-regex ..."]
-#          [FLA_SHAPES="gla:8192:16,gla:32768:16"] [MPI_SWEEP=1] [ENVS="label:NAME=value ..."] scripts/gpu_ab.sh
+#          [FLA_SHAPES="gla:8192:16,gla:32768:16"] [MPI_SWEEP=1] [ENVS="label:NAME=value ..."] [FUSED_VARS="gdn"]
+#          scripts/gpu_ab.sh
 # MPI_SWEEP=1: after the tests, `kcp cp-sweep --quick` with 2 ranks over MPI sharing the one GPU, with
 # and without KCP_CUDA_KEEP=1 (the CP layer's calls on cuda-chunkwise where no second GPU is lent).
 # FLA_SHAPES (carry .fla): FLA's forward and forward+backward of those shapes in the same call
@@ -75,6 +76,14 @@ for x in ${ENVS:-}; do
     echo "env $lab ($kv) $v T=$T: $(grep -E "^\| $v" $L/env_${lab}_${v}_$T.log | head -1) | $(grep 'backward stages' $L/env_${lab}_${v}_$T.log | tail -1 | sed 's/.*(ms)://')" >> $S
   done; done
 done
+# FUSED_VARS="gdn kda": new and base alternating with --fused 1 (the L2 norm, beta sigmoid and gate
+# formula inside the kernels, FLA's layer call), each of those variants at both lengths.
+for T in 8192 32768; do for v in ${FUSED_VARS:-}; do for tag in new base; do
+  X=$N; [ $tag = base ] && X=$B
+  ck=1; [ $T = 32768 ] && ck=0
+  KCP_CUDA_STAGE_TIMES=1 timeout 120 $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --fused 1 --backward 1 --keep 1 --check $ck --warmup 2 --repeat 10 > $L/fused_${v}_${T}_$tag.log 2>&1
+  echo "$tag $v fused T=$T: $(grep -E "^\| $v" $L/fused_${v}_${T}_$tag.log | head -1) | $(grep 'backward stages' $L/fused_${v}_${T}_$tag.log | tail -1 | sed 's/.*(ms)://')" >> $S
+done; done; done
 # FWD=1: the forward alone (keep 0), new and base alternating, each of FWD_VARS (default VARS) at both
 # lengths, and a stage line from one more run of each.
 [ "${FWD:-0}" = 1 ] && for T in 8192 32768; do for v in ${FWD_VARS:-$VARS}; do for tag in new base; do
