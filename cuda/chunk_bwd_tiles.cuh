@@ -19,6 +19,7 @@
 
 #include "cuda/chunk_params.cuh"
 #include "cuda/tile_mma.cuh"
+#include "cuda/tile_store.cuh"
 
 namespace kcp::cuda {
 
@@ -116,12 +117,14 @@ __device__ __forceinline__ void load_rows_lean(float* s, int lds, const RowsView
 }
 
 // Keys d, d + 1 of row (tt, x) of an output in its dtype (BwdParams::direct_qk: kernel intra, gdn's
-// and kda / gla's, writes dq, dk itself).
+// and kda / gla's, writes dq, dk itself): one store where the pair is aligned for it (store2), else
+// element by element (a view at an odd element offset).
 __device__ __forceinline__ void store_pair(const OutRowsView& o, int64_t tt, int x, int d, float2 v) {
   with_element_type(o.dt, [&](auto tag) {
     using To = typename decltype(tag)::type;
     To* y = static_cast<To*>(o.p) + row_off(o, tt, x) + d;
-    y[0] = from_float<To>(v.x), y[1] = from_float<To>(v.y);
+    if (reinterpret_cast<uintptr_t>(y) % (2 * sizeof(To)) == 0) store2(y, v.x, v.y);
+    else y[0] = from_float<To>(v.x), y[1] = from_float<To>(v.y);
   });
 }
 
