@@ -7,7 +7,11 @@
 //   and kg, qg are written by the kkt stage, which has the k, q and gate tiles loaded already.
 // k and q carry the fused L2 norm (rstd per row). Unlike FLA, w, u, kg, qg stay float32 (FLA stores
 // them in the input dtype); w, kg, qg, which only enter products later, are stored TF32-rounded when
-// products are not split. Slabs are the fastest grid index so the blocks of one chunk share P in L2.
+// products are not split. The right-hand side (beta k Gamma, beta v) is formed once per slab in
+// shared memory, TF32-rounded (build_rhs), so the product loop only loads it (ncu, 2026-11-29: the
+// loop had formed each B element from x and its factor in place, and the factor loop divided its
+// flat index: 2.6 instructions per cycle, the ALU the busiest pipe, 0.77 ms at kda T = 32768).
+// Slabs are the fastest grid index so the blocks of one chunk share P in L2.
 // Not run by the gdn forward with 16-bit inputs, whose state kernel folds w and u in
 // (chunk_state_fold.cu). Covered by tests/cuda/test_cuda_stages.cpp ("wy").
 #include "cuda/chunk_wy.cuh"
@@ -27,14 +31,14 @@ template <class Tin, bool kKDA>
 struct WySmem {
   static constexpr int ldx = ld_col<Tin>(kSlab);
   static constexpr size_t bytes_x = align16(sizeof(Tin) * kChunk * ldx);
-  static constexpr size_t bytes = 4 * kChunk * kLdP + bytes_x * (kKDA ? 2 : 1) + (kKDA ? 4 * kChunk * kLdF : 0) + 4 * 6 * kChunk;
+  static constexpr size_t bytes = 4 * kChunk * kLdP + bytes_x * (kKDA ? 2 : 1) + 4 * kChunk * kLdF + 4 * 6 * kChunk;
   float *Ps, *F, *gs, *bet, *rk, *rq, *fr, *be;
   Tin *Xr, *Qr;
   __device__ explicit WySmem(char* b) {
     Ps = reinterpret_cast<float*>(b), b += 4 * kChunk * kLdP;
     Xr = reinterpret_cast<Tin*>(b), b += bytes_x;
     Qr = kKDA ? reinterpret_cast<Tin*>(b) : nullptr, b += kKDA ? bytes_x : 0;
-    F = kKDA ? reinterpret_cast<float*>(b) : nullptr, b += kKDA ? 4 * kChunk * kLdF : 0;
+    F = reinterpret_cast<float*>(b), b += 4 * kChunk * kLdF;
     gs = reinterpret_cast<float*>(b), bet = gs + kChunk, rk = bet + kChunk, rq = rk + kChunk, fr = rq + kChunk, be = fr + kChunk;
   }
 };
@@ -78,26 +82,39 @@ __device__ void load_slab(const ChunkParams& p, const ChunkInfo& ck, int ci, int
   cp_async_wait<0>();
 }
 
-// Right-hand-side scale factors: per row (gdn, u) into fr; per element (kda w) into F, which also
-// yields kg and qg of the slab's channels.
+// The slab's right-hand side Y = x * factor into F (rows >= L zero), stored TF32-rounded unless the
+// products are split, so that the product loop loads each B element once and converts nothing:
+// factor = beta rk 2^b per row (gdn, w), beta per row (u), beta rk 2^(b_r[d]) per element (kda, w:
+// F holds the raw gates until then; these rows also yield kg and qg of the slab's channels). Two
+// threads per column d (rows r = tid / 64 + 2 i): b_end read once, no index division.
 template <bool S, class Tin, bool kKDA>
-__device__ void rhs_factors(const ChunkParams& p, const ChunkInfo& ck, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
+__device__ void build_rhs(const ChunkParams& p, const ChunkInfo& ck, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
+  constexpr int ldx = WySmem<Tin, kKDA>::ldx;
   const int L = ck.len;
+  const bool per_elem = kKDA && sl.is_w;
   for (int r = threadIdx.x; r < kChunk; r += kThreads)
     s.fr[r] = sl.is_w ? (kKDA ? 0.0f : s.bet[r] * s.rk[r] * exp2f(s.gs[r])) : s.bet[r];
-  if constexpr (!kKDA) return;
-  if (!sl.is_w) return;
-  for (int d = threadIdx.x; d < sl.W; d += kThreads) s.be[d] = s.F[(L - 1) * kLdF + d];
-  __syncthreads();  // row L-1 of the gates is kept before the factors overwrite it
-  for (int idx = threadIdx.x; idx < kChunk * sl.W; idx += kThreads) {
-    const int r = idx / sl.W, d = idx % sl.W;
-    const float b = s.F[r * kLdF + d], b_end = s.be[d];
+  if (per_elem)  // row L - 1 of the gates is kept before Y overwrites it
+    for (int c = threadIdx.x; c < sl.W; c += kThreads) s.be[c] = s.F[(L - 1) * kLdF + c];
+  __syncthreads();
+  const int d = int(threadIdx.x) % kSlab;
+  if (d >= sl.W) return;
+  const float b_end = per_elem ? s.be[d] : 0.0f;
+#pragma unroll 4
+  for (int r = int(threadIdx.x) / kSlab; r < kChunk; r += kThreads / kSlab) {
+    float y = 0.0f;
     if (r < L) {
-      const int64_t out = (int64_t(ck.t0 + r) * p.HV + hv) * p.K + sl.c0 + d;
-      store_gated_kq<S>(p, out, to_float(s.Xr[r * WySmem<Tin, kKDA>::ldx + d]),
-                        to_float(s.Qr[r * WySmem<Tin, kKDA>::ldx + d]), s.rk[r], s.rq[r], b, b_end);
+      const float x = to_float(s.Xr[r * ldx + d]);
+      float f = s.fr[r];
+      if (per_elem) {
+        const float b = s.F[r * kLdF + d];
+        store_gated_kq<S>(p, (int64_t(ck.t0 + r) * p.HV + hv) * p.K + sl.c0 + d, x, to_float(s.Qr[r * ldx + d]), s.rk[r],
+                          s.rq[r], b, b_end);
+        f = s.bet[r] * s.rk[r] * exp2_approx<S>(b);
+      }
+      y = operand_store<S>(x * f);
     }
-    s.F[r * kLdF + d] = r < L ? s.bet[r] * s.rk[r] * exp2f(b) : 0.0f;
+    s.F[r * kLdF + d] = y;
   }
 }
 
@@ -112,9 +129,8 @@ __global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p)
   const Slab sl = slab_of(p, blockIdx.x);
   load_slab<Tin, kKDA>(p, ck, ci, hv, sl, s);
   __syncthreads();
-  rhs_factors<S>(p, ck, hv, sl, s);
+  build_rhs<S>(p, ck, hv, sl, s);
   __syncthreads();
-  const bool per_elem = kKDA && sl.is_w;
   float acc[kSlab / 8][4] = {};
 #pragma unroll 2
   for (int k0 = 0; k0 < ck.len; k0 += 8) {
@@ -122,13 +138,7 @@ __global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p)
 #pragma unroll
     for (int nt = 0; nt < kSlab / 8; ++nt) {
       if (8 * nt >= sl.W) continue;
-      const FragB<S> fb = load_b<S>(
-          [&](int r, int d) {
-            const float x = to_float(s.Xr[r * Sm::ldx + d]);
-            return x * (per_elem ? s.F[r * kLdF + d] : s.fr[r]);
-          },
-          k0, 8 * nt);
-      mma(acc[nt], fa, fb);
+      mma(acc[nt], fa, load_b<S, true>([&](int r, int d) { return s.F[r * kLdF + d]; }, k0, 8 * nt));
     }
   }
   float* out = sl.is_w ? p.w : p.u;
