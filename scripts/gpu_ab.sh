@@ -9,6 +9,9 @@
 # $OUT/logs.tgz and $OUT/prof.tgz (eight files at most come back from the device). About 6-9 minutes.
 # Here, before the call (the base is any commit; .gpu/ and .deps/ are git-ignored, carry both):
 #   git archive --prefix=base/ <commit> | gzip > .gpu/base.tgz; scripts/gpu_deps.sh
+# Or PREBUILT=1 (no builds there, ~90 s less device time): both trees built here, the new one packed
+# by scripts/gpu_pack.sh with the base's stripped kcp added as .gpu/kcp_base before its tar (carry
+# .gpu.tgz only, not .gpu: the carry limit counts bytes).
 # There:   [VARS="gdn kda gla"] [REPS32=1] [FWD=1 [FWD_VARS=...]] [PROF=0 | PROFS="name:variant:kernel-regex ..."]
 #          [FLA_SHAPES="gla:8192:16,gla:32768:16"] [MPI_SWEEP=1] [ENVS="label:NAME=value ..."] [FUSED_VARS="gdn"]
 #          scripts/gpu_ab.sh
@@ -25,13 +28,20 @@ date > $S; nvidia-smi --query-gpu=name --format=csv,noheader >> $S
 export LD_LIBRARY_PATH=$PWD/.deps/hdf5/lib:${LD_LIBRARY_PATH:-}
 t0=$(date +%s)
 . scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_tables
-fla_warm_up &
-. scripts/gpu_ab_build.sh  # ab_build: new and base side by side
-ab_build "kcp test_cuda"
-echo "builds $(( $(date +%s) - t0 )) s" >> $S
-N=build-gpu/kcp; B=/tmp/b/build/kcp
-[ -x $N ] && [ -x $B ] || { tail -30 $L/build_new.log $L/build_base.log >> $S; exit 1; }
-TC=build-gpu/tests/cuda/test_cuda; [ -x $TC ] || TC=build-gpu/test_cuda
+if [ "${PREBUILT:-0}" = 1 ]; then  # binaries built here (scripts/gpu_pack.sh, plus the base kcp as kcp_base)
+  [ -f .gpu.tgz ] && tar xzf .gpu.tgz
+  export LD_LIBRARY_PATH=$PWD/.gpu/lib:$LD_LIBRARY_PATH KCP_SOURCE_DIR=$PWD
+  N=.gpu/kcp; B=.gpu/kcp_base; TC=.gpu/test_cuda
+  [ -x $N ] && [ -x $B ] && [ -x $TC ] || { echo "PREBUILT: .gpu/kcp, kcp_base, test_cuda expected" >> $S; exit 1; }
+else
+  fla_warm_up &
+  . scripts/gpu_ab_build.sh  # ab_build: new and base side by side
+  ab_build "kcp test_cuda"
+  echo "builds $(( $(date +%s) - t0 )) s" >> $S
+  N=build-gpu/kcp; B=/tmp/b/build/kcp
+  [ -x $N ] && [ -x $B ] || { tail -30 $L/build_new.log $L/build_base.log >> $S; exit 1; }
+  TC=build-gpu/tests/cuda/test_cuda; [ -x $TC ] || TC=build-gpu/test_cuda
+fi
 timeout 300 $TC > $L/test_cuda.log 2>&1; echo "test_cuda rc=$?" >> $S; grep -E "test cases:|assertions:" $L/test_cuda.log >> $S
 $N check --backend cuda-chunkwise --precision f32 data/golden > $L/golden.log 2>&1; echo "golden rc=$?" >> $S; tail -2 $L/golden.log >> $S
 KCP_CUDA_KEEP=1 $N check --backend cuda-chunkwise --precision f32 data/golden > $L/golden_keep.log 2>&1; echo "golden keep rc=$?" >> $S; tail -2 $L/golden_keep.log >> $S
