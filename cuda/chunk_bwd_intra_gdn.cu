@@ -11,8 +11,9 @@
 //   suffix, sums only (no cancellation, as the CPU twin)  -> bp.part slot kPartDaIntra
 // q, k are qn, kn (the fused L2 norm applied on load, chunk_bwd_tiles.cuh), streamed in passes of
 // up to 64 keys (q k^T and k k^T accumulate across the passes in registers); dq, dk of a pass
-// added to dqv, dkv (kernel 1's parts), or, with BwdParams::direct_qk (no norm, G = 1), written to
-// dq, dk in their dtypes. Products: mma.sync m16n8k8, 3xTF32 where
+// added to dqv, dkv (kernel 1's parts), or, with BwdParams::direct_qk (G = 1), written to dq, dk in
+// their dtypes, through the fused norm's backward where it is on (store_normed; it costs intra 0.27 ms
+// at T = 32768, H = 16 for finish's 0.30, docs/BENCHMARKS.md). Products: mma.sync m16n8k8, 3xTF32 where
 // bwd_split_products says so, else one TF32 product (chunk_bwd.cuh). Tiles [64][72] (8 mod 32
 // words: every fragment pattern below is free of bank conflicts with scalar loads).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
