@@ -9,8 +9,8 @@
 //           term dz z (c = exp(A_log) or 1, z = c x)
 //   sums:   dA_log[hv] and ddt_bias[hv(*K + d)] summed over the tokens in two passes (partials per
 //           block of ~256 tokens, then per output element), fixed partition and order: deterministic.
-// With BwdParams::direct_qk (any variant: no norm, G = 1) kernel intra wrote dq, dk and qk does not
-// run; with direct_dg (kda / gla) it wrote dg and gates only writes dbeta (one thread per row), or
+// With BwdParams::direct_qk (G = 1; kda / gla without the norm, gdn with or without it) kernel
+// intra wrote dq, dk and qk does not run; with direct_dg (kda / gla) it wrote dg and gates only writes dbeta (one thread per row), or
 // does not run (gla).
 // Covered by tests/cuda/test_cuda_backward.cpp.
 #include <algorithm>

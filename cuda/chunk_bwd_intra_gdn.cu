@@ -221,6 +221,10 @@ __device__ void store_normed(const BwdParams& bp, const IntraGdnSmem& s, const C
   }
 }
 
+// Whether this kernel forms the fused norm's backward (dq, dk its own, the norm on): the kernel's
+// path and the launch's shared memory (floats_norm) both follow it.
+__host__ __device__ inline bool intra_forms_norm(const BwdParams& bp) { return bp.direct_qk && bp.c.l2norm; }
+
 // Z from the gram accumulators, then da_t = sum_{r >= t} (row prefix of Z)_r(t) -> the partial slot.
 __device__ void intra_gate_gdn(const BwdParams& bp, const IntraGdnSmem& s, const ChunkInfo& ck, int hv,
                                const float (&qk)[4][4], const float (&kk)[4][4]) {
@@ -280,7 +284,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_gdn_kernel(const __g
   __syncthreads();
   build_masks(s, L);
   float qk[4][4] = {}, kk[4][4] = {};
-  const bool norm = bp.direct_qk && p.l2norm;  // the norm's backward here (finish's qk pass does not run)
+  const bool norm = intra_forms_norm(bp);  // finish's qk pass does not run
   RowDots rd;
   for (int d0 = 0; d0 < KD; d0 += NP) {
     __syncthreads();  // build_masks, or the previous pass, is done
@@ -324,7 +328,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_gdn_kernel(const __g
 
 void launch_bwd_intra_gdn(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
-  const size_t smem = sizeof(float) * (bp.direct_qk && p.l2norm ? IntraGdnSmem::floats_norm : IntraGdnSmem::floats);
+  const size_t smem = sizeof(float) * (intra_forms_norm(bp) ? IntraGdnSmem::floats_norm : IntraGdnSmem::floats);
   dispatch_bwd(bp, [&](auto kd, auto split) {
     constexpr int KD = decltype(kd)::value;
     launch_kernel(bwd_intra_gdn_kernel<KD, decltype(split)::value>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
