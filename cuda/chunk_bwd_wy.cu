@@ -1,16 +1,17 @@
 // Backward stage "chunk", kernel 2 of 3: the WY backward through (I + Lmat)^-1 (CPU twin
 // chunk_wy_backward's dP, dL, and chunk_intra_backward's dbeta term). Grid (chunks, HV), 256 threads;
-// 64x64 tiles in shared memory (the gram: register tiles of 4x4, rows ty + 16 i, columns tx + 16 j):
+// 64x64 tiles in shared memory:
 //   G   = strict_lower(gated gram of k):  G_rs = sum_d k_r[d] k_s[d] 2^(b_r[d] - b_s[d])
-//         (gdn: (k_r . k_s) 2^(b_r - b_s); kda: 16-row blocks as F_r c_ij E_s products over 32-key
-//         slabs, chunk_bwd_tiles.cuh, the diagonal ones with cd_i where the block's gate spread allows
-//         (build_diag), else with exact exponents)
+//         (gdn: (k_r . k_s) 2^(b_r - b_s), formed here; kda: read, kkt formed it)
 //   dP  = strict_lower(W1 (I + Lmat)^T),  Lmat = Diag(beta) G,  W1 = dvnew vnew^T (kernel 1)
 //   T   = P^T dP;   dL = -strict_lower(T P^T)   (P unit lower triangular, from kkt)
 //   dbeta_e = sum_s dL_rs G_rs                  (kernel 1's partials are added by the sum kernel)
 // dL replaces W1 in the workspace (bp.Wc) for kernel 3. gdn's gram (raw dots k k^T, the decay applied
 // after) and dP, T and dL as 64x64 products on tensor cores (3xTF32 where bwd_split_products says
-// so, else one TF32 product, as the forward's kkt forms the same dots); kda's gram in float32 FMA.
+// so, else one TF32 product, as the forward's kkt forms the same dots); kda's gram is the one kkt
+// formed (ChunkParams::Gk: kept by the forward, or written by the backward's recompute). Until
+// 2026-11-29 kda's was formed here again, in float32 FMA over anchored 32-key slabs (0.96 ms at
+// T = 32768, H = 16, against gdn's 0.46 on tensor cores).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
@@ -21,18 +22,16 @@ namespace kcp::cuda {
 namespace {
 
 struct WySmem {
-  float *W, *G, *X, *P, *PT, *k, *g, *kF, *kE, *ct, *cd, *bet, *gsc, *red;
-  int* dok;  // kda: the diagonal blocks of this slab take the anchored product (build_diag)
+  float *W, *G, *X, *P, *PT, *k, *bet, *gsc, *red;
   static constexpr int kTile = kChunk * kLdC, kSl = kChunk * kLdS;
-  static constexpr int kRegion = 4 * kSl > 2 * kTile ? 4 * kSl : 2 * kTile;
-  static constexpr int floats = 3 * kTile + kRegion + (kPairs + 4) * kSlab + 128 + kChunk * 17 + 4;
+  static constexpr int kRegion = kSl > 2 * kTile ? kSl : 2 * kTile;
+  static constexpr int floats = 3 * kTile + kRegion + 128 + kChunk * 17;
   __device__ explicit WySmem(float* s) {
     W = s, G = s + kTile, X = s + 2 * kTile, s += 3 * kTile;
-    P = s, PT = s + kTile;                               // after the gram
-    k = s, g = s + kSl, kF = s + 2 * kSl, kE = s + 3 * kSl;  // during the gram
+    P = s, PT = s + kTile;  // after the gram
+    k = s;                  // gdn: a 32-key slab of k during the gram
     s += kRegion;
-    ct = s, cd = s + kPairs * kSlab, bet = cd + 4 * kSlab, gsc = bet + 64, red = gsc + 64;
-    dok = reinterpret_cast<int*>(red + kChunk * 17);
+    bet = s, gsc = bet + 64, red = gsc + 64;
   }
 };
 
@@ -78,79 +77,43 @@ __device__ __forceinline__ void gram_slab_gdn(float (&acc)[4][4], const WySmem& 
   }
 }
 
-// One 32-key slab of kda's gram into acc (rows ty + 16 i, columns tx + 16 j, j <= i).
-__device__ void gram_slab_kda(float (&acc)[4][4], const WySmem& s) {
-  const int ty = bwd_ty(), tx = bwd_tx();
-  bool dok[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) dok[i] = s.dok[i];
-  for (int c = 0; c < kSlab; c += 4) {  // (k_r F_r) c_ij (k_s E_s); diagonal blocks with cd_i where dok
-    float4 a[4], b[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) a[i] = lds4(s.kF + (ty + 16 * i) * kLdS + c), b[i] = lds4(s.kE + (tx + 16 * i) * kLdS + c);
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-      for (int j = 0; j <= i; ++j) {
-        if (j == i && !dok[i]) continue;
-        const float4 cf = lds4(j < i ? s.ct + pair_index(i, j) * kSlab + c : s.cd + i * kSlab + c);
-        const float4 ac = make_float4(a[i].x * cf.x, a[i].y * cf.y, a[i].z * cf.z, a[i].w * cf.w);
-        acc[i][j] = dot4(ac, b[j], acc[i][j]);
-      }
-  }
-  if (tx < ty) {  // diagonal blocks without the anchored product, s = tx + 16 i < r = ty + 16 i: exact exponents
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (dok[i]) continue;
-      const int r = ty + 16 * i, q = tx + 16 * i;
-      float x = acc[i][i];
-      for (int c = 0; c < kSlab; ++c)
-        x = fmaf(s.k[r * kLdS + c] * s.k[q * kLdS + c], exp2f(s.g[r * kLdS + c] - s.g[q * kLdS + c]), x);
-      acc[i][i] = x;
-    }
-  }
-}
-
-template <int KD, bool kKDA, bool kSplit>
-__device__ void wy_gram(const BwdParams& bp, const WySmem& s, const ChunkInfo& ck, int hv) {
+// gdn's gram over 32-key slabs (the next slab's k loads in flight during this slab's products), the
+// decay 2^(b_r - b_c) applied at the end, into s.G (strict lower).
+template <int KD, bool kSplit>
+__device__ void wy_gram_gdn(const BwdParams& bp, const WySmem& s, const ChunkInfo& ck, int hv) {
   const ChunkParams& p = bp.c;
-  const int ty = bwd_ty(), tx = bwd_tx(), L = ck.len, h = hv / p.G;
+  const int L = ck.len, h = hv / p.G;
   float acc[4][4] = {};
   const bool vec = qk_rows_vec16(p);
-  QkSlab next;  // the next slab's k loads in flight during this slab's gram
+  QkSlab next;
   next.load(p, ck.t0, h, L, 0, false, vec);
   for (int d0 = 0; d0 < KD; d0 += kSlab) {
     __syncthreads();
-    if constexpr (kKDA) copy_gates_async<true>(s.g, kLdS, p, ck, hv, d0, kSlab);
     next.store(nullptr, s.k, kLdS, p, ck.t0, h, L, d0);
     if (d0 + kSlab < KD) next.load(p, ck.t0, h, L, d0 + kSlab, false, vec);
     cp_async_wait_all();
     __syncthreads();
-    if constexpr (kKDA) {
-      build_scaled<kSplit>(s.g, s.k, nullptr, s.kF, s.kE, nullptr, s.ct, L);
-      build_diag(s.g, s.cd, s.dok, L);
-      __syncthreads();
-      gram_slab_kda(acc, s);
-    } else {
-      gram_slab_gdn<kSplit>(acc, s);
-    }
+    gram_slab_gdn<kSplit>(acc, s);
   }
-  if constexpr (kKDA) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+  for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int r = ty + 16 * i, c = tx + 16 * j;
-        s.G[r * kLdC + c] = c < r ? acc[i][j] : 0.0f;
-      }
-  } else {  // tile_nt's layout; the decay 2^(b_r - b_c) applied here
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = nt_row(e), c = nt_col(j, e);
-        s.G[r * kLdC + c] = c < r ? acc[j][e] * exp2f(s.gsc[r] - s.gsc[c]) : 0.0f;
-      }
+    for (int e = 0; e < 4; ++e) {
+      const int r = nt_row(e), c = nt_col(j, e);
+      s.G[r * kLdC + c] = c < r ? acc[j][e] * exp2f(s.gsc[r] - s.gsc[c]) : 0.0f;
+    }
+}
+
+// kda's gram as kkt formed it (ChunkParams::Gk: anchored products on tensor cores, or exact
+// exponents where a block's gate spread forbids the anchor); the entries kkt never wrote (c >= r,
+// rows >= L) are zero here.
+__device__ void load_gram_kda(const ChunkParams& p, const WySmem& s, int64_t blk, int L) {
+  copy_rows_async(s.G, kLdC, p.Gk + blk * kChunk * kChunk, kChunk, L, 0, kChunk);
+  cp_async_wait_all();
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
+    const int r = idx / kChunk, c = idx % kChunk;
+    if (c >= r) s.G[r * kLdC + c] = 0.0f;
   }
 }
 
@@ -167,7 +130,8 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_con
   float* Wg = bp.Wc + blk * kChunk * kChunk;
   copy_rows_async(s.W, kLdC, Wg, kChunk, kChunk, 0, kChunk);  // W1, and raw P into X (both free until dP)
   copy_rows_async(s.X, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  wy_gram<KD, kKDA, kSplit>(bp, s, ck, hv);
+  if constexpr (kKDA) load_gram_kda(p, s, blk, L);
+  else wy_gram_gdn<KD, kSplit>(bp, s, ck, hv);
   __syncthreads();  // the slabs are consumed: P', P'^T take their place
   for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
     const int a = idx / kChunk, b = idx % kChunk;
@@ -226,6 +190,7 @@ void launch_bwd_wy_kernel(const BwdParams& bp, cudaStream_t stream) {
     constexpr int KD = decltype(kd)::value;
     constexpr bool kS = decltype(split)::value;
     const size_t smem = sizeof(float) * WySmem::floats;
+    KCP_CHECK(!p.kda || p.Gk, "bwd_wy: kda needs the gram kkt keeps (ChunkParams::Gk)");
     if (p.kda) launch_kernel(bwd_wy_kernel<KD, true, kS>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
     else launch_kernel(bwd_wy_kernel<KD, false, kS>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
   });

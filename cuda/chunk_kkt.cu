@@ -109,7 +109,11 @@ __device__ void put_entry(const ChunkParams& p, const KktSmem<Tin, KD, kKDA>& s,
                           float dk, float dq) {
   float f = s.rk[c];
   if constexpr (!kKDA) f *= exp2f(s.gs[r] - s.gs[c]);
-  if (kDelta && c < r) s.Ls[r * kLdL + c] = s.bet[r] * s.rk[r] * dk * f;
+  if (kDelta && c < r) {
+    const float g = s.rk[r] * dk * f;  // G_rc; kda keeps it for the backward's WY kernel (ChunkParams::Gk)
+    s.Ls[r * kLdL + c] = s.bet[r] * g;
+    if (kKDA && p.Gk) p.Gk[(aqk - p.Aqk) + r * kChunk + c] = g;
+  }
   aqk[r * kChunk + c] = operand_store<S>(p.scale * s.rq[r] * dq * f);
 }
 

@@ -81,6 +81,7 @@ struct ChunkParams {
   float* rstd_k = nullptr;
   float* P = nullptr;
   float* Aqk = nullptr;
+  float* Gk = nullptr;  // kda: kkt writes the gated gram G (Lmat = Diag(beta) G) for the backward's WY kernel
   float* w = nullptr;
   float* u = nullptr;
   float* kg = nullptr;

@@ -69,7 +69,7 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   c.seq_chunk0 = reinterpret_cast<const int*>(static_cast<const char*>(d_table) + sizeof(ChunkInfo) * NT);
   auto f = [](const TensorView& t) { return static_cast<float*>(t.data); };
   c.gcum = f(buf.gcum), c.beta_e = f(buf.beta), c.rstd_q = f(buf.rstd_q), c.rstd_k = f(buf.rstd_k);
-  c.P = f(buf.P), c.Aqk = f(buf.Aqk), c.w = f(buf.w), c.u = f(buf.u), c.kg = f(buf.kg), c.qg = f(buf.qg);
+  c.P = f(buf.P), c.Aqk = f(buf.Aqk), c.Gk = f(buf.Gk), c.w = f(buf.w), c.u = f(buf.u), c.kg = f(buf.kg), c.qg = f(buf.qg);
   return st;
 }
 

@@ -28,6 +28,8 @@ struct StageBuffers {
   TensorView beta;            // [TT,HV] effective beta
   TensorView rstd_q, rstd_k;  // [TT,H] 1/sqrt(|x|^2 + 1e-6) (l2norm only, else empty)
   TensorView P, Aqk;          // [NT,HV,64,64] (I + Lmat)^-1 and the masked, scaled q k^T with decay
+  TensorView Gk;              // [NT,HV,64,64] kda: the gated gram of kn, strict lower, rows < L (kkt; the
+                              // backward's WY kernel reads it instead of forming it again); else empty
   TensorView w;               // [TT,HV,K]
   TensorView u;               // [TT,HV,V]
   TensorView kg, qg;          // [TT,HV,K] (kda only, else empty)

@@ -207,6 +207,7 @@ struct Pipeline::Impl {
         {&buf.gcum, {TT, p.HV, Kg}, true},  {&buf.beta, {TT, p.HV}, true},
         {&buf.rstd_q, {TT, p.H}, l2},       {&buf.rstd_k, {TT, p.H}, l2},
         {&buf.P, {NT64, p.HV, kChunk, kChunk}, delta}, {&buf.Aqk, {NT64, p.HV, kChunk, kChunk}, true},
+        {&buf.Gk, {NT64, p.HV, kChunk, kChunk}, delta && kda},
         {&buf.w, {TT, p.HV, p.K}, wy},      {&buf.u, {TT, p.HV, p.V}, wy},
         {&buf.kg, {TT, p.HV, p.K}, kda},    {&buf.qg, {TT, p.HV, p.K}, kda},
         {&buf.h, {NT64, p.HV, p.K, p.V}, stages || !delta},  // gla: the output reads the stored states
