@@ -2,7 +2,8 @@
 // table and the float32 workspace on the device between calls (re-uploading the table only when the
 // sequence layout changes), and launches the stages in order.
 // Workspace per call, float32: gcum TT*HV*Kg, beta TT*HV, rstd 2*TT*H (l2norm), P and Aqk
-// 2*NT*HV*64*64 (gla: Aqk only), w TT*HV*K and u TT*HV*V (not for the folded gdn forward with 16-bit
+// 2*NT*HV*64*64 (gla: Aqk only), kda's gram G NT*HV*64*64 (kkt writes it for the backward's WY
+// kernel), w TT*HV*K and u TT*HV*V (not for the folded gdn forward with 16-bit
 // inputs, nor gla), kg and qg 2*TT*HV*K (kda, gla), h NT*HV*K*V (gla's output reads it; the stage
 // tests) and vnew TT*HV*V (the stage tests).
 // Covered by tests/cuda/test_cuda_forward.cpp, test_cuda_stages.cpp, test_cuda_transition.cpp.
