@@ -81,10 +81,13 @@ for v in gdn; do for tag in new base; do
   KCP_CUDA_STAGE_TIMES=1 timeout 120 $X bench --backend cuda-chunkwise --variant $v --H 16 --T 8192 --dtype float32 --backward 1 --keep 1 --check 1 --warmup 2 --repeat 10 > $L/f32_${v}_${tag}.log 2>&1
   echo "$tag $v f32 T=8192: $(grep -E "^\| $v" $L/f32_${v}_${tag}.log | head -1) | $(grep 'backward stages' $L/f32_${v}_${tag}.log | tail -1 | sed 's/.*(ms)://')" >> $S
 done; done
-# ENVS="label:NAME=value ...": the new binary once more under each setting, each of VARS at both
-# lengths (a study's forms selected at run time in one build, as KCP_HV_MODE was on study/hv-overlap).
+# ENVS="label:NAME=value ...": the new binary once more under each setting, test_cuda first and then
+# each of VARS at both lengths (a study's forms selected at run time in one build, as KCP_HV_MODE was
+# on study/hv-overlap, KCP_CUDA_GLA_CHAIN_COLS on next/gla-chain-cols).
 for x in ${ENVS:-}; do
   IFS=: read -r lab kv <<< "$x"
+  env "$kv" timeout 300 $TC > $L/test_cuda_env_$lab.log 2>&1  # the setting's form tested before it is timed
+  echo "env $lab ($kv) test_cuda rc=$?: $(grep -E "test cases:" $L/test_cuda_env_$lab.log)" >> $S
   for T in 8192 32768; do for v in $VARS; do
     ck=1; [ $T = 32768 ] && ck=0
     env "$kv" KCP_CUDA_STAGE_TIMES=1 timeout 120 $N bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check $ck --warmup 2 --repeat 10 > $L/env_${lab}_${v}_$T.log 2>&1
