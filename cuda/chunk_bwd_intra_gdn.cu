@@ -148,6 +148,17 @@ __device__ void store_pass(const BwdParams& bp, const ChunkInfo& ck, int hv, int
     }
 }
 
+// f(j, e, r, c) for each accumulator element of this warp's tile in a pass of NP columns: rows from
+// m0 = 16 (w % 4), columns from n0 = (w / 4) NP / 2, n-tile j, element e at row r, column c.
+template <int NP, class F>
+__device__ __forceinline__ void for_warp_acc(F&& f) {
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = (w >> 2) * (NP / 2);
+#pragma unroll
+  for (int j = 0; j < NP / 16; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) f(j, e, acc_row(m0, e), acc_col(n0 + 8 * j, e));
+}
+
 // The fused L2 norm's backward (direct_qk with the norm: the block owns whole rows, G = 1), as
 // finish's qk pass computes it: dq = rstd_q (dqn - (dqn . qn) qn), dk likewise. The row dots collect
 // over the passes; the sums of the first pass (K = 2 NP) wait in Xq, Xk, the last pass's stay in
@@ -157,25 +168,14 @@ struct RowDots {
 };
 template <int NP>
 __device__ void add_dots(const IntraGdnSmem& s, const float (&dq)[NP / 16][4], const float (&dk)[NP / 16][4], RowDots& rd) {
-  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = (w >> 2) * (NP / 2);
-#pragma unroll
-  for (int j = 0; j < NP / 16; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int o = acc_row(m0, e) * kLdM + acc_col(n0 + 8 * j, e);
-      rd.q[e >> 1] = fmaf(dq[j][e], s.q[o], rd.q[e >> 1]), rd.k[e >> 1] = fmaf(dk[j][e], s.k[o], rd.k[e >> 1]);
-    }
+  for_warp_acc<NP>([&](int j, int e, int r, int c) {
+    const int o = r * kLdM + c;
+    rd.q[e >> 1] = fmaf(dq[j][e], s.q[o], rd.q[e >> 1]), rd.k[e >> 1] = fmaf(dk[j][e], s.k[o], rd.k[e >> 1]);
+  });
 }
 template <int NP>
 __device__ void keep_sums(const IntraGdnSmem& s, const float (&dq)[NP / 16][4], const float (&dk)[NP / 16][4]) {
-  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = (w >> 2) * (NP / 2);
-#pragma unroll
-  for (int j = 0; j < NP / 16; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int o = acc_row(m0, e) * kLdZ + acc_col(n0 + 8 * j, e);
-      s.Xq[o] = dq[j][e], s.Xk[o] = dk[j][e];
-    }
+  for_warp_acc<NP>([&](int j, int e, int r, int c) { s.Xq[r * kLdZ + c] = dq[j][e], s.Xk[r * kLdZ + c] = dk[j][e]; });
 }
 // Whole-row dots: over the quad (one row's 8-column pairs), then over the two warps of the row's
 // column halves (w, w + 4) through s.red [q, k][half][64], in a fixed order.
@@ -228,14 +228,10 @@ __host__ __device__ inline bool intra_forms_norm(const BwdParams& bp) { return b
 // Z from the gram accumulators, then da_t = sum_{r >= t} (row prefix of Z)_r(t) -> the partial slot.
 __device__ void intra_gate_gdn(const BwdParams& bp, const IntraGdnSmem& s, const ChunkInfo& ck, int hv,
                                const float (&qk)[4][4], const float (&kk)[4][4]) {
-  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = 32 * (w >> 2), L = ck.len;
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = acc_row(m0, e), c = acc_col(n0 + 8 * j, e);
-      s.Z[r * kLdZ + c] = c < r ? s.MA[r * kLdM + c] * qk[j][e] + s.ML[r * kLdM + c] * kk[j][e] : 0.0f;
-    }
+  const int L = ck.len;
+  for_warp_acc<kChunk>([&](int j, int e, int r, int c) {  // the 64 x 64 gram tiles
+    s.Z[r * kLdZ + c] = c < r ? s.MA[r * kLdM + c] * qk[j][e] + s.ML[r * kLdM + c] * kk[j][e] : 0.0f;
+  });
   __syncthreads();
   const int t = threadIdx.x;
   if (t < L) {  // row t: exclusive prefix over s < t, in place (entries s >= t are not read)
