@@ -3,7 +3,7 @@
 // sequence layout changes), and launches the stages in order.
 // Workspace per call, float32: gcum TT*HV*Kg, beta TT*HV, rstd 2*TT*H (l2norm), P and Aqk
 // 2*NT*HV*64*64 (gla: Aqk only), kda's gram G NT*HV*64*64 (kkt writes it for the backward's WY
-// kernel), w TT*HV*K and u TT*HV*V (not for the folded gdn forward with 16-bit
+// kernel; not in a forward without keep), w TT*HV*K and u TT*HV*V (not for the folded gdn forward with 16-bit
 // inputs, nor gla), kg and qg 2*TT*HV*K (kda, gla), h NT*HV*K*V (gla's output reads it; the stage
 // tests) and vnew TT*HV*V (the stage tests).
 // Covered by tests/cuda/test_cuda_forward.cpp, test_cuda_stages.cpp, test_cuda_transition.cpp.
@@ -99,7 +99,8 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   impl_->kept.valid = false;
   if (impl_->keep_forward) return impl_->forward_kept(p, in, out);  // which uses or drops impl_->front
   impl_->front.valid = false;
-  const Impl::Setup st = impl_->setup(p, in, 0, -1, false);
+  Impl::Setup st = impl_->setup(p, in, 0, -1, false);
+  st.c.Gk = nullptr;  // kda's gram is for a backward's WY kernel: none reads this forward's (front.valid is false)
   const cudaStream_t stream = impl_->stream;
   // gdn with 16-bit inputs: w and u folded into the state kernel (no WY stage).
   const bool fold = state_fold_applies(st.c, st.dtype);
