@@ -23,12 +23,12 @@ val::CaseSpec transition_case_spec(Variant var, DType qkv, uint64_t seed) {
   return s;
 }
 
-val::CaseData round_case(val::CaseData c, DType qkv) {
+val::CaseData round_case(val::CaseData c, DType qkv, DType gates) {
   auto round_all = [](Tensor<double>& t, DType dt) {
     for (double& x : t.vec()) x = round_to(dt, x);
   };
-  round_all(c.q, qkv), round_all(c.k, qkv), round_all(c.v, qkv);
-  for (Tensor<double>* t : {&c.g, &c.beta, &c.A_log, &c.dt_bias, &c.h0}) round_all(*t, DType::f32);
+  round_all(c.q, qkv), round_all(c.k, qkv), round_all(c.v, qkv), round_all(c.g, gates);
+  for (Tensor<double>* t : {&c.beta, &c.A_log, &c.dt_bias, &c.h0}) round_all(*t, DType::f32);
   return c;
 }
 
@@ -68,7 +68,7 @@ Tensor<double> to_host(Backend& be, const TensorView& v) {
   return to_tensor<double>(TensorView(host.data(), v.dtype, v.shape));
 }
 
-DeviceInputs upload_inputs(Backend& be, const val::CaseData& c, DType qkv) {
+DeviceInputs upload_inputs(Backend& be, const val::CaseData& c, DType qkv, DType gates) {
   DeviceInputs d;
   d.tensors.reserve(8);
   auto put = [&](const Tensor<double>& t, DType dt) -> TensorView {
@@ -77,7 +77,7 @@ DeviceInputs upload_inputs(Backend& be, const val::CaseData& c, DType qkv) {
     return d.tensors.back().view;
   };
   d.views.q = put(c.q, qkv), d.views.k = put(c.k, qkv), d.views.v = put(c.v, qkv);
-  d.views.g = put(c.g, DType::f32), d.views.beta = put(c.beta, DType::f32);
+  d.views.g = put(c.g, gates), d.views.beta = put(c.beta, DType::f32);
   d.views.A_log = put(c.A_log, DType::f32), d.views.dt_bias = put(c.dt_bias, DType::f32);
   d.views.initial_state = put(c.h0, DType::f32);
   return d;

@@ -15,8 +15,8 @@ namespace kcp::test {
 bool gpu_present();
 inline constexpr const char* kNoGpuMessage = "no CUDA device: skipped";
 
-// q, k, v rounded to `qkv` and every other input to float32, in place.
-val::CaseData round_case(val::CaseData c, DType qkv);
+// q, k, v rounded to `qkv`, the gates g to `gates` and every other input to float32, in place.
+val::CaseData round_case(val::CaseData c, DType qkv, DType gates = DType::f32);
 // The transition tests' case: packed lengths {70, 0, 130, 1} (an empty and a one-token sequence),
 // H = 1, HV = 2, K = 64, V = 32; kda with the in-kernel L2 norm, gdn with the beta sigmoid.
 val::CaseSpec transition_case_spec(Variant var, DType qkv, uint64_t seed);
@@ -46,7 +46,8 @@ struct DeviceInputs {
   std::vector<DeviceTensor> tensors;
   Inputs views;
 };
-DeviceInputs upload_inputs(Backend& be, const val::CaseData& c, DType qkv);
+// q, k, v in `qkv`, g in `gates` (round_case's), the rest float32.
+DeviceInputs upload_inputs(Backend& be, const val::CaseData& c, DType qkv, DType gates = DType::f32);
 
 // Device gradients shaped like a host set (the oracle's): dq, dk, dv in the input dtype, the rest
 // float32 (FLA's dtypes), NaN-poisoned; one entry per gradient the host set holds, with its name

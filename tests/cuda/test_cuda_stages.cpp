@@ -1,6 +1,7 @@
 // Each CUDA stage against its CPU chunkwise twin (reference/chunkwise.h, float64) on the same
 // inputs: before a stage runs, the buffers it reads are overwritten with the twin's values, so a
-// failure names one kernel: cumsum (gcum, beta, rstd), kkt + solve (P, Aqk), WY (w, u, kg, qg),
+// failure names one kernel: cumsum (gcum, beta, rstd; kda and gla: rstd, their gcum and beta come
+// from kkt), kkt + solve (P, Aqk), WY (w, u, kg, qg),
 // state (h, vnew, final state), output (o). For gdn with 16-bit inputs the forward's state kernel
 // is the folded one (chunk_state_fold.cu: reads P, k, v instead of w, u, and fuses the output): it
 // runs with 1 and 2 column groups per block and its fused o is checked too; WY is still checked (it
@@ -30,17 +31,20 @@ namespace {
 struct StageCase {
   val::CaseSpec spec;
   DType qkv;
-  std::string name() const { return spec.name() + " qkv=" + std::string(dtype_name(qkv)); }
+  DType gates = DType::f32;  // g's dtype (kda and gla read it in kkt's gate scan, in its dtype)
+  std::string name() const {
+    return spec.name() + " qkv=" + std::string(dtype_name(qkv)) + (gates == DType::f32 ? "" : " g=" + std::string(dtype_name(gates)));
+  }
 };
 
 std::vector<StageCase> stage_cases(uint64_t seed) {
   std::vector<StageCase> v;
-  auto add = [&](Variant var, DType dt, auto&& setup) {
+  auto add = [&](Variant var, DType dt, auto&& setup, DType gates = DType::f32) {
     val::CaseSpec s;
     s.variant = var;
     setup(s);
     s.seed = seed + v.size();
-    v.push_back({s, dt});
+    v.push_back({s, dt, gates});
   };
   add(Variant::gdn, DType::bf16, [](val::CaseSpec& s) {  // packed, GVA, empty and 1-token sequences
     s.seqlens = {64, 37, 0, 90, 1, 60}, s.H = 1, s.HV = 3, s.K = 64, s.V = 64;
@@ -65,6 +69,15 @@ std::vector<StageCase> stage_cases(uint64_t seed) {
   });
   add(Variant::gla, DType::f32, [](val::CaseSpec& s) { s.B = 2, s.T = 130, s.K = s.V = 128; });
   add(Variant::gla, DType::f16, [](val::CaseSpec& s) { s.T = 100, s.K = s.V = 32; });
+  // The gates in other dtypes than float32 (kkt's gate scan loads each one in its own: FLA's gla and
+  // kda layers pass 16-bit gates), packed with empty and 1-token sequences; one with the gate formula.
+  auto packed128 = [](val::CaseSpec& s) { s.seqlens = {64, 37, 0, 90, 1, 60}, s.H = 1, s.HV = 2, s.K = s.V = 128; };
+  add(Variant::kda, DType::bf16, packed128, DType::bf16);
+  add(Variant::gla, DType::bf16, packed128, DType::bf16);
+  add(Variant::kda, DType::f16, [](val::CaseSpec& s) {
+    s.T = 130, s.K = 64, s.V = 32, s.flags.use_gate_in_kernel = true, s.flags.lower_bound = -5.0;
+  }, DType::f16);
+  add(Variant::gla, DType::f32, [](val::CaseSpec& s) { s.T = 100, s.K = s.V = 64; }, DType::f64);
   return v;
 }
 
@@ -102,22 +115,24 @@ TEST_CASE("each CUDA stage matches its CPU chunkwise twin on the same inputs" * 
   for (const StageCase& sc : stage_cases(val::seed_from_env(800))) {
     SUBCASE(sc.name().c_str()) {
       std::printf("%s\n", sc.name().c_str());
-      const val::CaseData c = test::round_case(val::make_case(sc.spec), sc.qkv);
+      const val::CaseData c = test::round_case(val::make_case(sc.spec), sc.qkv, sc.gates);
       const Problem p64 = c.problem(DType::f64), p = c.problem(DType::f32);
       const test::StageTwin tw = test::make_stage_twin(p64, c.inputs());
-      test::DeviceInputs din = test::upload_inputs(*gpu, c, sc.qkv);
+      test::DeviceInputs din = test::upload_inputs(*gpu, c, sc.qkv, sc.gates);
       const cuda::StageBuffers& b = pipe.prepare_stages(p, din.views);
       const bool l2 = p.flags.use_qk_l2norm_in_kernel, kda = p.per_channel_gate();  // kda and gla: kg, qg
       const bool delta = p.variant != Variant::gla;  // gla: no P, w, u buffers
       const double bar = sc.qkv == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
 
       for (const TensorView* t : {&b.gcum, &b.beta, &b.rstd_q, &b.rstd_k}) if (!t->empty()) test::poison(*gpu, *t);
+      // kda, gla: the gate tile and beta_e are formed by kkt (chunk_gates.cuh), so they are checked
+      // after it (still poisoned until then: never fed here).
       pipe.run_stage(cuda::Stage::cumsum, p, din.views, {});
-      check_stage("cumsum gcum", *gpu, b.gcum, tw.gcum, val::tol::kFloatVsDouble);
-      check_stage("cumsum beta", *gpu, b.beta, tw.beta, val::tol::kFloatVsDouble);
+      if (!kda) check_stage("cumsum gcum", *gpu, b.gcum, tw.gcum, val::tol::kFloatVsDouble);
+      if (!kda) check_stage("cumsum beta", *gpu, b.beta, tw.beta, val::tol::kFloatVsDouble);
       if (l2) check_stage("cumsum rstd", *gpu, b.rstd_k, tw.rstd_k, val::tol::kFloatVsDouble);
 
-      feed(*gpu, b.gcum, tw.gcum), feed(*gpu, b.beta, tw.beta);
+      if (!kda) feed(*gpu, b.gcum, tw.gcum), feed(*gpu, b.beta, tw.beta);
       if (l2) feed(*gpu, b.rstd_q, tw.rstd_q), feed(*gpu, b.rstd_k, tw.rstd_k);
       CHECK(b.P.empty() == !delta);  // gla: no P, w, u allocated
       CHECK(b.w.empty() == !delta);
@@ -129,6 +144,8 @@ TEST_CASE("each CUDA stage matches its CPU chunkwise twin on the same inputs" * 
       if (delta) check_stage("kkt P", *gpu, b.P, tw.P, bar);
       else check_stage("kkt kg", *gpu, b.kg, tw.kg, bar), check_stage("kkt qg", *gpu, b.qg, tw.qg, bar);
       check_stage("kkt Aqk", *gpu, b.Aqk, tw.Aqk, bar);
+      if (kda) check_stage("kkt gcum", *gpu, b.gcum, tw.gcum, val::tol::kFloatVsDouble);
+      if (kda) check_stage("kkt beta", *gpu, b.beta, tw.beta, val::tol::kFloatVsDouble);
 
       if (delta) {  // gla: no WY stage
         feed(*gpu, b.P, tw.P);
