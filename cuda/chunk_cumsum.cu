@@ -1,14 +1,15 @@
-// Stage "gate cumsum" with the fused pre-processing:
-//   beta_e[t]  = s * sigmoid(beta[t])  (s = 2 with allow_neg_eigval) or beta[t]
-//   a[t,d]     = gate(g[t,d] + dt_bias[d]) or g[t,d]                (device_math.cuh)
-//   gcum[r,d]  = RCP_LN2 * sum_{s<=r} a[c*64+s, d]                   (restarts at every chunk)
-//   rstd[t]    = 1 / sqrt(sum_d x[t,d]^2 + 1e-6) for q and k        (l2norm only, per q/k head)
+// Stage "gate cumsum" of gdn with the fused pre-processing (chunk_gates.cuh has the formulas):
+//   beta_e[t]  = s * sigmoid(beta[t]) or beta[t];  gcum[r] = RCP_LN2 * sum_{s<=r} a[c*64+s] (per chunk)
+// and, for every variant with the fused L2 norm,
+//   rstd[t]    = 1 / sqrt(sum_d x[t,d]^2 + 1e-6) for q and k        (per q/k head)
+// kda and gla (a gate per key) form their gate tile and beta_e inside kkt instead (scan_gate_tile),
+// so for them this stage is the rstd kernel alone, or nothing.
 // One block per (chunk, value head) for beta and the gates: gdn scans its 64 rows with warp
-// shuffles, kda sums down the rows per channel (loads batched 8 rows at a time so they overlap).
-// One block per (chunk, q/k head) for rstd, 8 threads per row. Sums are float32 (FLA: a parallel
-// scan in float32 as well). Shapes: gcum [TT,HV,Kg] (Kg = K kda, 1 gdn), beta_e [TT,HV], rstd [TT,H].
+// shuffles. One block per (chunk, q/k head) for rstd, 8 threads per row. Sums are float32 (FLA: a
+// parallel scan in float32 as well). Shapes: gcum [TT,HV], beta_e [TT,HV], rstd [TT,H].
 // Covered by tests/cuda/test_cuda_stages.cpp ("cumsum").
 #include "cuda/chunk_cumsum.cuh"
+#include "cuda/chunk_gates.cuh"
 
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
@@ -16,17 +17,7 @@
 namespace kcp::cuda {
 namespace {
 
-constexpr int kThreads = 128, kBatch = 8;
-
-template <class Tg>
-__device__ float gate_value(const ChunkParams& p, const Tg* g, int64_t i, float bias, float rate) {
-  const float x = to_float(g[i]);
-  return p.gate == kGateLogDecay ? x : gate_activate(p.gate, x + bias, rate, p.lower_bound);
-}
-
-__device__ float dt_bias_of(const ChunkParams& p, int64_t i) {
-  return (p.gate != kGateLogDecay && p.dt_bias.p) ? load_any(p.dt_bias.p, p.dt_bias.dt, i * p.dt_bias.s) : 0.0f;
-}
+constexpr int kThreads = 128;
 
 // gdn: one scalar gate per row; inclusive scan of 64 rows by two warps.
 template <class Tg>
@@ -45,39 +36,12 @@ __device__ void scan_rows(const ChunkParams& p, const ChunkInfo& ck, int hv, flo
   if (r < ck.len) p.gcum[int64_t(ck.t0 + r) * p.HV + hv] = kRcpLn2 * x;
 }
 
-// kda: one thread per channel sums down the rows.
-template <class Tg>
-__device__ void sum_columns(const ChunkParams& p, const ChunkInfo& ck, int hv, float rate) {
-  const Tg* g = static_cast<const Tg*>(p.g.p);
-  for (int d = threadIdx.x; d < p.K; d += kThreads) {
-    const float bias = dt_bias_of(p, int64_t(hv) * p.K + d);
-    float acc = 0.0f;
-    for (int r0 = 0; r0 < ck.len; r0 += kBatch) {
-      float x[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) x[j] = r0 + j < ck.len ? to_float(g[row_off(p.g, ck.t0 + r0 + j, hv) + d]) : 0.0f;
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        if (r0 + j >= ck.len) break;
-        acc += p.gate == kGateLogDecay ? x[j] : gate_activate(p.gate, x[j] + bias, rate, p.lower_bound);
-        p.gcum[(int64_t(ck.t0 + r0 + j) * p.HV + hv) * p.K + d] = kRcpLn2 * acc;
-      }
-    }
-  }
-}
-
 template <class Tg>
 __global__ void __launch_bounds__(kThreads) chunk_cumsum_kernel(const ChunkParams p) {
   const ChunkInfo ck = p.chunks[blockIdx.x];
   const int hv = blockIdx.y;
-  for (int r = threadIdx.x; r < ck.len; r += kThreads) {
-    float b = p.gla ? 0.0f : load_any(p.beta.p, p.beta.dt, row_off(p.beta, ck.t0 + r, hv));  // gla: no beta
-    if (p.beta_sigmoid && !p.gla) b = p.beta_scale * sigmoid_f(b);
-    p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] = b;
-  }
-  const float rate = p.A_log.p ? expf(load_any(p.A_log.p, p.A_log.dt, hv * p.A_log.s)) : 1.0f;
-  if (p.kda) sum_columns<Tg>(p, ck, hv, rate);
-  else scan_rows<Tg>(p, ck, hv, rate);
+  for (int r = threadIdx.x; r < ck.len; r += kThreads) p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] = effective_beta(p, ck.t0 + r, hv);
+  scan_rows<Tg>(p, ck, hv, gate_rate(p, hv));
 }
 
 // rstd of the q and k rows of one chunk and q/k head: 8 threads per row, 16 rows per pass.
@@ -111,8 +75,10 @@ void launch_chunk_cumsum(const ChunkParams& p, int input_dtype, cudaStream_t str
     chunk_cumsum_kernel<Tg><<<dim3(p.NT, p.HV), kThreads, 0, stream>>>(p);
     KCP_CUDA_LAUNCH_CHECK();
   };
-  if (p.g.dt == kF64) gates(TypeTag<double>{});
-  else dispatch_input_type(p.g.dt, gates);
+  if (!p.kda) {  // kda, gla: the gate tile and beta are formed by kkt (chunk_gates.cuh)
+    if (p.g.dt == kF64) gates(TypeTag<double>{});
+    else dispatch_input_type(p.g.dt, gates);
+  }
   if (!p.l2norm) return;
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;

@@ -15,11 +15,15 @@
 //         k k^T products, the solve and P are skipped (P is not written; nothing reads it for gla).
 //         Instead the block writes the gated rows kg_r = k_r 2^(b_end - b_r), qg_r = q_r 2^(b_r)
 //         (with the L2 norm's rstd) from the tiles it has loaded: gla runs no WY stage.
-// Raw k, q rows arrive by cp.async (zero past the chunk end; gates padded with row L-1).
+// Raw k, q rows arrive by cp.async (zero past the chunk end). kda, gla: the stage forms the chunk's
+// gate cumsum tile from the raw gates (scan_gate_tile, rows >= L repeating row L-1) and beta_e, and
+// writes both to the workspace for the later stages (chunk_cumsum.cu does not form them). gla's
+// forward without keep (ChunkParams::forward_only): gcum only each chunk's last row.
 // Outputs (float32, TF32-rounded when products are not split): Aqk, P (not gla) [NT,HV,64,64]; rows and
 // columns >= L are zero (P: identity there). gla: kg, qg [TT,HV,K] (rows < L), as the WY stage's.
 // Covered by tests/cuda/test_cuda_stages.cpp ("kkt").
 #include "cuda/chunk_kkt.cuh"
+#include "cuda/chunk_gates.cuh"
 #include "cuda/chunk_rows.cuh"
 
 #include <algorithm>
@@ -80,17 +84,20 @@ __device__ void load_tiles(const ChunkParams& p, const ChunkInfo& ck, int hv, co
     cp_async16(s.ks + r * Sm::ldk + sg * per, static_cast<const Tin*>(p.k.p) + row_off(p.k, ck.t0 + rr, h) + sg * per, r < L);
     cp_async16(s.qs + r * Sm::ldk + sg * per, static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0 + rr, h) + sg * per, r < L);
   }
-  if constexpr (kKDA) {
-    for (int idx = threadIdx.x; idx < kChunk * KD / 4; idx += kkt_threads<kDelta>) {
-      const int r = idx / (KD / 4), sg = idx % (KD / 4);
-      cp_async16(s.gs + r * Sm::ldg + 4 * sg, p.gcum + (int64_t(ck.t0 + min(r, L - 1)) * p.HV + hv) * KD + 4 * sg, true);
-    }
-  }
-  load_chunk_row_scalars<kKDA>(p, ck, hv, h, s.gs, s.bet, s.rk, s.rq);
+  load_chunk_row_scalars<kKDA, !kKDA>(p, ck, hv, h, s.gs, s.bet, s.rk, s.rq);
+  cp_async_commit();
   if constexpr (kDelta)
     for (int idx = threadIdx.x; idx < kChunk * kLdL / 4; idx += kThreads)
       reinterpret_cast<float4*>(s.Ls)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  cp_async_commit();
+  if constexpr (kKDA) {  // kda, gla: this stage forms beta_e and the gate tile (chunk_gates.cuh), the k, q copies in flight
+    for (int r = threadIdx.x; r < kChunk; r += kkt_threads<kDelta>) {
+      const float b = r < L ? effective_beta(p, ck.t0 + r, hv) : 0.0f;
+      s.bet[r] = b;
+      if (r < L) p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] = b;
+    }
+    scan_gate_tile<KD, kkt_threads<kDelta>>(p, ck, hv, s.gs, Sm::ldg);
+    store_gate_tile<KD, kkt_threads<kDelta>>(p, ck, hv, s.gs, Sm::ldg);
+  }
   cp_async_wait<0>();
 }
 

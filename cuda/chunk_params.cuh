@@ -76,6 +76,9 @@ struct ChunkParams {
   RowsView q, k, v, g, beta;
   // workspace
   float* gcum = nullptr;
+  // gla's forward without keep (nothing after it reads the front's workspace): kkt writes only each
+  // chunk's last gcum row (b_end), all that the state chain reads of it.
+  bool forward_only = false;
   float* beta_e = nullptr;
   float* rstd_q = nullptr;
   float* rstd_k = nullptr;
@@ -119,6 +122,11 @@ struct OutputParams {
 };
 
 __device__ __forceinline__ int64_t row_off(const RowsView& v, int64_t tt, int x) { return tt * v.st + int64_t(x) * v.sx; }
+// 16-byte groups of E elements of a [B,T,X,D] view: usable when the base, both strides and the
+// column offset keep every group 16-byte aligned.
+__device__ __forceinline__ bool rows_vec16(const RowsView& v, int E) {
+  return (reinterpret_cast<uintptr_t>(v.p) & 15) == 0 && v.st % E == 0 && v.sx % E == 0;
+}
 
 // The tokens of a sequence's chunks [c_begin, c_begin + count) of the table: consecutive 64-token runs
 // from t_first, the last ending at t_end, so a kernel walking the sequence reads two table entries, not

@@ -11,14 +11,15 @@
 
 namespace kcp::cuda {
 
-template <bool kKDA>
+// kBeta = false: the caller forms bet itself (kda's and gla's kkt, which writes beta_e).
+template <bool kKDA, bool kBeta = true>
 __device__ __forceinline__ void load_chunk_row_scalars(const ChunkParams& p, const ChunkInfo& ck, int hv, int h,
                                                        float* gs, float* bet, float* rk, float* rq) {
   const int L = ck.len;
   for (int r = threadIdx.x; r < kChunk; r += blockDim.x) {
     const int64_t tt = ck.t0 + min(r, L - 1);
     if constexpr (!kKDA) cp_async4(gs + r, p.gcum + tt * p.HV + hv, true);
-    cp_async4(bet + r, p.beta_e + tt * p.HV + hv, r < L);
+    if constexpr (kBeta) cp_async4(bet + r, p.beta_e + tt * p.HV + hv, r < L);
     if (p.l2norm) {
       cp_async4(rk + r, p.rstd_k + tt * p.H + h, r < L);
       cp_async4(rq + r, p.rstd_q + tt * p.H + h, r < L);
@@ -32,8 +33,10 @@ __device__ __forceinline__ void load_chunk_row_scalars(const ChunkParams& p, con
 // qg = q rq 2^b, TF32-rounded unless products are split (S; exp2_approx); store_gated_kq writes them at row r's
 // offset `out` in [TT,HV,K].
 template <bool S>
+__device__ __forceinline__ float gated_q(float q, float rq, float b) { return operand_store<S>(q * rq * exp2_approx<S>(b)); }
+template <bool S>
 __device__ __forceinline__ float2 gated_kq(float k, float q, float rk, float rq, float b, float b_end) {
-  return make_float2(operand_store<S>(k * rk * exp2_approx<S>(b_end - b)), operand_store<S>(q * rq * exp2_approx<S>(b)));
+  return make_float2(operand_store<S>(k * rk * exp2_approx<S>(b_end - b)), gated_q<S>(q, rq, b));
 }
 template <bool S>
 __device__ __forceinline__ void store_gated_kq(const ChunkParams& p, int64_t out, float k, float q, float rk, float rq,

@@ -101,6 +101,7 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   impl_->front.valid = false;
   Impl::Setup st = impl_->setup(p, in, 0, -1, false);
   st.c.Gk = nullptr;  // kda's gram is for a backward's WY kernel: none reads this forward's (front.valid is false)
+  st.c.forward_only = st.c.gla;  // gla: kkt writes each chunk's b_end row of gcum only (the chain reads no more)
   const cudaStream_t stream = impl_->stream;
   // gdn with 16-bit inputs: w and u folded into the state kernel (no WY stage).
   const bool fold = state_fold_applies(st.c, st.dtype);
