@@ -61,23 +61,41 @@ struct ChainSmem {
   __device__ float* bend(int st) const { return reinterpret_cast<float*>(base + st * bytes_stage + bytes_kg + bytes_v); }
 };
 
-// Chunk i of a sequence (seq_tokens: the chain reads no chunk table entry per step).
-struct ChunkSpan {
-  int t0, L;
-};
-__device__ __forceinline__ ChunkSpan chunk_span(const SeqTokens& q, int i) { return {q.t0(i), q.len(i)}; }
-
-// The tiles of one chunk into stage st: kg rows x keys [i0, i0+32) and v rows x columns [j0, j0+32)
-// (rows >= L zero-filled), and b_end of the 32 keys (the gate cumsum of row L-1).
+// Where a block's tiles start in memory, at the sequence's first token (kg and gcum: keys from i0; v:
+// columns from j0), so that chunk j's are one multiply away (its first token is t_first + 64 j):
+// the per-step 64-bit index arithmetic from p's fields was a fifth of the chain's stall samples
+// (ncu, twenty-first session).
 template <class Tin>
-__device__ void issue_chain_tiles(const StateParams& sp, ChunkSpan ck, int hv, int i0, int j0, int st,
-                                  const ChainSmem<Tin>& s) {
-  const ChunkParams& p = sp.c;
-  copy_rows_async<kChunk, 4 * kBK, kChainThreads>(s.kg(st), kLdK, ck.L, p.kg + (int64_t(ck.t0) * p.HV + hv) * p.K + i0,
-                                                  p.HV * p.K);
-  copy_rows_async<kChunk, int(sizeof(Tin)) * kBV, kChainThreads>(
-      s.v(st), ChainSmem<Tin>::ldv, ck.L, static_cast<const Tin*>(p.v.p) + row_off(p.v, ck.t0, hv) + j0, int(p.v.st));
-  const float* last = p.gcum + (int64_t(ck.t0 + ck.L - 1) * p.HV + hv) * p.K + i0;
+struct ChainSources {
+  const float* kg;
+  const Tin* v;
+  const float* gcum;
+  int64_t tok_kg, tok_v;  // elements per token: kg and gcum (HV K), v (its token stride)
+};
+template <class Tin>
+__device__ ChainSources<Tin> chain_sources(const ChunkParams& p, const SeqTokens& tok, int hv, int i0, int j0) {
+  const int64_t first = (int64_t(tok.t_first) * p.HV + hv) * p.K + i0;
+  return {p.kg + first, static_cast<const Tin*>(p.v.p) + row_off(p.v, tok.t_first, hv) + j0, p.gcum + first,
+          int64_t(p.HV) * p.K, p.v.st};
+}
+
+// The tiles of chunk j into stage st: kg rows x keys [i0, i0+32) and v rows x columns [j0, j0+32)
+// (rows >= L zero-filled; a full chunk copies without row tests), and b_end of the 32 keys (the
+// gate cumsum of row L-1).
+template <class Tin>
+__device__ void issue_chain_tiles(const ChainSources<Tin>& src, const SeqTokens& tok, int j, int st, const ChainSmem<Tin>& s) {
+  const int t = kChunk * j, L = tok.len(j);  // first token and length of chunk j, from the sequence's first
+  const float* kg = src.kg + t * src.tok_kg;
+  const Tin* v = src.v + t * src.tok_v;
+  constexpr int kv = int(sizeof(Tin)) * kBV;
+  if (L == kChunk) {
+    copy_rows_async<kChunk, 4 * kBK, kChainThreads, true>(s.kg(st), kLdK, L, kg, int(src.tok_kg));
+    copy_rows_async<kChunk, kv, kChainThreads, true>(s.v(st), ChainSmem<Tin>::ldv, L, v, int(src.tok_v));
+  } else {
+    copy_rows_async<kChunk, 4 * kBK, kChainThreads>(s.kg(st), kLdK, L, kg, int(src.tok_kg));
+    copy_rows_async<kChunk, kv, kChainThreads>(s.v(st), ChainSmem<Tin>::ldv, L, v, int(src.tok_v));
+  }
+  const float* last = src.gcum + (t + L - 1) * src.tok_kg;
   if (threadIdx.x < kBK / 4) cp_async16(s.bend(st) + 4 * threadIdx.x, last + 4 * threadIdx.x, true);
 }
 
@@ -93,34 +111,56 @@ __device__ __forceinline__ float initial_element(const StateParams& sp, int n, i
 
 // S += kg^T v over the chunk's 64 tokens (rows >= L are zero): A pairs by 8-byte loads, B by one
 // ldmatrix.trans per k step (16-bit v, exact in TF32) or scalar loads (float32 v, split products).
+// 16-bit v: every k step's fragments are loaded first (load_chain_frags, before the step's h stores
+// and scaling), then the products: loaded one k step at a time, each ldmatrix's latency stood in
+// front of its four products (ncu, twenty-first session: the widening after each ldmatrix held a
+// fifth of the stall samples).
+struct ChainFrags16 {
+  float2 a[kChunk / 8][2];
+  uint32_t b[kChunk / 8][4];
+};
+template <class Tin>
+__device__ __forceinline__ void load_chain_frags(const ChainSmem<Tin>& s, int st, int m0, ChainFrags16& f) {
+  const float* kt = s.kg(st) + pair_key(m0);
+  const int t = lane_t(), l = int(threadIdx.x & 31);
+#pragma unroll
+  for (int k = 0; k < kChunk / 8; ++k) {
+    f.a[k][0] = *reinterpret_cast<const float2*>(kt + (8 * k + 2 * t) * kLdK);
+    f.a[k][1] = *reinterpret_cast<const float2*>(kt + (8 * k + 2 * t + 1) * kLdK);
+    ldsm_x4_trans(f.b[k], s.v(st) + (8 * k + (l & 7)) * ChainSmem<Tin>::ldv + 8 * (l >> 3));  // matrix j: columns 8j..
+  }
+}
+template <class Tin>
+__device__ __forceinline__ void chain_products16(const ChainFrags16& f, float (&S)[kBV / 8][4]) {
+#pragma unroll
+  for (int k = 0; k < kChunk / 8; ++k) {
+    FragA<false> fa;  // kg arrives TF32-rounded
+    fa.set_exact(0, f.a[k][0].x), fa.set_exact(1, f.a[k][0].y), fa.set_exact(2, f.a[k][1].x), fa.set_exact(3, f.a[k][1].y);
+#pragma unroll
+    for (int nt = 0; nt < kBV / 8; ++nt) {
+      FragB<false> fb;
+      fb.hi[0] = widen_lo<Tin>(f.b[k][nt]), fb.hi[1] = widen_hi<Tin>(f.b[k][nt]);
+      mma(S[nt], fa, fb);
+    }
+  }
+}
 template <class Tin, bool kSplit>
 __device__ void chain_products(const ChainSmem<Tin>& s, int st, int m0, float (&S)[kBV / 8][4]) {
   constexpr int ldv = ChainSmem<Tin>::ldv;
   const float* kt = s.kg(st) + pair_key(m0);
   const Tin* vt = s.v(st);
-  const int t = lane_t(), g = lane_g(), l = int(threadIdx.x & 31);
+  const int t = lane_t(), g = lane_g();
 #pragma unroll
   for (int k0 = 0; k0 < kChunk; k0 += 8) {
     const float2 x0 = *reinterpret_cast<const float2*>(kt + (k0 + 2 * t) * kLdK);
     const float2 x1 = *reinterpret_cast<const float2*>(kt + (k0 + 2 * t + 1) * kLdK);
-    FragA<kSplit> fa;  // kg arrives TF32-rounded (or is split)
+    FragA<kSplit> fa;  // kg arrives split (or TF32-rounded)
     fa.set_exact(0, x0.x), fa.set_exact(1, x0.y), fa.set_exact(2, x1.x), fa.set_exact(3, x1.y);
-    if constexpr (sizeof(Tin) == 2) {
-      uint32_t r[4];  // matrix j: rows k0..k0+7, columns 8j..8j+7
-      ldsm_x4_trans(r, vt + (k0 + (l & 7)) * ldv + 8 * (l >> 3));
 #pragma unroll
-      for (int nt = 0; nt < kBV / 8; ++nt) {
-        FragB<kSplit> fb;
-        fb.hi[0] = widen_lo<Tin>(r[nt]), fb.hi[1] = widen_hi<Tin>(r[nt]);
-        mma(S[nt], fa, fb);
-      }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < kBV / 8; ++nt) {
-        FragB<kSplit> fb;
-        fb.set(0, to_float(vt[(k0 + 2 * t) * ldv + 8 * nt + g])), fb.set(1, to_float(vt[(k0 + 2 * t + 1) * ldv + 8 * nt + g]));
-        mma(S[nt], fa, fb);
-      }
+    for (int nt = 0; nt < kBV / 8; ++nt) {
+      FragB<kSplit> fb;
+      fb.set(0, to_float(vt[(k0 + 2 * t) * ldv + 8 * nt + g])), fb.set(1, to_float(vt[(k0 + 2 * t + 1) * ldv + 8 * nt + g]));
+      mma(S[nt], fa, fb);
     }
   }
 }
@@ -132,25 +172,27 @@ __device__ __forceinline__ float stored(const StateParams& sp, float x) {
   else return x;
 }
 
-// One chunk of the chain from stage st: h[c] = S, then S = Gamma_end S (+ kg^T v).
+// One chunk of the chain from stage st: h[c] = S (h: this thread's first element of h[c], or null),
+// then S = Gamma_end S (+ kg^T v). 16-bit v: the products' fragments are read from shared memory
+// first, so their latency passes under the h stores and the scaling.
 template <class Tin, bool kSplit, bool kReverse>
-__device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int st, int c, int hv, int i0, int j0,
-                           float (&S)[kBV / 8][4]) {
-  const ChunkParams& p = sp.c;
+__device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int st, float* h, float (&S)[kBV / 8][4]) {
   const int m0 = 16 * int(threadIdx.x >> 5), key = pair_key(m0);  // this thread's keys: key, key + 1
-  if (sp.h) {
-    float* h = sp.h + ((int64_t(c) * p.HV + hv) * p.K + i0 + key) * sp.Vw + j0 + 2 * lane_t();
+  const float2 b = *reinterpret_cast<const float2*>(s.bend(st) + key);
+  ChainFrags16 fr;
+  if constexpr (!kSplit) load_chain_frags(s, st, m0, fr);
+  if (h) {
 #pragma unroll
     for (int nt = 0; nt < kBV / 8; ++nt) {
       *reinterpret_cast<float2*>(h + 8 * nt) = make_float2(stored<kReverse>(sp, S[nt][0]), stored<kReverse>(sp, S[nt][1]));
       *reinterpret_cast<float2*>(h + sp.Vw + 8 * nt) = make_float2(stored<kReverse>(sp, S[nt][2]), stored<kReverse>(sp, S[nt][3]));
     }
   }
-  const float2 b = *reinterpret_cast<const float2*>(s.bend(st) + key);
   const float f0 = exp2f(b.x), f1 = exp2f(b.y);
 #pragma unroll
   for (int nt = 0; nt < kBV / 8; ++nt) S[nt][0] *= f0, S[nt][1] *= f0, S[nt][2] *= f1, S[nt][3] *= f1;
-  chain_products<Tin, kSplit>(s, st, m0, S);
+  if constexpr (kSplit) chain_products<Tin, kSplit>(s, st, m0, S);
+  else chain_products16<Tin>(fr, S);
 }
 
 // kReverse: the backward's dh chain (launch_gla_dh_chain): chunks last to first, the tiles' kg and v
@@ -169,19 +211,23 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
 #pragma unroll
     for (int e = 0; e < 4; ++e) S[nt][e] = initial_element<kReverse>(sp, n, hv, i0 + key + e / 2, j0 + 8 * nt + col + e % 2);
   const SeqTokens tok = seq_tokens(p, c_begin, count);
+  const ChainSources<Tin> src = chain_sources<Tin>(p, tok, hv, i0, j0);
+  // h[c] of this thread at chunk c_begin + j: h_first + j h_chunk
+  float* const h_first = sp.h ? sp.h + ((int64_t(c_begin) * p.HV + hv) * p.K + i0 + key) * sp.Vw + j0 + col : nullptr;
+  const int64_t h_chunk = int64_t(p.HV) * p.K * sp.Vw;
   auto chunk_at = [&](int i) { return kReverse ? count - 1 - i : i; };  // the i-th chunk walked
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) {
-    if (i < count) issue_chain_tiles(sp, chunk_span(tok, chunk_at(i)), hv, i0, j0, i, s);
+    if (i < count) issue_chain_tiles(src, tok, chunk_at(i), i, s);
     cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // chunk i's tiles are visible, and every warp is done with chunk i - 1's stage
     const int ahead = i + kStages - 1;
-    if (ahead < count) issue_chain_tiles(sp, chunk_span(tok, chunk_at(ahead)), hv, i0, j0, ahead % kStages, s);
+    if (ahead < count) issue_chain_tiles(src, tok, chunk_at(ahead), ahead % kStages, s);
     cp_async_commit();
-    chain_step<Tin, kSplit, kReverse>(sp, s, i % kStages, c_begin + chunk_at(i), hv, i0, j0, S);
+    chain_step<Tin, kSplit, kReverse>(sp, s, i % kStages, h_first ? h_first + chunk_at(i) * h_chunk : nullptr, S);
   }
   const StateView& f = sp.final_state;
   if (f.p) {

@@ -306,7 +306,8 @@ __device__ __forceinline__ void for_own_segments(F&& f) {
 // segment column of rows r0, r0 + kThreads/segs, ... (the same pairs), so its addresses are computed
 // once and stepped by a constant: in gla's chain the general form's copies, each address computed
 // anew, were 186 of its 403 warp instructions per chunk step (ncu, eleventh session).
-template <int kRows, int kBytes, int kThreads, class T>
+// kFull: the caller knows L >= kRows (no row test, no zero-fill address select: a full chunk).
+template <int kRows, int kBytes, int kThreads, bool kFull = false, class T>
 __device__ __forceinline__ void copy_rows_async(T* dst, int ld, int L, const T* src, int stride) {
   constexpr int segs = kBytes / 16, per = 16 / int(sizeof(T));
   if constexpr (kThreads % segs == 0 && (kRows * segs) % kThreads == 0) {
@@ -317,13 +318,13 @@ __device__ __forceinline__ void copy_rows_async(T* dst, int ld, int L, const T* 
     dst += r0 * ld + sg * per;
 #pragma unroll
     for (int i = 0; i < kRows / rpp; ++i) {
-      const bool valid = r0 + i * rpp < L;
+      const bool valid = kFull || r0 + i * rpp < L;
       cp_async16(dst + i * rpp * ld, valid ? s : s0, valid);
       s += rpp * stride;
     }
   } else {
     for_own_segments<kRows, kBytes, kThreads>([&](int r, int sg) {
-      const bool valid = r < L;
+      const bool valid = kFull || r < L;
       cp_async16(dst + r * ld + sg * per, src + (valid ? r * stride : 0) + sg * per, valid);
     });
   }
