@@ -318,8 +318,9 @@ __global__ void __launch_bounds__(kkt_threads<kDelta>) chunk_kkt_kernel(const Ch
     }
   }
   // The gate tile (read-only since load_tiles, never aliased) for the later stages, stored last: kept
-  // forwards write every row, and those stores in front of the products cost gla's 0.045 ms at
-  // T = 8192 (fwd+bwd with keep, twenty-first session, call 1).
+  // forwards write every row, and with those stores in front of the products gla's fwd+bwd (keep) at
+  // T = 8192 was 0.045 ms slower than with the cumsum stage; stored here, it is not (twenty-first
+  // session, calls 1-3).
   if constexpr (kKDA) store_gate_tile<KD, kkt_threads<kDelta>>(p, ck, hv, s.gs, s.ldg);
 }
 

@@ -8,7 +8,9 @@
 //           per chunk c, h[c] = S (the state entering c; [NT,HV,K,Vw] float32), S *= 2^(b_end) per
 //           row, S += kg_c^T v_c on tensor cores. No tile depends on the chain, so the kg, v and b_end
 //           tiles of the next kStages - 1 chunks are in flight (cp.async) while a chunk is reduced.
-//           final_state after the last chunk. The CP transition runs the chain alone for S_ext
+//           A step waits on one warp's latency (2 warps per block, about 2 blocks per multiprocessor),
+//           so its addresses come from per-block bases (ChainSources) and, with 16-bit v, all its
+//           fragments are loaded before its h stores. final_state after the last chunk. The CP transition runs the chain alone for S_ext
 //           (from 0 with v); its M (decay only) is diagonal, the per-key product of the chain's
 //           scalings (gla_transition_m_kernel), so the chain always takes u = v. The backward's dh
 //           is the same chain reversed (launch_gla_dh_chain): last chunk first, qg for kg, do for v,
