@@ -161,6 +161,12 @@ __device__ __forceinline__ float2 qk_pair_value(const QkPairBits& r, int dt) {
   return make_float2(y.x * r.sc, y.y * r.sc);  // sc = 1 without the fused norm: exact
 }
 
+// 16-byte groups of E elements of a [B,T,X,D] view: usable when the base, both strides and the
+// column offset keep every group 16-byte aligned.
+__device__ __forceinline__ bool rows_vec16(const RowsView& v, int E) {
+  return (reinterpret_cast<uintptr_t>(v.p) & 15) == 0 && v.st % E == 0 && v.sx % E == 0;
+}
+
 // One thread's 8 keys of one row of q or k, loaded (16 bytes of 16-bit inputs, 32 of float32) and
 // then converted, so that a caller can issue all its loads before any store.
 struct QkGroup {

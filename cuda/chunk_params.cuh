@@ -122,11 +122,6 @@ struct OutputParams {
 };
 
 __device__ __forceinline__ int64_t row_off(const RowsView& v, int64_t tt, int x) { return tt * v.st + int64_t(x) * v.sx; }
-// 16-byte groups of E elements of a [B,T,X,D] view: usable when the base, both strides and the
-// column offset keep every group 16-byte aligned.
-__device__ __forceinline__ bool rows_vec16(const RowsView& v, int E) {
-  return (reinterpret_cast<uintptr_t>(v.p) & 15) == 0 && v.st % E == 0 && v.sx % E == 0;
-}
 
 // The tokens of a sequence's chunks [c_begin, c_begin + count) of the table: consecutive 64-token runs
 // from t_first, the last ending at t_end, so a kernel walking the sequence reads two table entries, not
