@@ -38,8 +38,8 @@ __device__ __forceinline__ float effective_beta(const ChunkParams& p, int64_t tt
 // Key d's column of the chunk's gate tile: its rows' raw gates loaded kBatch at a time (all in flight:
 // one memory round trip per batch), then summed down the rows in a register, gs[r][d] = RCP_LN2 *
 // (sum of rows <= min(r, L-1)): rows >= L repeat row L-1.
-// With a gate formula the raw values go to gs first and a loop that is not unrolled activates and
-// sums them (the formula's exp / log code once, not once per row of the unrolled copies).
+// With a gate formula the raw values go to gs first and a second loop activates them 8 rows at a
+// time and sums them.
 template <class Tg, int kBatch>
 __device__ void scan_column(const ChunkParams& p, const ChunkInfo& ck, int hv, int d, float* gs, int ldg) {
   const Tg* g = static_cast<const Tg*>(p.g.p) + row_off(p.g, ck.t0, hv) + d;
@@ -62,10 +62,20 @@ __device__ void scan_column(const ChunkParams& p, const ChunkInfo& ck, int hv, i
   }
   if (!formula) return;
   const float bias = dt_bias_of(p, int64_t(hv) * p.K + d), rate = gate_rate(p, hv);
+  // 8 rows' formulas at a time, independent of each other and of the sum, so their exp / log
+  // latencies overlap: one row at a time, the formula's latency stood 64 times in front of kkt's
+  // products (kda's fused fwd+bwd +0.11 ms at T = 8192 against the cumsum stage, twenty-first
+  // session, call 1); 8 copies of the formula code, not 64.
 #pragma unroll 1
-  for (int r = 0; r < kChunk; ++r) {
-    if (r < L) acc += gate_activate(p.gate, gs[r * ldg + d] + bias, rate, p.lower_bound);
-    gs[r * ldg + d] = kRcpLn2 * acc;
+  for (int r0 = 0; r0 < kChunk; r0 += 8) {
+    float a[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a[j] = gate_activate(p.gate, gs[(r0 + j) * ldg + d] + bias, rate, p.lower_bound);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (r0 + j < L) acc += a[j];
+      gs[(r0 + j) * ldg + d] = kRcpLn2 * acc;
+    }
   }
 }
 

@@ -286,8 +286,10 @@ __device__ void solve_unit_lower(const float* Ls, float* Ps, float* Xs) {
   }
 }
 
+// gla: 3 blocks of 8 warps per multiprocessor (what its shared memory allows) need <= 85 registers;
+// without the bound the gate tile's scan took it to 94 (2 blocks).
 template <class Tin, int KD, bool kKDA, bool kDelta>
-__global__ void __launch_bounds__(kkt_threads<kDelta>) chunk_kkt_kernel(const ChunkParams p) {
+__global__ void __launch_bounds__(kkt_threads<kDelta>, kDelta ? 0 : 3) chunk_kkt_kernel(const ChunkParams p) {
   constexpr bool S = kSplitProducts<Tin>;
   extern __shared__ float4 smem_f4[];
   const KktSmem<Tin, KD, kKDA> s(reinterpret_cast<char*>(smem_f4));
