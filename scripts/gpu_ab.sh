@@ -3,8 +3,9 @@
 # call"): the working tree ("new") and a base tree, built side by side on the device; then on new:
 # test_cuda, `kcp check --precision f32` of data/golden with and without KCP_CUDA_KEEP=1, racecheck
 # and memcheck on a small forward+backward of gdn, kda, gla; then `kcp bench --backward 1 --keep 1`
-# of new and base alternating (T = 8192 twice, 32768 once, per variant; gdn float32 at 8192), one
-# stage line each (KCP_CUDA_STAGE_TIMES=1); then, unless PROF=0, ncu (--set full) of six kernels
+# of new and base alternating (T = 8192 twice, 32768 once, per variant; gdn float32 at 8192), the
+# medians from runs without stage times and one stage line each from one more run with
+# KCP_CUDA_STAGE_TIMES=1 (ab_line); then, unless PROF=0, ncu (--set full) of six kernels
 # with their SASS-level csv (tools/ncu_sass.py reads them). A summary in $OUT/summary.txt, logs in
 # $OUT/logs.tgz and $OUT/prof.tgz (eight files at most come back from the device). About 6-9 minutes.
 # Here, before the call (the base is any commit; .gpu/ and .deps/ are git-ignored, carry both):
@@ -63,6 +64,17 @@ compute-sanitizer --tool memcheck $N "${SB[@]}" > $L/mem.log 2>&1; echo "memchec
 echo "tests done $(( $(date +%s) - t0 )) s" >> $S
 wait  # the FLA warm-up
 VARS=${VARS:-gdn kda gla}
+# One summary line: the table row (median / min ms) from a run without stage times, the backward's
+# stage split from one more run with KCP_CUDA_STAGE_TIMES=1, whose events synchronize the device and
+# inflate the medians (2026-11-29: +0.02-0.07 ms at T = 8192, docs/BENCHMARKS.md).
+# ab_line label log "binary [env settings]" bench-arguments...
+ab_line() {
+  local lab=$1 log=$2 X=$3; shift 3
+  timeout 120 $X "$@" --warmup 2 --repeat 10 > $log 2>&1
+  local a=("$@"); for i in "${!a[@]}"; do [ "${a[$i]}" = --check ] && a[$((i + 1))]=0; done
+  KCP_CUDA_STAGE_TIMES=1 timeout 120 $X "${a[@]}" --warmup 1 --repeat 1 > $log.stages 2>&1  # unchecked: checked above
+  echo "$lab: $(grep -E '^\| [a-z]+ \| [0-9]' $log | head -1) | $(grep 'backward stages' $log.stages | tail -1 | sed 's/.*(ms)://')" >> $S
+}
 for T in 8192 32768; do
  ck=1; [ $T = 32768 ] && ck=0
  for v in $VARS; do
@@ -70,16 +82,14 @@ for T in 8192 32768; do
   for rep in $reps; do
    for tag in new base; do
     X=$N; [ $tag = base ] && X=$B
-    KCP_CUDA_STAGE_TIMES=1 timeout 120 $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check $ck --warmup 2 --repeat 10 > $L/b_${v}_${T}_${tag}_$rep.log 2>&1
-    echo "$tag $v T=$T: $(grep -E "^\| $v" $L/b_${v}_${T}_${tag}_$rep.log | head -1) | $(grep 'backward stages' $L/b_${v}_${T}_${tag}_$rep.log | tail -1 | sed 's/.*(ms)://')" >> $S
+    ab_line "$tag $v T=$T" $L/b_${v}_${T}_${tag}_$rep.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check $ck
    done
   done
  done
 done
 for v in gdn; do for tag in new base; do
   X=$N; [ $tag = base ] && X=$B
-  KCP_CUDA_STAGE_TIMES=1 timeout 120 $X bench --backend cuda-chunkwise --variant $v --H 16 --T 8192 --dtype float32 --backward 1 --keep 1 --check 1 --warmup 2 --repeat 10 > $L/f32_${v}_${tag}.log 2>&1
-  echo "$tag $v f32 T=8192: $(grep -E "^\| $v" $L/f32_${v}_${tag}.log | head -1) | $(grep 'backward stages' $L/f32_${v}_${tag}.log | tail -1 | sed 's/.*(ms)://')" >> $S
+  ab_line "$tag $v f32 T=8192" $L/f32_${v}_${tag}.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T 8192 --dtype float32 --backward 1 --keep 1 --check 1
 done; done
 # ENVS="label:NAME=value ...": the new binary once more under each setting, test_cuda first and then
 # each of VARS at both lengths (a study's forms selected at run time in one build, as KCP_HV_MODE was
@@ -90,8 +100,7 @@ for x in ${ENVS:-}; do
   echo "env $lab ($kv) test_cuda rc=$?: $(grep -E "test cases:" $L/test_cuda_env_$lab.log)" >> $S
   for T in 8192 32768; do for v in $VARS; do
     ck=1; [ $T = 32768 ] && ck=0
-    env "$kv" KCP_CUDA_STAGE_TIMES=1 timeout 120 $N bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check $ck --warmup 2 --repeat 10 > $L/env_${lab}_${v}_$T.log 2>&1
-    echo "env $lab ($kv) $v T=$T: $(grep -E "^\| $v" $L/env_${lab}_${v}_$T.log | head -1) | $(grep 'backward stages' $L/env_${lab}_${v}_$T.log | tail -1 | sed 's/.*(ms)://')" >> $S
+    ab_line "env $lab ($kv) $v T=$T" $L/env_${lab}_${v}_$T.log "env $kv $N" bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check $ck
   done; done
 done
 # FUSED_VARS="gdn kda": new and base alternating with --fused 1 (the L2 norm, beta sigmoid and gate
@@ -99,8 +108,7 @@ done
 for T in 8192 32768; do for v in ${FUSED_VARS:-}; do for tag in new base; do
   X=$N; [ $tag = base ] && X=$B
   ck=1; [ $T = 32768 ] && ck=0
-  KCP_CUDA_STAGE_TIMES=1 timeout 120 $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --fused 1 --backward 1 --keep 1 --check $ck --warmup 2 --repeat 10 > $L/fused_${v}_${T}_$tag.log 2>&1
-  echo "$tag $v fused T=$T: $(grep -E "^\| $v" $L/fused_${v}_${T}_$tag.log | head -1) | $(grep 'backward stages' $L/fused_${v}_${T}_$tag.log | tail -1 | sed 's/.*(ms)://')" >> $S
+  ab_line "$tag $v fused T=$T" $L/fused_${v}_${T}_$tag.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --fused 1 --backward 1 --keep 1 --check $ck
 done; done; done
 # FWD=1: the forward alone (keep 0), new and base alternating, each of FWD_VARS (default VARS) at both
 # lengths, and a stage line from one more run of each.
