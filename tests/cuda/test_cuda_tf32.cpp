@@ -41,7 +41,7 @@ TEST_CASE("TF32 operand conversion rounds to nearest even, keeps NaN and infinit
   MESSAGE("seed ", seed);
   std::mt19937 rng(seed);
   for (int i = 0; i < 200000; ++i) {
-    const uint32_t b = rng();
+    const uint32_t b = static_cast<uint32_t>(rng());  // mt19937 draws 32 bits; its result_type is wider
     if (!std::isnan(from_bits(b))) x.push_back(from_bits(b));
   }
   const auto [hi, lo] = cuda::tf32_probe(x);
