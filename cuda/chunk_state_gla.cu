@@ -10,11 +10,12 @@
 //           tiles of the next kStages - 1 chunks are in flight (cp.async) while a chunk is reduced.
 //           A step waits on one warp's latency (2 warps per block, about 2 blocks per multiprocessor),
 //           so its addresses come from per-block bases (ChainSources) and, with 16-bit v, all its
-//           fragments are loaded before its h stores. final_state after the last chunk. The CP transition runs the chain alone for S_ext
-//           (from 0 with v); its M (decay only) is diagonal, the per-key product of the chain's
-//           scalings (gla_transition_m_kernel), so the chain always takes u = v. The backward's dh
-//           is the same chain reversed (launch_gla_dh_chain): last chunk first, qg for kg, do for v,
-//           dh[c] = scale S stored before chunk c's step.
+//           fragments are loaded before its h stores. final_state after the last chunk. The CP
+//           transition runs the chain alone for S_ext (from 0 with v); its M (decay only) is
+//           diagonal, the per-key product of the chain's scalings (gla_transition_m_kernel), so the
+//           chain always takes u = v. The backward's dh is the same chain reversed
+//           (launch_gla_dh_chain): last chunk first, qg for kg, do for v, dh[c] = scale S stored
+//           before chunk c's step.
 // Before (chunk_state.cu's gla instantiation: one block per 16 state columns of a head, walking the
 // chain with all K rows and the output inside each step) the stage took 1.66 ms at T = 32768, H = 16
 // on an H200; chain and output 0.90 ms (docs/BENCHMARKS.md, eleventh session).

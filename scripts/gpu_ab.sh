@@ -66,7 +66,7 @@ wait  # the FLA warm-up
 VARS=${VARS:-gdn kda gla}
 # One summary line: the table row (median / min ms) from a run without stage times, the backward's
 # stage split from one more run with KCP_CUDA_STAGE_TIMES=1, whose events synchronize the device and
-# inflate the medians (2026-11-29: +0.02-0.07 ms at T = 8192, docs/BENCHMARKS.md).
+# inflate the medians (2026-11-29: +0.02-0.08 ms at T = 8192, docs/BENCHMARKS.md).
 # ab_line label log "binary [env settings]" bench-arguments...
 ab_line() {
   local lab=$1 log=$2 X=$3; shift 3
