@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Same-call A/B of context parallelism on a machine with several GPUs (issue 14; docs/CP.md): the
 # working tree ("new") and a base tree built side by side there, then on new: test_cuda, the NCCL
-# cp-sweep (one GPU per rank: N = 2 quick, N = 4 full with and without the kept forward), the NCCL
+# cp-sweep (one GPU per rank: N = 2 quick; full, with and without the kept forward, at N = 4, or at
+# N = 2 on 2 or 3 GPUs), the NCCL
 # fault job (it must end by itself with rank 1's message), one small NCCL run with NCCL_DEBUG=INFO
 # (which transport the exchange takes); the CP transitions on one GPU (`kcp bench --transitions 1`,
 # TRANS_OPS), new and base; then cp-bench over NCCL, new and base alternating, CP_OPS, kept forward,
@@ -13,7 +14,10 @@
 # $OUT/logs.tgz (and prof.tgz). About 5-9 minutes on 4 GPUs.
 # Here, before the call (.gpu/ and .deps/ are git-ignored; carry both):
 #   git archive --prefix=base/ <commit> -- . ':!data' ':!docs' | gzip > .gpu/base.tgz; scripts/gpu_deps.sh
+# Or PREBUILT=1 (no builds there): both trees built here, `BINS="kcp tests/cuda/test_cuda
+# tests/cp/cp_fault_job" BASE_KCP=<base kcp> scripts/gpu_pack.sh <new build>` (carry .gpu.tgz, .deps).
 # There:  [CP_OPS="gdn kda gla"] [TRANS_OPS="gla"] [CP_REPEAT=10] [PROF=0 | PROFS=...] [FLA_SHAPES=...]
+#         [PREBUILT=1] [STAGES=1] [FLA_CP="2:nccl 2:nccl::2046,4,2046"]
 #         scripts/gpu_cp_ab.sh      (an empty CP_OPS or TRANS_OPS leaves that part out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,24 +30,36 @@ export LD_LIBRARY_PATH=$PWD/.deps/hdf5/lib:${LD_LIBRARY_PATH:-}
 t0=$(date +%s)
 . scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_tables (nothing without FLA_SHAPES)
 fla_warm_up &
-. scripts/gpu_ab_build.sh  # ab_build: new and base side by side
-ab_build "kcp test_cuda cp_fault_job"
-echo "builds $(( $(date +%s) - t0 )) s, $gpus GPUs" >> "$S"
-N=build-gpu/kcp; B=/tmp/b/build/kcp
-[ -x $N ] && [ -x $B ] || { tail -30 "$L/build_new.log" "$L/build_base.log" >> "$S"; exit 1; }
+if [ "${PREBUILT:-0}" = 1 ]; then  # built here: scripts/gpu_pack.sh with BINS and BASE_KCP (header)
+  [ -f .gpu.tgz ] && tar xzf .gpu.tgz
+  export LD_LIBRARY_PATH=$PWD/.gpu/lib:$LD_LIBRARY_PATH KCP_SOURCE_DIR=$PWD
+  N=.gpu/kcp; B=.gpu/kcp_base; BD=.gpu
+  [ -x $N ] && [ -x $B ] && [ -x .gpu/test_cuda ] && [ -x .gpu/cp_fault_job ] ||
+    { echo "PREBUILT: .gpu/kcp, kcp_base, test_cuda, cp_fault_job expected" >> "$S"; exit 1; }
+else
+  . scripts/gpu_ab_build.sh  # ab_build: new and base side by side
+  ab_build "kcp test_cuda cp_fault_job"
+  echo "builds $(( $(date +%s) - t0 )) s, $gpus GPUs" >> "$S"
+  N=build-gpu/kcp; B=/tmp/b/build/kcp; BD=build-gpu
+  [ -x $N ] && [ -x $B ] || { tail -30 "$L/build_new.log" "$L/build_base.log" >> "$S"; exit 1; }
+fi
 step() {  # name, command...: its exit code and last line into the summary
   local name=$1; shift
   timeout 300 "$@" > "$L/$name.log" 2>&1
   echo "$name rc=$? ($(( $(date +%s) - t0 )) s): $(grep -v '^\s*$' "$L/$name.log" | tail -1)" >> "$S"
 }
-TC=$(find build-gpu -name test_cuda -type f -perm -u+x | head -1)
+TC=$(find $BD -name test_cuda -type f -perm -u+x | head -1)
 step test_cuda "$TC"
 grep -E "test cases:|assertions:" "$L/test_cuda.log" >> "$S"
 if [ "$gpus" -ge 2 ]; then
   step cp_sweep_nccl_np2_quick_keep env KCP_CUDA_KEEP=1 "${mpi[@]}" 2 $N cp-sweep --quick --backend cuda-chunkwise --comm nccl
+  if [ "$gpus" -lt 4 ]; then  # the full sweep at the largest N this machine has
+    step cp_sweep_nccl_np2 "${mpi[@]}" 2 $N cp-sweep --backend cuda-chunkwise --comm nccl
+    step cp_sweep_nccl_np2_keep env KCP_CUDA_KEEP=1 "${mpi[@]}" 2 $N cp-sweep --backend cuda-chunkwise --comm nccl
+  fi
   NCCL_DEBUG=INFO step nccl_transport "${mpi[@]}" 2 $N cp-sweep --quick --backend cuda-chunkwise --comm nccl --filter gdn
   grep -hoE "via (P2P|SHM|NET|IPC)[^ ]*( [A-Za-z/]+)?" "$L/nccl_transport.log" | sort | uniq -c | head -5 >> "$S"
-  fault=$(find build-gpu -name cp_fault_job -type f -perm -u+x | head -1)
+  fault=$(find $BD -name cp_fault_job -type f -perm -u+x | head -1)
   step cp_fault_nccl "${mpi[@]}" 2 "$fault" throw cuda-chunkwise nccl  # must fail, by itself, with:
   grep -q "rank 1: error: injected fault" "$L/cp_fault_nccl.log" && echo "cp_fault_nccl: ended with rank 1's message: passed" >> "$S"
 fi
@@ -67,6 +83,21 @@ for op in ${CP_OPS-gdn kda gla}; do
     echo "== cp-bench $op $tag rc=$?" >> "$S"; grep -E "^ +[0-9]+ +[0-9]+ \|" "$L/cpb_${op}_$tag.log" >> "$S"
   done
 done
+# STAGES=1: one cp-bench per CP_OPS op (new, ranks 1 and 2, one repeat) with KCP_CUDA_STAGE_TIMES=1,
+# every rank's forward and backward stage lines in its log: what a rank's local pass runs under CP
+# (the kept forward's record reused or the front stages and the recompute again).
+for op in ${CP_OPS-gdn kda gla}; do
+  [ "${STAGES:-0}" = 1 ] && [ "$gpus" -ge 2 ] || break
+  KCP_CUDA_STAGE_TIMES=1 timeout 100 "${mpi[@]}" 2 -x KCP_CUDA_STAGE_TIMES $N cp-bench --backend cuda-chunkwise --comm nccl \
+    --keep 1 --variant $op --ranks 1,2 --repeat 2 --T 32768 --H 16 --K 128 --V 128 --dtype bfloat16 > "$L/cps_$op.log" 2>&1
+  echo "cp-bench stages $op rc=$? (log cps_$op.log)" >> "$S"
+done
+# FLA_CP="runs" (carry .fla): scripts/gpu_fla_cp.sh with FLA_CP_RUNS=runs (FLA_CP_OPS, default gdn kda),
+# its summaries appended.
+if [ -n "${FLA_CP:-}" ]; then
+  FLA_CP_RUNS=$FLA_CP OUT=$L timeout 240 scripts/gpu_fla_cp.sh $BD > "$L/fla_cp.log" 2>&1
+  echo "== FLA CP rc=$? ($(( $(date +%s) - t0 )) s)" >> "$S"; cat "$L"/fla_cp/summary.txt >> "$S" 2>/dev/null
+fi
 IFS=, read -ra shapes <<< "${FLA_SHAPES:-}"
 for sh in "${shapes[@]}"; do
   IFS=: read -r op T H <<< "$sh"
