@@ -89,6 +89,29 @@ __device__ void intra_products(const Sm& s, int L, int mw, int c0, float (&ao)[N
   }
 }
 
+// The chain in halves (StateParams::mid; chunk_state_gla_halves.cu): a second-half chunk's h[c] is
+// h_local[c], its state from 0 at chunk mid, and the true state is h_local[c] + D_c s_mid (D_c per key:
+// the first half's final state decayed to chunk c), so o += (qg D_c) s_mid: qg's columns scaled by
+// D_c in place (TF32-rounded again), s_mid's tile into Hs, one more product. 16-bit inputs only.
+template <class Tin, int KD, int BVo, int NTW>
+__device__ void add_first_half(const StateParams& sp, int ci, int hv, int j0, const OutSmem<Tin, KD, BVo>& s, int mw,
+                               int c0, float (&ao)[NTW][4]) {
+  using Sm = OutSmem<Tin, KD, BVo>;
+  const ChunkParams& p = sp.c;
+  __syncthreads();  // every warp is done with Qs and Hs
+  copy_rows_async<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh, KD, sp.s_mid + int64_t(hv) * KD * p.V + j0, p.V);
+  cp_async_commit();
+  const float* d = sp.decay + (int64_t(ci) * p.HV + hv) * KD;
+  for (int idx = threadIdx.x; idx < kChunk * KD; idx += kOutThreads) {
+    float& x = s.Qs[(idx / KD) * Sm::ldq + idx % KD];
+    x = operand_store<false>(x * d[idx % KD]);
+  }
+  cp_async_wait<0>();  // s_mid (and the second group, Aqk and v, issued earlier)
+  round_own_rows_tf32<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh);
+  __syncthreads();
+  rows_times_tile<false, true, KD>(s.Qs, Sm::ldq, s.Hs, Sm::ldh, mw, c0, ao);
+}
+
 // Warp w: rows 16 (w % 4), columns [c0, c0 + BVo/2) with c0 = (w / 4) BVo/2.
 template <class Tin, int KD, int BVo>
 __global__ void __launch_bounds__(kOutThreads) gla_output_kernel(const StateParams sp) {
@@ -107,6 +130,8 @@ __global__ void __launch_bounds__(kOutThreads) gla_output_kernel(const StatePara
   if constexpr (!S) round_own_rows_tf32<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh);  // each h element once, not per warp
   __syncthreads();
   rows_times_tile<S, true, KD>(s.Qs, Sm::ldq, s.Hs, Sm::ldh, mw, c0, ao);  // qg arrives TF32-rounded (or is split)
+  if constexpr (!S)
+    if (sp.mid > 0 && ci >= sp.mid) add_first_half<Tin, KD, BVo, NTW>(sp, ci, hv, j0, s, mw, c0, ao);
 #pragma unroll
   for (int nt = 0; nt < NTW; ++nt)
 #pragma unroll

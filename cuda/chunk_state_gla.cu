@@ -199,20 +199,29 @@ __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int s
 }
 
 // kReverse: the backward's dh chain (launch_gla_dh_chain): chunks last to first, the tiles' kg and v
-// being qg and do (the caller's ChunkParams), S = dh / scale.
-template <class Tin, bool kSplit, bool kReverse>
+// being qg and do (the caller's ChunkParams), S = dh / scale. kSt: stages of tiles in flight (3 for
+// the halves, whose 2 x 256 blocks at H = 16 must all be resident: 43 KB each, five per multiprocessor).
+// sp.mid > 0 (one sequence, forward): blocks [N HV, 2 N HV) walk the second half [mid, count) from 0
+// into f_local, the others the first half [0, mid) from h0 into s_mid (chunk_state_gla_halves.cu).
+template <class Tin, bool kSplit, bool kReverse, int kSt = kStages>
 __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StateParams sp) {
   extern __shared__ float4 smem_f4[];
   const ChainSmem<Tin> s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
-  const int n = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, i0 = kBK * blockIdx.y, j0 = kBV * blockIdx.z;
-  const int c_begin = p.seq_chunk0[n], count = p.seq_chunk0[n + 1] - c_begin;
+  const int half = int(blockIdx.x) / (p.N * p.HV), x = int(blockIdx.x) % (p.N * p.HV);
+  const int n = x / p.HV, hv = x % p.HV, i0 = kBK * blockIdx.y, j0 = kBV * blockIdx.z;
+  int c_begin = p.seq_chunk0[n], count = p.seq_chunk0[n + 1] - c_begin;
+  if (sp.mid > 0) {
+    if (half == 0) count = sp.mid;
+    else c_begin += sp.mid, count -= sp.mid;
+  }
   const int key = pair_key(16 * int(threadIdx.x >> 5)), col = 2 * lane_t();
   float S[kBV / 8][4];
 #pragma unroll
   for (int nt = 0; nt < kBV / 8; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) S[nt][e] = initial_element<kReverse>(sp, n, hv, i0 + key + e / 2, j0 + 8 * nt + col + e % 2);
+    for (int e = 0; e < 4; ++e)
+      S[nt][e] = half == 1 ? 0.0f : initial_element<kReverse>(sp, n, hv, i0 + key + e / 2, j0 + 8 * nt + col + e % 2);
   const SeqTokens tok = seq_tokens(p, c_begin, count);
   const ChainSources<Tin> src = chain_sources<Tin>(p, tok, hv, i0, j0);
   // h[c] of this thread at chunk c_begin + j: h_first + j h_chunk
@@ -220,17 +229,26 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
   const int64_t h_chunk = int64_t(p.HV) * p.K * sp.Vw;
   auto chunk_at = [&](int i) { return kReverse ? count - 1 - i : i; };  // the i-th chunk walked
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
+  for (int i = 0; i < kSt - 1; ++i) {
     if (i < count) issue_chain_tiles(src, tok, chunk_at(i), i, s);
     cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<kSt - 2>();
     __syncthreads();  // chunk i's tiles are visible, and every warp is done with chunk i - 1's stage
-    const int ahead = i + kStages - 1;
-    if (ahead < count) issue_chain_tiles(src, tok, chunk_at(ahead), ahead % kStages, s);
+    const int ahead = i + kSt - 1;
+    if (ahead < count) issue_chain_tiles(src, tok, chunk_at(ahead), ahead % kSt, s);
     cp_async_commit();
-    chain_step<Tin, kSplit, kReverse>(sp, s, i % kStages, h_first ? h_first + chunk_at(i) * h_chunk : nullptr, S);
+    chain_step<Tin, kSplit, kReverse>(sp, s, i % kSt, h_first ? h_first + chunk_at(i) * h_chunk : nullptr, S);
+  }
+  if (sp.mid > 0) {  // the half's last state, float32 [HV,K,V] (the forward: S as stored)
+    float* f = (half == 0 ? sp.s_mid : sp.f_local) + (int64_t(hv) * p.K + i0 + key) * p.V + j0 + col;
+#pragma unroll
+    for (int nt = 0; nt < kBV / 8; ++nt) {
+      *reinterpret_cast<float2*>(f + 8 * nt) = make_float2(S[nt][0], S[nt][1]);
+      *reinterpret_cast<float2*>(f + p.V + 8 * nt) = make_float2(S[nt][2], S[nt][3]);
+    }
+    return;
   }
   const StateView& f = sp.final_state;
   if (f.p) {
@@ -295,11 +313,20 @@ void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t strea
             "gla state: expected gla, K and the state columns multiples of 32, and a zero or given start (M: "
             "launch_gla_transition_m)");
   KCP_CHECK(!sp.o.p || (sp.h && sp.Vw == p.V), "gla state: the output reads the forward's stored states");
+  KCP_CHECK(sp.mid == 0 || (p.N == 1 && sp.mid < p.NT && sp.s_mid && sp.f_local && sp.decay && sp.Vw == p.V),
+            "gla state in halves: expected one sequence of more than mid = ", sp.mid, " chunks, V state columns and ",
+            "the halves' buffers");
   if (p.N * p.HV > 0)
     dispatch_input_type(input_dtype, [&](auto tag) {
       using Tin = typename decltype(tag)::type;
-      launch_kernel(gla_chain_kernel<Tin, kSplitProducts<Tin>, false>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV),
-                    kChainThreads, ChainSmem<Tin>::bytes, stream, sp);
+      constexpr bool kS = kSplitProducts<Tin>;
+      KCP_CHECK(!kS || sp.mid == 0, "gla state in halves: 16-bit inputs only (the output's correction is one TF32 product)");
+      if constexpr (!kS)
+        if (sp.mid > 0)  // the two halves at once, three stages (all blocks resident)
+          return launch_kernel(gla_chain_kernel<Tin, kS, false, 3>, dim3(2 * p.N * p.HV, p.K / kBK, sp.Vw / kBV),
+                               kChainThreads, 3 * ChainSmem<Tin>::bytes_stage, stream, sp);
+      launch_kernel(gla_chain_kernel<Tin, kS, false>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV), kChainThreads,
+                    ChainSmem<Tin>::bytes, stream, sp);
     });
   if (sp.o.p) launch_gla_output(sp, input_dtype, stream);
 }
