@@ -25,13 +25,7 @@ using namespace kcp;
 
 namespace {
 
-struct HalvesCase {
-  val::CaseSpec spec;
-  DType qkv = DType::bf16, o = DType::f32;
-  std::string name() const {
-    return spec.name() + " qkv=" + std::string(dtype_name(qkv)) + " o=" + std::string(dtype_name(o));
-  }
-};
+using HalvesCase = test::DtypeOCase;
 
 std::vector<HalvesCase> cases(uint64_t seed) {
   struct Shape { int64_t T, K, V; };
