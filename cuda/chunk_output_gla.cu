@@ -89,27 +89,26 @@ __device__ void intra_products(const Sm& s, int L, int mw, int c0, float (&ao)[N
   }
 }
 
-// The chain in halves (StateParams::mid; chunk_state_gla_halves.cu): a second-half chunk's h[c] is
-// h_local[c], its state from 0 at chunk mid, and the true state is h_local[c] + D_c s_mid (D_c per key:
-// the first half's final state decayed to chunk c), so o += (qg D_c) s_mid: qg's columns scaled by
-// D_c in place (TF32-rounded again), s_mid's tile into Hs, one more product. 16-bit inputs only.
-template <class Tin, int KD, int BVo, int NTW>
-__device__ void add_first_half(const StateParams& sp, int ci, int hv, int j0, const OutSmem<Tin, KD, BVo>& s, int mw,
-                               int c0, float (&ao)[NTW][4]) {
-  using Sm = OutSmem<Tin, KD, BVo>;
+// The chain in halves (StateParams::mid; chunk_state_gla_halves.cu): a second-half chunk's h[c] holds
+// h_local[c], its state from 0 at chunk mid, and the true state is h_local[c] + D_c s_mid (D_c per key
+// row: the first half's final state decayed to chunk c). Formed on this thread's own copied segments
+// before their TF32 rounding (s_mid and D_c from L2), as gla_halves_h_kernel forms it (the same fmaf,
+// so a recomputing backward's h equals a kept forward's bit for bit), and written back to h[c] where
+// sp.mid_store_h (the backward reads h). 16-bit inputs only.
+template <int KD, int BVo>
+__device__ void correct_own_rows(const StateParams& sp, int ci, int hv, int j0, float* Hs, int ldh) {
   const ChunkParams& p = sp.c;
-  __syncthreads();  // every warp is done with Qs and Hs
-  copy_rows_async<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh, KD, sp.s_mid + int64_t(hv) * KD * p.V + j0, p.V);
-  cp_async_commit();
   const float* d = sp.decay + (int64_t(ci) * p.HV + hv) * KD;
-  for (int idx = threadIdx.x; idx < kChunk * KD; idx += kOutThreads) {
-    float& x = s.Qs[(idx / KD) * Sm::ldq + idx % KD];
-    x = operand_store<false>(x * d[idx % KD]);
-  }
-  cp_async_wait<0>();  // s_mid (and the second group, Aqk and v, issued earlier)
-  round_own_rows_tf32<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh);
-  __syncthreads();
-  rows_times_tile<false, true, KD>(s.Qs, Sm::ldq, s.Hs, Sm::ldh, mw, c0, ao);
+  const float* m = sp.s_mid + int64_t(hv) * KD * p.V + j0;
+  float* h = sp.h + (int64_t(ci) * p.HV + hv) * KD * p.V + j0;
+  for_own_segments<KD, 4 * BVo, kOutThreads>([&](int r, int sg) {
+    float4* x = reinterpret_cast<float4*>(Hs + r * ldh + 4 * sg);
+    const float4 a = *x, b = *reinterpret_cast<const float4*>(m + int64_t(r) * p.V + 4 * sg);
+    const float dr = d[r];
+    const float4 y = make_float4(fmaf(dr, b.x, a.x), fmaf(dr, b.y, a.y), fmaf(dr, b.z, a.z), fmaf(dr, b.w, a.w));
+    *x = y;
+    if (sp.mid_store_h) *reinterpret_cast<float4*>(h + int64_t(r) * p.V + 4 * sg) = y;
+  });
 }
 
 // Warp w: rows 16 (w % 4), columns [c0, c0 + BVo/2) with c0 = (w / 4) BVo/2.
@@ -127,11 +126,12 @@ __global__ void __launch_bounds__(kOutThreads) gla_output_kernel(const StatePara
   const int w = int(threadIdx.x >> 5), mw = 16 * (w % 4), c0 = (w / 4) * (BVo / 2);
   float ao[NTW][4] = {};
   cp_async_wait<1>();
-  if constexpr (!S) round_own_rows_tf32<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh);  // each h element once, not per warp
+  if constexpr (!S) {
+    if (sp.mid > 0 && ci >= sp.mid) correct_own_rows<KD, BVo>(sp, ci, hv, j0, s.Hs, Sm::ldh);
+    round_own_rows_tf32<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh);  // each h element once, not per warp
+  }
   __syncthreads();
   rows_times_tile<S, true, KD>(s.Qs, Sm::ldq, s.Hs, Sm::ldh, mw, c0, ao);  // qg arrives TF32-rounded (or is split)
-  if constexpr (!S)
-    if (sp.mid > 0 && ci >= sp.mid) add_first_half<Tin, KD, BVo, NTW>(sp, ci, hv, j0, s, mw, c0, ao);
 #pragma unroll
   for (int nt = 0; nt < NTW; ++nt)
 #pragma unroll

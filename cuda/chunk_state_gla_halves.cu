@@ -3,15 +3,20 @@
 //   S_c = h_local[c] + D_c s_mid,   D_c[i] = prod_{mid <= c' < c} 2^(b_end[c', i])   (per key row i)
 // with h_local the chain from 0 at chunk mid and s_mid the first half's final state: the two halves
 // run at once (chunk_state_gla.cu, StateParams::mid: 2 x 256 blocks at H = 16, K = V = 128, three
-// stages each so that all are resident), the output adds scale (qg D_c) s_mid for the second half's
-// chunks (chunk_output_gla.cu), and the final state is f_local + D_NT s_mid. The chain's 512
-// dependent steps at T = 32768 become 256 (~0.5 ms of the forward's 1.28). h of the second half holds
-// h_local, so only the plain forward (nothing reads h after the output) takes this path.
+// stages each so that all are resident), and the final state is f_local + D_NT s_mid. The chain's
+// 512 dependent steps at T = 32768 become 256 (~0.5 ms of the forward's 1.28).
 //   decay scan: one block per value head, one thread per key, the chunk factors multiplied in order
 //               (the chain's own exp2f factors), D_mid = 1, D_NT into row NT.
-//   combine:    final_state (any dtype, strided) = f_local + D_NT s_mid, one thread per element.
-// Covered by tests/cuda/test_cuda_gla_halves.cpp (against the unsplit chain and the oracle).
+//   correction: with an output, the output kernel forms S_c on its h tile in shared memory (and writes
+//               it back to h where sp.mid_store_h: the kept forward); without one (the backward's
+//               recompute), gla_halves_h_kernel forms it in h, one thread per 4 elements, by the same
+//               fmaf, so both leave the same h bit for bit.
+//   final:      final_state (any dtype, strided) = f_local + D_NT s_mid, one thread per element.
+// Covered by tests/cuda/test_cuda_gla_halves.cpp (against the oracle; kept and plain forwards, kept
+// and recomputing backwards bit for bit).
 #include "cuda/chunk_state_gla.cuh"
+
+#include <algorithm>
 
 #include "cuda/cuda_check.cuh"
 #include "cuda/device_math.cuh"
@@ -19,17 +24,32 @@
 namespace kcp::cuda {
 namespace {
 
-__global__ void gla_decay_scan_kernel(const StateParams sp, float* decay) {
+__global__ void gla_decay_scan_kernel(const StateParams sp) {
   const ChunkParams& p = sp.c;
   const int hv = blockIdx.x, i = threadIdx.x;
   const SeqTokens tok = seq_tokens(p, 0, p.NT);
   float d = 1.0f;
 #pragma unroll 8
   for (int c = sp.mid; c < p.NT; ++c) {
-    decay[(int64_t(c) * p.HV + hv) * p.K + i] = d;
+    sp.decay[(int64_t(c) * p.HV + hv) * p.K + i] = d;
     d *= exp2f(p.gcum[(int64_t(tok.last(c)) * p.HV + hv) * p.K + i]);
   }
-  decay[(int64_t(p.NT) * p.HV + hv) * p.K + i] = d;
+  sp.decay[(int64_t(p.NT) * p.HV + hv) * p.K + i] = d;
+}
+
+// h[c] = fmaf(D_c[i], s_mid[i, j], h_local[c][i, j]) for c >= mid: four elements per thread.
+__global__ void gla_halves_h_kernel(const StateParams sp) {
+  const ChunkParams& p = sp.c;
+  const int64_t per = int64_t(p.K) * p.V / 4, n = int64_t(p.NT - sp.mid) * p.HV * per;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ch = e / per;  // (c - mid) HV + hv
+    const int hv = int(ch % p.HV), c = sp.mid + int(ch / p.HV), i = int(e % per * 4 / p.V);
+    const float d = sp.decay[(int64_t(c) * p.HV + hv) * p.K + i];
+    const float4 m = reinterpret_cast<const float4*>(sp.s_mid)[hv * per + e % per];
+    float4* x = reinterpret_cast<float4*>(sp.h) + (int64_t(c) * p.HV + hv) * per + e % per;
+    const float4 a = *x;
+    *x = make_float4(fmaf(d, m.x, a.x), fmaf(d, m.y, a.y), fmaf(d, m.z, a.z), fmaf(d, m.w, a.w));
+  }
 }
 
 __global__ void gla_halves_final_kernel(const StateParams sp) {
@@ -46,13 +66,17 @@ __global__ void gla_halves_final_kernel(const StateParams sp) {
 
 void launch_gla_state_halves(const StateParams& sp, int input_dtype, cudaStream_t stream) {
   const ChunkParams& p = sp.c;
-  KCP_CHECK(p.gla && p.N == 1 && sp.mid > 0 && sp.mid < p.NT && sp.s_mid && sp.f_local && sp.decay && sp.h && sp.o.p &&
-                p.K <= 1024 && (input_dtype == kBF16 || input_dtype == kF16),
+  KCP_CHECK(p.gla && p.N == 1 && sp.mid > 0 && sp.mid < p.NT && sp.s_mid && sp.f_local && sp.decay && sp.h &&
+                p.K <= 1024 && p.V % 4 == 0 && (input_dtype == kBF16 || input_dtype == kF16),
             "gla state in halves: expected one sequence of more than mid = ", sp.mid, " chunks, 16-bit inputs, ",
-            "K <= 1024, the stored states, the output and the halves' buffers");
+            "K <= 1024, V a multiple of 4, the stored states and the halves' buffers");
   if (p.HV == 0) return;
-  launch_kernel(gla_decay_scan_kernel, dim3(p.HV), dim3(p.K), 0, stream, sp, sp.decay);
-  launch_gla_state(sp, input_dtype, stream);
+  launch_kernel(gla_decay_scan_kernel, dim3(p.HV), dim3(p.K), 0, stream, sp);
+  launch_gla_state(sp, input_dtype, stream);  // the halves, then (sp.o) the output with the correction
+  if (!sp.o.p) {
+    const int64_t n = int64_t(p.NT - sp.mid) * p.HV * p.K * p.V / 4;
+    launch_kernel(gla_halves_h_kernel, dim3(unsigned(std::min<int64_t>((n + 255) / 256, 4096))), dim3(256), 0, stream, sp);
+  }
   if (sp.final_state.p) {
     const int64_t n = int64_t(p.HV) * p.K * p.V;
     launch_kernel(gla_halves_final_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream, sp);

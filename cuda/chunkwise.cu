@@ -115,7 +115,7 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   timer.mark();
   StateParams sp = impl_->state_params(st, p, in, out);
   sp.o = rows_view<OutRowsView>(out.o, "o");
-  if (!impl_->gla_halves(sp, st.dtype)) impl_->launch_state(sp, st.dtype);
+  if (!impl_->gla_halves(sp, st.dtype, false)) impl_->launch_state(sp, st.dtype);  // nothing reads this h after
   timer.mark();
   static const char* const kNames[] = {"cumsum", "kkt", "wy", "state+output"};
   timer.report("forward", kNames);
@@ -139,14 +139,14 @@ void Pipeline::set_gla_halves(int mode) {
 
 // Automatic: each half at least 32 chunks (shorter, the scan and the output's correction outweigh
 // the steps saved) and all 2 N HV (K/32)(V/32) chain blocks resident at five per multiprocessor.
-bool Pipeline::Impl::gla_halves(StateParams sp, int dtype) {
+bool Pipeline::Impl::gla_halves(StateParams sp, int dtype, bool store_h) {
   static const int env = [] {
     const char* e = std::getenv("KCP_CUDA_GLA_HALVES");
     return e ? std::atoi(e) : -1;
   }();
   const ChunkParams& c = sp.c;
   const int mode = gla_halves_mode >= 0 ? gla_halves_mode : env;
-  if (mode == 0 || !c.gla || c.N != 1 || c.NT < 2 || !sp.o.p || !(dtype == kBF16 || dtype == kF16)) return false;
+  if (mode == 0 || !c.gla || c.N != 1 || c.NT < 2 || !(dtype == kBF16 || dtype == kF16) || c.V % 4) return false;
   const int64_t blocks = 2 * int64_t(c.HV) * (c.K / 32) * (c.V / 32);
   if (mode < 0 && (c.NT < 64 || blocks > 5 * int64_t(multiprocessors(c)))) return false;
   const size_t state = size_t(c.HV) * c.K * c.V, decay = size_t(c.NT + 1) * c.HV * c.K;
@@ -158,7 +158,7 @@ bool Pipeline::Impl::gla_halves(StateParams sp, int dtype) {
     KCP_CUDA_CHECK(cudaMalloc(&d_halves, bytes));
     halves_bytes = bytes;
   }
-  sp.mid = c.NT / 2;
+  sp.mid = c.NT / 2, sp.mid_store_h = store_h;
   sp.s_mid = d_halves, sp.f_local = d_halves + state, sp.decay = d_halves + 2 * state;
   if (!sp.h) sp.h = static_cast<float*>(buf.h.data);
   launch_gla_state_halves(sp, dtype, stream);

@@ -107,7 +107,8 @@ class Pipeline {
   // state and dhu chains) assume; 0 (the default): the device's. For tests: 1 picks 32 columns
   // wherever they divide, so small cases cover the wide blocks too.
   void set_multiprocessors(int sms);
-  // gla's plain forward of one sequence with 16-bit inputs walks its chain as two halves at once
+  // gla's state stage of one sequence with 16-bit inputs (forward, kept forward, the backward's
+  // recompute) walks its chain as two halves at once
   // (chunk_state_gla_halves.cu): -1 (the default) where each half has at least 32 chunks and the
   // chain's blocks fit at once, 0 never, 1 wherever it applies (tests: small cases). KCP_CUDA_GLA_HALVES
   // sets the same (diagnostics) when this is -1.

@@ -99,7 +99,9 @@ BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int
     if (sp.init == kInitGiven) sp.h0 = state_view(in.initial_state, p.flags.state_v_first, "initial_state");
     sp.h = static_cast<float*>(im.buf.h.data);
     sp.vnew = st.c.gla ? nullptr : static_cast<float*>(im.buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
-    im.launch_state(sp, st.dtype);  // gdn with 16-bit inputs: the folded kernel, as in the forward
+    // gdn with 16-bit inputs: the folded kernel, as in the forward; gla of one sequence: its halves, as
+    // the kept forward (the same h bit for bit)
+    if (!im.gla_halves(sp, st.dtype, true)) im.launch_state(sp, st.dtype);
   }
   BwdParams bp;
   bp.c = st.c;

@@ -245,9 +245,10 @@ struct Pipeline::Impl {
   // The forward's state stage: folded for gdn with 16-bit inputs; gla's split chain, then its output
   // from the stored states (in buf.h unless the caller keeps them elsewhere); else from w and u.
   // KCP_CUDA_STATE_GROUPS=1|2 overrides the automatic choice (diagnostics, like the stage times).
-  // gla's plain forward state stage in two halves (chunk_state_gla_halves.cu) where set_gla_halves'
-  // rule applies: returns false (nothing queued) where it does not. chunkwise.cu
-  bool gla_halves(StateParams sp, int dtype);
+  // gla's state stage of one sequence in two halves (chunk_state_gla_halves.cu) where set_gla_halves'
+  // rule applies: returns false (nothing queued) where it does not. store_h: h left true for a
+  // backward (the kept forward, the backward's recompute; without an output it always is). chunkwise.cu
+  bool gla_halves(StateParams sp, int dtype, bool store_h);
   void launch_state(const StateParams& sp, int dtype) const {
     if (sp.c.gla) {
       StateParams g = sp;

@@ -8,6 +8,7 @@
 // up to 36, short last chunks, with and without h0 and the final state, state_v_first, the fused gate
 // and L2 norm, and K / V of 32 to 128. A packed batch (several sequences) and float32 inputs run
 // unsplit whatever is asked. Outputs NaN-poisoned first. Skipped where no CUDA device is present.
+// The kept forward and the backward's recompute in halves: test_cuda_keep.cpp.
 #include <doctest/doctest.h>
 
 #include <string>
