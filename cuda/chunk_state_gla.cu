@@ -199,19 +199,22 @@ __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int s
 }
 
 // kReverse: the backward's dh chain (launch_gla_dh_chain): chunks last to first, the tiles' kg and v
-// being qg and do (the caller's ChunkParams), S = dh / scale. kSt: stages of tiles in flight (3 for
-// the halves, whose 2 x 256 blocks at H = 16 must all be resident: 43 KB each, five per multiprocessor).
-// sp.mid > 0 (one sequence, forward): blocks [N HV, 2 N HV) walk the second half [mid, count) from 0
-// into f_local, the others the first half [0, mid) from h0 into s_mid (chunk_state_gla_halves.cu).
-template <class Tin, bool kSplit, bool kReverse, int kSt = kStages>
+// being qg and do (the caller's ChunkParams), S = dh / scale. kHalves (sp.mid > 0; one sequence,
+// forward; three stages of tiles in flight instead of four, so that the 2 x 256 blocks at H = 16 are
+// all resident: 43 KB each, five per multiprocessor): blocks [N HV, 2 N HV) walk the second half
+// [mid, count) from 0 into f_local, writing its decay D_c on the way, the others the first half
+// [0, mid) from h0 into s_mid (chunk_state_gla_halves.cu).
+template <class Tin, bool kSplit, bool kReverse, bool kHalves = false>
 __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StateParams sp) {
+  static_assert(!kHalves || !kReverse, "halves: the forward chain only");
+  constexpr int kSt = kHalves ? 3 : kStages;
   extern __shared__ float4 smem_f4[];
   const ChainSmem<Tin> s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
   const int half = int(blockIdx.x) / (p.N * p.HV), x = int(blockIdx.x) % (p.N * p.HV);
   const int n = x / p.HV, hv = x % p.HV, i0 = kBK * blockIdx.y, j0 = kBV * blockIdx.z;
   int c_begin = p.seq_chunk0[n], count = p.seq_chunk0[n + 1] - c_begin;
-  if (sp.mid > 0) {
+  if constexpr (kHalves) {
     if (half == 0) count = sp.mid;
     else c_begin += sp.mid, count -= sp.mid;
   }
@@ -221,7 +224,8 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
   for (int nt = 0; nt < kBV / 8; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      S[nt][e] = half == 1 ? 0.0f : initial_element<kReverse>(sp, n, hv, i0 + key + e / 2, j0 + 8 * nt + col + e % 2);
+      S[nt][e] = kHalves && half == 1 ? 0.0f
+                                      : initial_element<kReverse>(sp, n, hv, i0 + key + e / 2, j0 + 8 * nt + col + e % 2);
   const SeqTokens tok = seq_tokens(p, c_begin, count);
   const ChainSources<Tin> src = chain_sources<Tin>(p, tok, hv, i0, j0);
   // h[c] of this thread at chunk c_begin + j: h_first + j h_chunk
@@ -233,15 +237,26 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
     if (i < count) issue_chain_tiles(src, tok, chunk_at(i), i, s);
     cp_async_commit();
   }
+  // The second half's decay D_c of this block's keys (StateParams::decay), by one lane per key pair of
+  // the blocks of the first 32 state columns: D_mid = 1, D_{c+1} = D_c 2^(b_end[c]), in the chain's order.
+  float2 D = make_float2(1.0f, 1.0f);
+  float* const d_first = kHalves && half == 1 && blockIdx.z == 0 && lane_t() == 0
+                             ? sp.decay + (int64_t(c_begin) * p.HV + hv) * p.K + i0 + key : nullptr;
   for (int i = 0; i < count; ++i) {
     cp_async_wait<kSt - 2>();
     __syncthreads();  // chunk i's tiles are visible, and every warp is done with chunk i - 1's stage
     const int ahead = i + kSt - 1;
     if (ahead < count) issue_chain_tiles(src, tok, chunk_at(ahead), ahead % kSt, s);
     cp_async_commit();
+    if (kHalves && d_first) {
+      const float2 b = *reinterpret_cast<const float2*>(s.bend(i % kSt) + key);
+      *reinterpret_cast<float2*>(d_first + int64_t(i) * p.HV * p.K) = D;
+      D.x *= exp2f(b.x), D.y *= exp2f(b.y);
+    }
     chain_step<Tin, kSplit, kReverse>(sp, s, i % kSt, h_first ? h_first + chunk_at(i) * h_chunk : nullptr, S);
   }
-  if (sp.mid > 0) {  // the half's last state, float32 [HV,K,V] (the forward: S as stored)
+  if (kHalves && d_first) *reinterpret_cast<float2*>(d_first + int64_t(count) * p.HV * p.K) = D;  // D_NT (row NT)
+  if constexpr (kHalves) {  // the half's last state, float32 [HV,K,V] (the forward: S as stored)
     float* f = (half == 0 ? sp.s_mid : sp.f_local) + (int64_t(hv) * p.K + i0 + key) * p.V + j0 + col;
 #pragma unroll
     for (int nt = 0; nt < kBV / 8; ++nt) {
@@ -323,7 +338,7 @@ void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t strea
       KCP_CHECK(!kS || sp.mid == 0, "gla state in halves: 16-bit inputs only (the output's correction is one TF32 product)");
       if constexpr (!kS)
         if (sp.mid > 0)  // the two halves at once, three stages (all blocks resident)
-          return launch_kernel(gla_chain_kernel<Tin, kS, false, 3>, dim3(2 * p.N * p.HV, p.K / kBK, sp.Vw / kBV),
+          return launch_kernel(gla_chain_kernel<Tin, kS, false, true>, dim3(2 * p.N * p.HV, p.K / kBK, sp.Vw / kBV),
                                kChainThreads, 3 * ChainSmem<Tin>::bytes_stage, stream, sp);
       launch_kernel(gla_chain_kernel<Tin, kS, false>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV), kChainThreads,
                     ChainSmem<Tin>::bytes, stream, sp);

@@ -15,7 +15,7 @@ namespace kcp::cuda {
 void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t stream);
 // The same for one sequence (N = 1) of 16-bit inputs, its chain walked as two halves at once
 // (chunk_state_gla_halves.cu): sp.mid, s_mid, f_local and decay set by the caller ([HV,K,V], [HV,K,V]
-// and [NT+1,HV,K] float32), sp.h set. Runs the decay scan, the halves, the output with its correction
+// and [NT+1,HV,K] float32), sp.h set. Runs the halves (the second writing D_c), the output with its correction
 // (or, without sp.o, the correction in h), and final_state = f_local + D_NT s_mid.
 void launch_gla_state_halves(const StateParams& sp, int input_dtype, cudaStream_t stream);
 // The backward's dh chain for gla (chunk_bwd_dh_gla.cu builds sp): the same chain walked from the last

@@ -5,8 +5,9 @@
 // run at once (chunk_state_gla.cu, StateParams::mid: 2 x 256 blocks at H = 16, K = V = 128, three
 // stages each so that all are resident), and the final state is f_local + D_NT s_mid. The chain's
 // 512 dependent steps at T = 32768 become 256 (~0.5 ms of the forward's 1.28).
-//   decay scan: one block per value head, one thread per key, the chunk factors multiplied in order
-//               (the chain's own exp2f factors), D_mid = 1, D_NT into row NT.
+//   decay:      written by the second half's chain blocks as they walk (one lane per key pair of the
+//               first 32 state columns: the chain's own exp2f factors in its order), D_mid = 1,
+//               D_NT into row NT.
 //   correction: with an output, the output kernel forms S_c on its h tile in shared memory (and writes
 //               it back to h where sp.mid_store_h: the kept forward); without one (the backward's
 //               recompute), gla_halves_h_kernel forms it in h, one thread per 4 elements, by the same
@@ -23,19 +24,6 @@
 
 namespace kcp::cuda {
 namespace {
-
-__global__ void gla_decay_scan_kernel(const StateParams sp) {
-  const ChunkParams& p = sp.c;
-  const int hv = blockIdx.x, i = threadIdx.x;
-  const SeqTokens tok = seq_tokens(p, 0, p.NT);
-  float d = 1.0f;
-#pragma unroll 8
-  for (int c = sp.mid; c < p.NT; ++c) {
-    sp.decay[(int64_t(c) * p.HV + hv) * p.K + i] = d;
-    d *= exp2f(p.gcum[(int64_t(tok.last(c)) * p.HV + hv) * p.K + i]);
-  }
-  sp.decay[(int64_t(p.NT) * p.HV + hv) * p.K + i] = d;
-}
 
 // h[c] = fmaf(D_c[i], s_mid[i, j], h_local[c][i, j]) for c >= mid: four elements per thread.
 __global__ void gla_halves_h_kernel(const StateParams sp) {
@@ -67,12 +55,11 @@ __global__ void gla_halves_final_kernel(const StateParams sp) {
 void launch_gla_state_halves(const StateParams& sp, int input_dtype, cudaStream_t stream) {
   const ChunkParams& p = sp.c;
   KCP_CHECK(p.gla && p.N == 1 && sp.mid > 0 && sp.mid < p.NT && sp.s_mid && sp.f_local && sp.decay && sp.h &&
-                p.K <= 1024 && p.V % 4 == 0 && (input_dtype == kBF16 || input_dtype == kF16),
+                p.V % 4 == 0 && (input_dtype == kBF16 || input_dtype == kF16),
             "gla state in halves: expected one sequence of more than mid = ", sp.mid, " chunks, 16-bit inputs, ",
-            "K <= 1024, V a multiple of 4, the stored states and the halves' buffers");
+            "V a multiple of 4, the stored states and the halves' buffers");
   if (p.HV == 0) return;
-  launch_kernel(gla_decay_scan_kernel, dim3(p.HV), dim3(p.K), 0, stream, sp);
-  launch_gla_state(sp, input_dtype, stream);  // the halves, then (sp.o) the output with the correction
+  launch_gla_state(sp, input_dtype, stream);  // the halves (D_c on the way), then (sp.o) the output
   if (!sp.o.p) {
     const int64_t n = int64_t(p.NT - sp.mid) * p.HV * p.K * p.V / 4;
     launch_kernel(gla_halves_h_kernel, dim3(unsigned(std::min<int64_t>((n + 255) / 256, 4096))), dim3(256), 0, stream, sp);
