@@ -335,7 +335,7 @@ void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t strea
     dispatch_input_type(input_dtype, [&](auto tag) {
       using Tin = typename decltype(tag)::type;
       constexpr bool kS = kSplitProducts<Tin>;
-      KCP_CHECK(!kS || sp.mid == 0, "gla state in halves: 16-bit inputs only (the output's correction is one TF32 product)");
+      KCP_CHECK(!kS || sp.mid == 0, "gla state in halves: 16-bit inputs only (float32 inputs walk one chain)");
       if constexpr (!kS)
         if (sp.mid > 0)  // the two halves at once, three stages (all blocks resident)
           return launch_kernel(gla_chain_kernel<Tin, kS, false, true>, dim3(2 * p.N * p.HV, p.K / kBK, sp.Vw / kBV),
