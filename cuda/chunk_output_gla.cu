@@ -9,9 +9,11 @@
 // on each block's path, state+output 0.821 -> 1.060 ms at T = 32768; docs/BENCHMARKS.md, twentieth
 // session.)
 // Products: TF32 with 16-bit inputs (qg TF32-rounded, v exact, h rounded as the chain's S), 3xTF32
-// with float32 inputs. Shapes: h [NT,HV,K,V] float32, o [B,T,HV,V].
+// with float32 inputs. Shapes: h [NT,HV,K,V] float32, o [B,T,HV,V]. With the chain in halves
+// (StateParams::mid, chunk_state_gla_halves.cu) a second-half chunk's h tile is corrected in shared
+// memory first, h_local + D_c s_mid (correct_own_rows), and written back where the backward reads h.
 // Covered by tests/cuda/test_cuda_stages.cpp (output o for gla against the CPU twin, from the twin's
-// h and qg), test_cuda_forward.cpp, test_cuda_keep.cpp.
+// h and qg), test_cuda_forward.cpp, test_cuda_keep.cpp, test_cuda_gla_halves.cpp.
 #include "cuda/chunk_state_gla.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
