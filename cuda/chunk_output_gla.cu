@@ -17,6 +17,7 @@
 #include "cuda/chunk_state_gla.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
+#include "cuda/gla_halves.cuh"
 #include "cuda/key_dims.h"
 #include "cuda/tile_mma.cuh"
 #include "cuda/tile_store.cuh"
@@ -91,28 +92,6 @@ __device__ void intra_products(const Sm& s, int L, int mw, int c0, float (&ao)[N
   }
 }
 
-// The chain in halves (StateParams::mid; chunk_state_gla_halves.cu): a second-half chunk's h[c] holds
-// h_local[c], its state from 0 at chunk mid, and the true state is h_local[c] + D_c s_mid (D_c per key
-// row: the first half's final state decayed to chunk c). Formed on this thread's own copied segments
-// before their TF32 rounding (s_mid and D_c from L2), as gla_halves_h_kernel forms it (the same fmaf,
-// so a recomputing backward's h equals a kept forward's bit for bit), and written back to h[c] where
-// sp.mid_store_h (the backward reads h). 16-bit inputs only.
-template <int KD, int BVo>
-__device__ void correct_own_rows(const StateParams& sp, int ci, int hv, int j0, float* Hs, int ldh) {
-  const ChunkParams& p = sp.c;
-  const float* d = sp.decay + (int64_t(ci) * p.HV + hv) * KD;
-  const float* m = sp.s_mid + int64_t(hv) * KD * p.V + j0;
-  float* h = sp.h + (int64_t(ci) * p.HV + hv) * KD * p.V + j0;
-  for_own_segments<KD, 4 * BVo, kOutThreads>([&](int r, int sg) {
-    float4* x = reinterpret_cast<float4*>(Hs + r * ldh + 4 * sg);
-    const float4 a = *x, b = *reinterpret_cast<const float4*>(m + int64_t(r) * p.V + 4 * sg);
-    const float dr = d[r];
-    const float4 y = make_float4(fmaf(dr, b.x, a.x), fmaf(dr, b.y, a.y), fmaf(dr, b.z, a.z), fmaf(dr, b.w, a.w));
-    *x = y;
-    if (sp.mid_store_h) *reinterpret_cast<float4*>(h + int64_t(r) * p.V + 4 * sg) = y;
-  });
-}
-
 // Warp w: rows 16 (w % 4), columns [c0, c0 + BVo/2) with c0 = (w / 4) BVo/2.
 template <class Tin, int KD, int BVo>
 __global__ void __launch_bounds__(kOutThreads) gla_output_kernel(const StateParams sp) {
@@ -129,7 +108,11 @@ __global__ void __launch_bounds__(kOutThreads) gla_output_kernel(const StatePara
   float ao[NTW][4] = {};
   cp_async_wait<1>();
   if constexpr (!S) {
-    if (sp.mid > 0 && ci >= sp.mid) correct_own_rows<KD, BVo>(sp, ci, hv, j0, s.Hs, Sm::ldh);
+    if (sp.mid > 0 && ci >= sp.mid) {  // the chain in halves: h_local + D_c s_mid (gla_halves.cuh)
+      const int64_t t = (int64_t(ci) * p.HV + hv) * KD;
+      correct_own_rows<KD, BVo, kOutThreads>(sp.decay + t, sp.s_mid + int64_t(hv) * KD * p.V + j0,
+                                            sp.mid_store_h ? sp.h + t * p.V + j0 : nullptr, p.V, s.Hs, Sm::ldh);
+    }
     round_own_rows_tf32<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh);  // each h element once, not per warp
   }
   __syncthreads();

@@ -199,14 +199,14 @@ __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int s
 }
 
 // kReverse: the backward's dh chain (launch_gla_dh_chain): chunks last to first, the tiles' kg and v
-// being qg and do (the caller's ChunkParams), S = dh / scale. kHalves (sp.mid > 0; one sequence,
-// forward; three stages of tiles in flight instead of four, so that the 2 x 256 blocks at H = 16 are
-// all resident: 43 KB each, five per multiprocessor): blocks [N HV, 2 N HV) walk the second half
-// [mid, count) from 0 into f_local, writing its decay D_c on the way, the others the first half
-// [0, mid) from h0 into s_mid (chunk_state_gla_halves.cu).
+// being qg and do (the caller's ChunkParams), S = dh / scale. kHalves (sp.mid > 0; one sequence;
+// three stages of tiles in flight instead of four, so that the 2 x 256 blocks at H = 16 are all
+// resident: 43 KB each, five per multiprocessor): blocks [0, N HV) walk the half walked first (forward
+// [0, mid), reverse [mid, count)) from h0 into s_mid, blocks [N HV, 2 N HV) the other from 0 into
+// f_local, writing its decay D_c on the way (both as stored: the reverse chain's scale S).
+// chunk_state_gla_halves.cu.
 template <class Tin, bool kSplit, bool kReverse, bool kHalves = false>
 __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StateParams sp) {
-  static_assert(!kHalves || !kReverse, "halves: the forward chain only");
   constexpr int kSt = kHalves ? 3 : kStages;
   extern __shared__ float4 smem_f4[];
   const ChainSmem<Tin> s(reinterpret_cast<char*>(smem_f4));
@@ -215,8 +215,8 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
   const int n = x / p.HV, hv = x % p.HV, i0 = kBK * blockIdx.y, j0 = kBV * blockIdx.z;
   int c_begin = p.seq_chunk0[n], count = p.seq_chunk0[n + 1] - c_begin;
   if constexpr (kHalves) {
-    if (half == 0) count = sp.mid;
-    else c_begin += sp.mid, count -= sp.mid;
+    if ((half == 0) != kReverse) count = sp.mid;  // [0, mid)
+    else c_begin += sp.mid, count -= sp.mid;      // [mid, count)
   }
   const int key = pair_key(16 * int(threadIdx.x >> 5)), col = 2 * lane_t();
   float S[kBV / 8][4];
@@ -237,11 +237,13 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
     if (i < count) issue_chain_tiles(src, tok, chunk_at(i), i, s);
     cp_async_commit();
   }
-  // The second half's decay D_c of this block's keys (StateParams::decay), by one lane per key pair of
-  // the blocks of the first 32 state columns: D_mid = 1, D_{c+1} = D_c 2^(b_end[c]), in the chain's order.
+  // The decay D_c of the half walked second (StateParams::decay) for this block's keys, by one lane per
+  // key pair of the blocks of the first 32 state columns: 1 at its first chunk walked, then times each
+  // walked chunk's 2^(b_end), in the chain's order; after its last chunk into row NT.
   float2 D = make_float2(1.0f, 1.0f);
   float* const d_first = kHalves && half == 1 && blockIdx.z == 0 && lane_t() == 0
                              ? sp.decay + (int64_t(c_begin) * p.HV + hv) * p.K + i0 + key : nullptr;
+  const int64_t d_chunk = int64_t(p.HV) * p.K;
   for (int i = 0; i < count; ++i) {
     cp_async_wait<kSt - 2>();
     __syncthreads();  // chunk i's tiles are visible, and every warp is done with chunk i - 1's stage
@@ -250,18 +252,20 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
     cp_async_commit();
     if (kHalves && d_first) {
       const float2 b = *reinterpret_cast<const float2*>(s.bend(i % kSt) + key);
-      *reinterpret_cast<float2*>(d_first + int64_t(i) * p.HV * p.K) = D;
+      *reinterpret_cast<float2*>(d_first + chunk_at(i) * d_chunk) = D;
       D.x *= exp2f(b.x), D.y *= exp2f(b.y);
     }
     chain_step<Tin, kSplit, kReverse>(sp, s, i % kSt, h_first ? h_first + chunk_at(i) * h_chunk : nullptr, S);
   }
-  if (kHalves && d_first) *reinterpret_cast<float2*>(d_first + int64_t(count) * p.HV * p.K) = D;  // D_NT (row NT)
-  if constexpr (kHalves) {  // the half's last state, float32 [HV,K,V] (the forward: S as stored)
+  if (kHalves && d_first)  // D after the half: row NT
+    *reinterpret_cast<float2*>(sp.decay + (int64_t(p.NT) * p.HV + hv) * p.K + i0 + key) = D;
+  if constexpr (kHalves) {  // the half's last state as stored, float32 [HV,K,V]
     float* f = (half == 0 ? sp.s_mid : sp.f_local) + (int64_t(hv) * p.K + i0 + key) * p.V + j0 + col;
 #pragma unroll
     for (int nt = 0; nt < kBV / 8; ++nt) {
-      *reinterpret_cast<float2*>(f + 8 * nt) = make_float2(S[nt][0], S[nt][1]);
-      *reinterpret_cast<float2*>(f + p.V + 8 * nt) = make_float2(S[nt][2], S[nt][3]);
+      *reinterpret_cast<float2*>(f + 8 * nt) = make_float2(stored<kReverse>(sp, S[nt][0]), stored<kReverse>(sp, S[nt][1]));
+      *reinterpret_cast<float2*>(f + p.V + 8 * nt) =
+          make_float2(stored<kReverse>(sp, S[nt][2]), stored<kReverse>(sp, S[nt][3]));
     }
     return;
   }
@@ -354,8 +358,17 @@ void launch_gla_dh_chain(const StateParams& sp, int do_dtype, cudaStream_t strea
   if (p.N * p.HV > 0)
     dispatch_input_type(do_dtype, [&](auto tag) {
       using Tin = typename decltype(tag)::type;
-      launch_kernel(gla_chain_kernel<Tin, kSplitProducts<Tin>, true>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV),
-                    kChainThreads, ChainSmem<Tin>::bytes, stream, sp);
+      constexpr bool kS = kSplitProducts<Tin>;
+      KCP_CHECK(!kS || sp.mid == 0, "gla dh chain in halves: 16-bit do only (float32 walks one chain)");
+      KCP_CHECK(sp.mid == 0 || (p.N == 1 && sp.mid < p.NT && sp.s_mid && sp.f_local && sp.decay),
+                "gla dh chain in halves: expected one sequence of more than mid = ", sp.mid, " chunks and the halves' ",
+                "buffers");
+      if constexpr (!kS)
+        if (sp.mid > 0)  // the two halves at once, three stages (all blocks resident)
+          return launch_kernel(gla_chain_kernel<Tin, kS, true, true>, dim3(2 * p.N * p.HV, p.K / kBK, sp.Vw / kBV),
+                               kChainThreads, 3 * ChainSmem<Tin>::bytes_stage, stream, sp);
+      launch_kernel(gla_chain_kernel<Tin, kS, true>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV), kChainThreads,
+                    ChainSmem<Tin>::bytes, stream, sp);
     });
 }
 

@@ -64,10 +64,15 @@ void launch_gla_state_halves(const StateParams& sp, int input_dtype, cudaStream_
     const int64_t n = int64_t(p.NT - sp.mid) * p.HV * p.K * p.V / 4;
     launch_kernel(gla_halves_h_kernel, dim3(unsigned(std::min<int64_t>((n + 255) / 256, 4096))), dim3(256), 0, stream, sp);
   }
-  if (sp.final_state.p) {
-    const int64_t n = int64_t(p.HV) * p.K * p.V;
-    launch_kernel(gla_halves_final_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream, sp);
-  }
+  if (sp.final_state.p) launch_gla_halves_final(sp, stream);
+}
+
+void launch_gla_halves_final(const StateParams& sp, cudaStream_t stream) {
+  const ChunkParams& p = sp.c;
+  KCP_CHECK(p.N == 1 && sp.mid > 0 && sp.s_mid && sp.f_local && sp.decay && sp.final_state.p,
+            "gla halves' final state: expected one sequence, the halves' buffers and a final_state view");
+  const int64_t n = int64_t(p.HV) * p.K * p.V;
+  if (n > 0) launch_kernel(gla_halves_final_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream, sp);
 }
 
 }  // namespace kcp::cuda

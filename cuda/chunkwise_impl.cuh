@@ -249,6 +249,11 @@ struct Pipeline::Impl {
   // rule applies: returns false (nothing queued) where it does not. store_h: h left true for a
   // backward (the kept forward, the backward's recompute; without an output it always is). chunkwise.cu
   bool gla_halves(StateParams sp, int dtype, bool store_h);
+  // The backward's dh chain of one sequence in halves (chunk_bwd_dh_gla.cu) where the same rule applies
+  // and the dv pass runs (it corrects dh): sets bp.dh_mid and the buffers, or leaves bp as it is.
+  void gla_dh_halves(BwdParams& bp);
+  bool halves_apply(const ChunkParams& c, int dtype) const;  // set_gla_halves' rule
+  float* halves_buffers(const ChunkParams& c);                // s_mid, f_local, decay (grown on demand)
   void launch_state(const StateParams& sp, int dtype) const {
     if (sp.c.gla) {
       StateParams g = sp;

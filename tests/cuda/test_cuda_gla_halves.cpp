@@ -8,7 +8,8 @@
 // up to 36, short last chunks, with and without h0 and the final state, state_v_first, the fused gate
 // and L2 norm, and K / V of 32 to 128. A packed batch (several sequences) and float32 inputs run
 // unsplit whatever is asked. Outputs NaN-poisoned first. Skipped where no CUDA device is present.
-// The kept forward and the backward's recompute in halves: test_cuda_keep.cpp.
+// The backward in halves (its recompute and its dh chain) against the oracle's gradients; the kept
+// forward and the backward's recompute in halves bit for bit: test_cuda_keep.cpp.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -110,6 +111,34 @@ TEST_CASE("gla forward in halves: packed batches and float32 inputs run unsplit"
       } else {
         check_forward(*gpu, split, c, hc, ref.out, " (unsplit: several sequences)");
       }
+    }
+  }
+}
+
+// The backward with both chains in halves (the recompute's h and the dh chain, each corrected by its
+// consumer or its own kernel) against the float64 oracle at FLA's bars for 16-bit inputs
+// (test::fla_chunk_bar), do rounded to the input dtype as FLA gives it.
+TEST_CASE("gla backward in halves: the oracle's gradients" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  std::vector<HalvesCase> all = cases(val::seed_from_env(1870));
+  for (HalvesCase& hc : all) {
+    hc.spec.seed += 100;  // other draws than the forward's
+    SUBCASE(hc.name().c_str()) {
+      val::CaseData c = test::round_case(val::make_case(hc.spec), hc.qkv);
+      for (double& x : c.d_o.vec()) x = round_to(hc.qkv, x);
+      const auto ref = val::run_case<double>(*oracle, c, true);
+      const Problem p = c.problem(DType::f32);
+      const test::DeviceInputs din = test::upload_inputs(*gpu, c, hc.qkv);
+      test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, hc.qkv), dht;
+      if (!c.dht.empty()) dht = test::to_device(*gpu, c.dht, DType::f32);
+      cuda::Pipeline split(gpu->queue());
+      split.set_gla_halves(1);
+      const test::DeviceGrads dg = test::device_grads(*gpu, ref.grads, hc.qkv);
+      split.backward(p, din.views, {d_o.view, dht.view}, dg.views);
+      for (const test::DeviceGrad& d : dg.t)
+        test::check_rel_l2(d.name, hc.name() + " halves", test::to_host(*gpu, d.t.view), d.want->view(),
+                           test::fla_chunk_bar(d.name));
     }
   }
 }
