@@ -326,27 +326,40 @@ void launch_gla_transition_m(const StateParams& sp, cudaStream_t stream) {
   if (p.N * p.HV > 0) launch_kernel(gla_transition_m_kernel, dim3(p.N * p.HV), kDiagThreads, 0, stream, sp);
 }
 
+namespace {
+
+// The chain's launch, forward or reversed: one block per (sequence and value head, 32 keys, 32 state
+// columns), or with sp.mid > 0 (16-bit inputs, one sequence) twice as many, the two halves at once with
+// three stages of tiles (all blocks resident).
+template <bool kReverse>
+void launch_chain(const StateParams& sp, int input_dtype, cudaStream_t stream) {
+  const ChunkParams& p = sp.c;
+  KCP_CHECK(sp.mid == 0 || (p.N == 1 && sp.mid < p.NT && sp.s_mid && sp.f_local && sp.decay && sp.Vw == p.V),
+            "gla chain in halves: expected one sequence of more than mid = ", sp.mid, " chunks, V state columns and ",
+            "the halves' buffers");
+  if (p.N * p.HV == 0) return;
+  dispatch_input_type(input_dtype, [&](auto tag) {
+    using Tin = typename decltype(tag)::type;
+    constexpr bool kS = kSplitProducts<Tin>;
+    KCP_CHECK(!kS || sp.mid == 0, "gla chain in halves: 16-bit inputs only (float32 inputs walk one chain)");
+    if constexpr (!kS)
+      if (sp.mid > 0)
+        return launch_kernel(gla_chain_kernel<Tin, kS, kReverse, true>, dim3(2 * p.N * p.HV, p.K / kBK, sp.Vw / kBV),
+                             kChainThreads, 3 * ChainSmem<Tin>::bytes_stage, stream, sp);
+    launch_kernel(gla_chain_kernel<Tin, kS, kReverse>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV), kChainThreads,
+                  ChainSmem<Tin>::bytes, stream, sp);
+  });
+}
+
+}  // namespace
+
 void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t stream) {
   const ChunkParams& p = sp.c;
   KCP_CHECK(p.gla && (sp.init == kInitZero || sp.init == kInitGiven) && sp.Vw % kBV == 0 && p.K % kBK == 0,
             "gla state: expected gla, K and the state columns multiples of 32, and a zero or given start (M: "
             "launch_gla_transition_m)");
   KCP_CHECK(!sp.o.p || (sp.h && sp.Vw == p.V), "gla state: the output reads the forward's stored states");
-  KCP_CHECK(sp.mid == 0 || (p.N == 1 && sp.mid < p.NT && sp.s_mid && sp.f_local && sp.decay && sp.Vw == p.V),
-            "gla state in halves: expected one sequence of more than mid = ", sp.mid, " chunks, V state columns and ",
-            "the halves' buffers");
-  if (p.N * p.HV > 0)
-    dispatch_input_type(input_dtype, [&](auto tag) {
-      using Tin = typename decltype(tag)::type;
-      constexpr bool kS = kSplitProducts<Tin>;
-      KCP_CHECK(!kS || sp.mid == 0, "gla state in halves: 16-bit inputs only (float32 inputs walk one chain)");
-      if constexpr (!kS)
-        if (sp.mid > 0)  // the two halves at once, three stages (all blocks resident)
-          return launch_kernel(gla_chain_kernel<Tin, kS, false, true>, dim3(2 * p.N * p.HV, p.K / kBK, sp.Vw / kBV),
-                               kChainThreads, 3 * ChainSmem<Tin>::bytes_stage, stream, sp);
-      launch_kernel(gla_chain_kernel<Tin, kS, false>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV), kChainThreads,
-                    ChainSmem<Tin>::bytes, stream, sp);
-    });
+  launch_chain<false>(sp, input_dtype, stream);
   if (sp.o.p) launch_gla_output(sp, input_dtype, stream);
 }
 
@@ -355,21 +368,7 @@ void launch_gla_dh_chain(const StateParams& sp, int do_dtype, cudaStream_t strea
   KCP_CHECK(p.gla && (sp.init == kInitZero || sp.init == kInitGiven) && sp.Vw == p.V && p.V % kBV == 0 &&
                 p.K % kBK == 0 && !sp.o.p,
             "gla dh chain: expected gla, K and V multiples of 32, V state columns, a zero or given start, no output");
-  if (p.N * p.HV > 0)
-    dispatch_input_type(do_dtype, [&](auto tag) {
-      using Tin = typename decltype(tag)::type;
-      constexpr bool kS = kSplitProducts<Tin>;
-      KCP_CHECK(!kS || sp.mid == 0, "gla dh chain in halves: 16-bit do only (float32 walks one chain)");
-      KCP_CHECK(sp.mid == 0 || (p.N == 1 && sp.mid < p.NT && sp.s_mid && sp.f_local && sp.decay),
-                "gla dh chain in halves: expected one sequence of more than mid = ", sp.mid, " chunks and the halves' ",
-                "buffers");
-      if constexpr (!kS)
-        if (sp.mid > 0)  // the two halves at once, three stages (all blocks resident)
-          return launch_kernel(gla_chain_kernel<Tin, kS, true, true>, dim3(2 * p.N * p.HV, p.K / kBK, sp.Vw / kBV),
-                               kChainThreads, 3 * ChainSmem<Tin>::bytes_stage, stream, sp);
-      launch_kernel(gla_chain_kernel<Tin, kS, true>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV), kChainThreads,
-                    ChainSmem<Tin>::bytes, stream, sp);
-    });
+  launch_chain<true>(sp, do_dtype, stream);
 }
 
 }  // namespace kcp::cuda
