@@ -15,7 +15,8 @@
 //           diagonal, the per-key product of the chain's scalings (gla_transition_m_kernel), so the
 //           chain always takes u = v. The backward's dh is the same chain reversed
 //           (launch_gla_dh_chain): last chunk first, qg for kg, do for v, dh[c] = scale S stored
-//           before chunk c's step.
+//           before chunk c's step. One sequence of 16-bit inputs (StateParams::mid,
+//           chunk_state_gla_halves.cu): either chain walked as two halves at once, one from 0.
 // Before (chunk_state.cu's gla instantiation: one block per 16 state columns of a head, walking the
 // chain with all K rows and the output inside each step) the stage took 1.66 ms at T = 32768, H = 16
 // on an H200; chain and output 0.90 ms (docs/BENCHMARKS.md, eleventh session).
