@@ -53,6 +53,10 @@ struct BwdParams {
                                 // columns [0, V), M^T from I in [V, V + K))
   int Vw = 0;                   // dhu state columns: V, or V + K for the transition
   bool keep = true;             // dhu stores dh[c] and dvnew (false: only the chain's end is needed)
+  // gla's dh chain of one sequence walked as two halves at once (chunk_bwd_dh_gla.cu; StateParams::mid):
+  // dh_mid > 0 the first chunk of the later half; [HV,K,V], [HV,K,V], [NT+1,HV,K] float32 buffers.
+  int dh_mid = 0;
+  float *dh_smid = nullptr, *dh_flocal = nullptr, *dh_decay = nullptr;
   // backward workspace (float32)
   float* dh = nullptr;          // [NT,HV,K,V] gradient of the state leaving each chunk (null: not kept)
   float* dvnew = nullptr;       // [TT,HV,V] (null: not kept)

@@ -29,6 +29,7 @@
 #include "cuda/chunk_state_gla.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
+#include "cuda/gla_halves.cuh"
 #include "cuda/tile_mma.cuh"
 #include "cuda/tile_store.cuh"
 
@@ -121,6 +122,11 @@ __global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams b
   load_rows_any<BV>(Ds, Sm::ldd, bp.d_o, ck.t0, hv, ck.len, j0, BV);  // do [L, BV], zero past L, while the tiles arrive
   const int w = int(threadIdx.x >> 5), mw = 16 * (w % 4), c0 = (w / 4) * (BV / 2);
   cp_async_wait<0>();
+  if (bp.dh_mid > 0 && ci < bp.dh_mid) {  // the dh chain in halves: dh_local + D_c dh_mid, kept for hv
+    const int64_t t = (int64_t(ci) * p.HV + hv) * KD;
+    correct_own_rows<KD, BV, kDvThreads>(bp.dh_decay + t, bp.dh_smid + int64_t(hv) * KD * p.V + j0, bp.dh + t * p.V + j0,
+                                         p.V, Hs, Sm::ldh);
+  }
   if constexpr (!kSplit) round_own_rows_tf32<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh);
   __syncthreads();
   float acc[NTW][4] = {};
@@ -141,7 +147,10 @@ void launch_dh_chain(const BwdParams& bp, cudaStream_t stream) {
   sp.h0 = bp.dht;
   sp.final_state = bp.dh0;
   sp.h = bp.dh;
+  sp.mid = bp.dh_mid, sp.s_mid = bp.dh_smid, sp.f_local = bp.dh_flocal, sp.decay = bp.dh_decay;
   launch_gla_dh_chain(sp, bp.d_o.dt, stream);
+  // halves: dh0 = f_local + D_end s_mid (the earlier half's end decays the later half's last state)
+  if (bp.dh_mid > 0 && bp.dh0.p) launch_gla_halves_final(sp, stream);
 }
 
 }  // namespace
@@ -156,6 +165,8 @@ void launch_bwd_dhu_gla(const BwdParams& bp, cudaStream_t stream) {
     const dim3 grid(p.N * p.HV, (p.K * bp.Vw / 4 + kScanThreads - 1) / kScanThreads);
     launch_kernel(gla_dh_scan_kernel, grid, dim3(kScanThreads), 0, stream, bp);
   }
+  KCP_CHECK(bp.dh_mid == 0 || (bp.gla_dh_chain && bp.keep && bp.d_o.p && bp.dh && bp.dv.p),
+            "gla dhu in halves: expected the dh chain and the dv pass (which corrects dh)");
   if (!(bp.keep && bp.d_o.p && bp.dh && bp.dv.p) || p.NT == 0 || p.HV == 0) return;  // dv: dvnew's only reader
   dispatch_bwd(bp, [&](auto kd, auto split) {
     constexpr int KD = decltype(kd)::value;

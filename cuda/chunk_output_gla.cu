@@ -9,12 +9,15 @@
 // on each block's path, state+output 0.821 -> 1.060 ms at T = 32768; docs/BENCHMARKS.md, twentieth
 // session.)
 // Products: TF32 with 16-bit inputs (qg TF32-rounded, v exact, h rounded as the chain's S), 3xTF32
-// with float32 inputs. Shapes: h [NT,HV,K,V] float32, o [B,T,HV,V].
+// with float32 inputs. Shapes: h [NT,HV,K,V] float32, o [B,T,HV,V]. With the chain in halves
+// (StateParams::mid, chunk_state_gla_halves.cu) a second-half chunk's h tile is corrected in shared
+// memory first, h_local + D_c s_mid (correct_own_rows), and written back where the backward reads h.
 // Covered by tests/cuda/test_cuda_stages.cpp (output o for gla against the CPU twin, from the twin's
-// h and qg), test_cuda_forward.cpp, test_cuda_keep.cpp.
+// h and qg), test_cuda_forward.cpp, test_cuda_keep.cpp, test_cuda_gla_halves.cpp.
 #include "cuda/chunk_state_gla.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
+#include "cuda/gla_halves.cuh"
 #include "cuda/key_dims.h"
 #include "cuda/tile_mma.cuh"
 #include "cuda/tile_store.cuh"
@@ -104,7 +107,14 @@ __global__ void __launch_bounds__(kOutThreads) gla_output_kernel(const StatePara
   const int w = int(threadIdx.x >> 5), mw = 16 * (w % 4), c0 = (w / 4) * (BVo / 2);
   float ao[NTW][4] = {};
   cp_async_wait<1>();
-  if constexpr (!S) round_own_rows_tf32<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh);  // each h element once, not per warp
+  if constexpr (!S) {
+    if (sp.mid > 0 && ci >= sp.mid) {  // the chain in halves: h_local + D_c s_mid (gla_halves.cuh)
+      const int64_t t = (int64_t(ci) * p.HV + hv) * KD;
+      correct_own_rows<KD, BVo, kOutThreads>(sp.decay + t, sp.s_mid + int64_t(hv) * KD * p.V + j0,
+                                            sp.mid_store_h ? sp.h + t * p.V + j0 : nullptr, p.V, s.Hs, Sm::ldh);
+    }
+    round_own_rows_tf32<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh);  // each h element once, not per warp
+  }
   __syncthreads();
   rows_times_tile<S, true, KD>(s.Qs, Sm::ldq, s.Hs, Sm::ldh, mw, c0, ao);  // qg arrives TF32-rounded (or is split)
 #pragma unroll

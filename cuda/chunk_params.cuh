@@ -111,6 +111,17 @@ struct StateParams {
   float* h = nullptr;            // [NT,HV,K,Vw] state entering each chunk (stage tests, the kept forward)
   float* vnew = nullptr;         // [TT,HV,Vw] (stage tests, the kept forward)
   OutRowsView o;                 // fused output when p != null
+  // gla's forward of one sequence with its chain walked as two halves at once (chunk_state_gla_halves.cu):
+  // mid > 0 is the second half's first chunk. The first half starts from h0 (or 0) and ends in s_mid, the
+  // second starts from 0 and ends in f_local (both [HV,K,V] float32); h of the second half's chunks is
+  // then its own (h_local) until corrected to h_local + D_c s_mid, D_c = decay[c] ([NT+1,HV,K] float32:
+  // the product of 2^(b_end) over chunks mid .. c-1; row NT for the final state): by the output in
+  // shared memory (written back to h where mid_store_h), or, without an output, in h itself.
+  int mid = 0;
+  bool mid_store_h = false;
+  float* s_mid = nullptr;
+  float* f_local = nullptr;
+  float* decay = nullptr;
 };
 
 // Output stage on its own (stage tests): o from q, h, vnew, Aqk.

@@ -15,7 +15,8 @@
 //           diagonal, the per-key product of the chain's scalings (gla_transition_m_kernel), so the
 //           chain always takes u = v. The backward's dh is the same chain reversed
 //           (launch_gla_dh_chain): last chunk first, qg for kg, do for v, dh[c] = scale S stored
-//           before chunk c's step.
+//           before chunk c's step. One sequence of 16-bit inputs (StateParams::mid,
+//           chunk_state_gla_halves.cu): either chain walked as two halves at once, one from 0.
 // Before (chunk_state.cu's gla instantiation: one block per 16 state columns of a head, walking the
 // chain with all K rows and the output inside each step) the stage took 1.66 ms at T = 32768, H = 16
 // on an H200; chain and output 0.90 ms (docs/BENCHMARKS.md, eleventh session).
@@ -199,20 +200,33 @@ __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int s
 }
 
 // kReverse: the backward's dh chain (launch_gla_dh_chain): chunks last to first, the tiles' kg and v
-// being qg and do (the caller's ChunkParams), S = dh / scale.
-template <class Tin, bool kSplit, bool kReverse>
+// being qg and do (the caller's ChunkParams), S = dh / scale. kHalves (sp.mid > 0; one sequence;
+// three stages of tiles in flight instead of four, so that the 2 x 256 blocks at H = 16 are all
+// resident: 43 KB each, five per multiprocessor): blocks [0, N HV) walk the half walked first (forward
+// [0, mid), reverse [mid, count)) from h0 into s_mid, blocks [N HV, 2 N HV) the other from 0 into
+// f_local, writing its decay D_c on the way (both as stored: the reverse chain's scale S).
+// chunk_state_gla_halves.cu.
+template <class Tin, bool kSplit, bool kReverse, bool kHalves = false>
 __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StateParams sp) {
+  constexpr int kSt = kHalves ? 3 : kStages;
   extern __shared__ float4 smem_f4[];
   const ChainSmem<Tin> s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
-  const int n = blockIdx.x / p.HV, hv = blockIdx.x % p.HV, i0 = kBK * blockIdx.y, j0 = kBV * blockIdx.z;
-  const int c_begin = p.seq_chunk0[n], count = p.seq_chunk0[n + 1] - c_begin;
+  const int half = int(blockIdx.x) / (p.N * p.HV), x = int(blockIdx.x) % (p.N * p.HV);
+  const int n = x / p.HV, hv = x % p.HV, i0 = kBK * blockIdx.y, j0 = kBV * blockIdx.z;
+  int c_begin = p.seq_chunk0[n], count = p.seq_chunk0[n + 1] - c_begin;
+  if constexpr (kHalves) {
+    if ((half == 0) != kReverse) count = sp.mid;  // [0, mid)
+    else c_begin += sp.mid, count -= sp.mid;      // [mid, count)
+  }
   const int key = pair_key(16 * int(threadIdx.x >> 5)), col = 2 * lane_t();
   float S[kBV / 8][4];
 #pragma unroll
   for (int nt = 0; nt < kBV / 8; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) S[nt][e] = initial_element<kReverse>(sp, n, hv, i0 + key + e / 2, j0 + 8 * nt + col + e % 2);
+    for (int e = 0; e < 4; ++e)
+      S[nt][e] = kHalves && half == 1 ? 0.0f
+                                      : initial_element<kReverse>(sp, n, hv, i0 + key + e / 2, j0 + 8 * nt + col + e % 2);
   const SeqTokens tok = seq_tokens(p, c_begin, count);
   const ChainSources<Tin> src = chain_sources<Tin>(p, tok, hv, i0, j0);
   // h[c] of this thread at chunk c_begin + j: h_first + j h_chunk
@@ -220,17 +234,41 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
   const int64_t h_chunk = int64_t(p.HV) * p.K * sp.Vw;
   auto chunk_at = [&](int i) { return kReverse ? count - 1 - i : i; };  // the i-th chunk walked
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
+  for (int i = 0; i < kSt - 1; ++i) {
     if (i < count) issue_chain_tiles(src, tok, chunk_at(i), i, s);
     cp_async_commit();
   }
+  // The decay D_c of the half walked second (StateParams::decay) for this block's keys, by one lane per
+  // key pair of the blocks of the first 32 state columns: 1 at its first chunk walked, then times each
+  // walked chunk's 2^(b_end), in the chain's order; after its last chunk into row NT.
+  float2 D = make_float2(1.0f, 1.0f);
+  float* const d_first = kHalves && half == 1 && blockIdx.z == 0 && lane_t() == 0
+                             ? sp.decay + (int64_t(c_begin) * p.HV + hv) * p.K + i0 + key : nullptr;
+  const int64_t d_chunk = int64_t(p.HV) * p.K;
   for (int i = 0; i < count; ++i) {
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<kSt - 2>();
     __syncthreads();  // chunk i's tiles are visible, and every warp is done with chunk i - 1's stage
-    const int ahead = i + kStages - 1;
-    if (ahead < count) issue_chain_tiles(src, tok, chunk_at(ahead), ahead % kStages, s);
+    const int ahead = i + kSt - 1;
+    if (ahead < count) issue_chain_tiles(src, tok, chunk_at(ahead), ahead % kSt, s);
     cp_async_commit();
-    chain_step<Tin, kSplit, kReverse>(sp, s, i % kStages, h_first ? h_first + chunk_at(i) * h_chunk : nullptr, S);
+    if (kHalves && d_first) {
+      const float2 b = *reinterpret_cast<const float2*>(s.bend(i % kSt) + key);
+      *reinterpret_cast<float2*>(d_first + chunk_at(i) * d_chunk) = D;
+      D.x *= exp2f(b.x), D.y *= exp2f(b.y);
+    }
+    chain_step<Tin, kSplit, kReverse>(sp, s, i % kSt, h_first ? h_first + chunk_at(i) * h_chunk : nullptr, S);
+  }
+  if (kHalves && d_first)  // D after the half: row NT
+    *reinterpret_cast<float2*>(sp.decay + (int64_t(p.NT) * p.HV + hv) * p.K + i0 + key) = D;
+  if constexpr (kHalves) {  // the half's last state as stored, float32 [HV,K,V]
+    float* f = (half == 0 ? sp.s_mid : sp.f_local) + (int64_t(hv) * p.K + i0 + key) * p.V + j0 + col;
+#pragma unroll
+    for (int nt = 0; nt < kBV / 8; ++nt) {
+      *reinterpret_cast<float2*>(f + 8 * nt) = make_float2(stored<kReverse>(sp, S[nt][0]), stored<kReverse>(sp, S[nt][1]));
+      *reinterpret_cast<float2*>(f + p.V + 8 * nt) =
+          make_float2(stored<kReverse>(sp, S[nt][2]), stored<kReverse>(sp, S[nt][3]));
+    }
+    return;
   }
   const StateView& f = sp.final_state;
   if (f.p) {
@@ -289,18 +327,40 @@ void launch_gla_transition_m(const StateParams& sp, cudaStream_t stream) {
   if (p.N * p.HV > 0) launch_kernel(gla_transition_m_kernel, dim3(p.N * p.HV), kDiagThreads, 0, stream, sp);
 }
 
+namespace {
+
+// The chain's launch, forward or reversed: one block per (sequence and value head, 32 keys, 32 state
+// columns), or with sp.mid > 0 (16-bit inputs, one sequence) twice as many, the two halves at once with
+// three stages of tiles (all blocks resident).
+template <bool kReverse>
+void launch_chain(const StateParams& sp, int input_dtype, cudaStream_t stream) {
+  const ChunkParams& p = sp.c;
+  KCP_CHECK(sp.mid == 0 || (p.N == 1 && sp.mid < p.NT && sp.s_mid && sp.f_local && sp.decay && sp.Vw == p.V),
+            "gla chain in halves: expected one sequence of more than mid = ", sp.mid, " chunks, V state columns and ",
+            "the halves' buffers");
+  if (p.N * p.HV == 0) return;
+  dispatch_input_type(input_dtype, [&](auto tag) {
+    using Tin = typename decltype(tag)::type;
+    constexpr bool kS = kSplitProducts<Tin>;
+    KCP_CHECK(!kS || sp.mid == 0, "gla chain in halves: 16-bit inputs only (float32 inputs walk one chain)");
+    if constexpr (!kS)
+      if (sp.mid > 0)
+        return launch_kernel(gla_chain_kernel<Tin, kS, kReverse, true>, dim3(2 * p.N * p.HV, p.K / kBK, sp.Vw / kBV),
+                             kChainThreads, 3 * ChainSmem<Tin>::bytes_stage, stream, sp);
+    launch_kernel(gla_chain_kernel<Tin, kS, kReverse>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV), kChainThreads,
+                  ChainSmem<Tin>::bytes, stream, sp);
+  });
+}
+
+}  // namespace
+
 void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t stream) {
   const ChunkParams& p = sp.c;
   KCP_CHECK(p.gla && (sp.init == kInitZero || sp.init == kInitGiven) && sp.Vw % kBV == 0 && p.K % kBK == 0,
             "gla state: expected gla, K and the state columns multiples of 32, and a zero or given start (M: "
             "launch_gla_transition_m)");
   KCP_CHECK(!sp.o.p || (sp.h && sp.Vw == p.V), "gla state: the output reads the forward's stored states");
-  if (p.N * p.HV > 0)
-    dispatch_input_type(input_dtype, [&](auto tag) {
-      using Tin = typename decltype(tag)::type;
-      launch_kernel(gla_chain_kernel<Tin, kSplitProducts<Tin>, false>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV),
-                    kChainThreads, ChainSmem<Tin>::bytes, stream, sp);
-    });
+  launch_chain<false>(sp, input_dtype, stream);
   if (sp.o.p) launch_gla_output(sp, input_dtype, stream);
 }
 
@@ -309,12 +369,7 @@ void launch_gla_dh_chain(const StateParams& sp, int do_dtype, cudaStream_t strea
   KCP_CHECK(p.gla && (sp.init == kInitZero || sp.init == kInitGiven) && sp.Vw == p.V && p.V % kBV == 0 &&
                 p.K % kBK == 0 && !sp.o.p,
             "gla dh chain: expected gla, K and V multiples of 32, V state columns, a zero or given start, no output");
-  if (p.N * p.HV > 0)
-    dispatch_input_type(do_dtype, [&](auto tag) {
-      using Tin = typename decltype(tag)::type;
-      launch_kernel(gla_chain_kernel<Tin, kSplitProducts<Tin>, true>, dim3(p.N * p.HV, p.K / kBK, sp.Vw / kBV),
-                    kChainThreads, ChainSmem<Tin>::bytes, stream, sp);
-    });
+  launch_chain<true>(sp, do_dtype, stream);
 }
 
 }  // namespace kcp::cuda

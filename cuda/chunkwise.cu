@@ -115,7 +115,7 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   timer.mark();
   StateParams sp = impl_->state_params(st, p, in, out);
   sp.o = rows_view<OutRowsView>(out.o, "o");
-  impl_->launch_state(sp, st.dtype);
+  if (!impl_->gla_halves(sp, st.dtype, false)) impl_->launch_state(sp, st.dtype);  // nothing reads this h after
   timer.mark();
   static const char* const kNames[] = {"cumsum", "kkt", "wy", "state+output"};
   timer.report("forward", kNames);
@@ -129,6 +129,57 @@ void Pipeline::set_keep_forward(bool on) {
 void Pipeline::set_state_groups(int groups) {
   KCP_CHECK(groups >= 0 && groups <= 2, "set_state_groups: expected 0 (automatic), 1 or 2, got ", groups);
   impl_->state_groups = groups;
+}
+
+void Pipeline::set_gla_halves(int mode) {
+  KCP_CHECK(mode >= -1 && mode <= 1, "set_gla_halves: expected -1 (automatic), 0 (never) or 1 (wherever it applies), got ",
+            mode);
+  impl_->gla_halves_mode = mode;
+}
+
+// Automatic: each half at least 32 chunks (shorter, the scan and the output's correction outweigh
+// the steps saved) and all 2 N HV (K/32)(V/32) chain blocks resident at five per multiprocessor.
+bool Pipeline::Impl::halves_apply(const ChunkParams& c, int dtype) const {
+  static const int env = [] {
+    const char* e = std::getenv("KCP_CUDA_GLA_HALVES");
+    return e ? std::atoi(e) : -1;
+  }();
+  const int mode = gla_halves_mode >= 0 ? gla_halves_mode : env;
+  if (mode == 0 || !c.gla || c.N != 1 || c.NT < 2 || !(dtype == kBF16 || dtype == kF16) || c.V % 4) return false;
+  const int64_t blocks = 2 * int64_t(c.HV) * (c.K / 32) * (c.V / 32);
+  return mode > 0 || (c.NT >= 64 && blocks <= 5 * int64_t(multiprocessors(c)));
+}
+
+float* Pipeline::Impl::halves_buffers(const ChunkParams& c) {
+  const size_t bytes = sizeof(float) * (2 * size_t(c.HV) * c.K * c.V + size_t(c.NT + 1) * c.HV * c.K);
+  if (bytes > halves_bytes) {
+    KCP_CUDA_CHECK(cudaStreamSynchronize(stream));  // a previous call's kernels may still read them
+    KCP_CUDA_CHECK(cudaFree(d_halves));
+    d_halves = nullptr, halves_bytes = 0;
+    KCP_CUDA_CHECK(cudaMalloc(&d_halves, bytes));
+    halves_bytes = bytes;
+  }
+  return d_halves;
+}
+
+bool Pipeline::Impl::gla_halves(StateParams sp, int dtype, bool store_h) {
+  const ChunkParams& c = sp.c;
+  if (!halves_apply(c, dtype)) return false;
+  float* b = halves_buffers(c);
+  const size_t state = size_t(c.HV) * c.K * c.V;
+  sp.mid = c.NT / 2, sp.mid_store_h = store_h;
+  sp.s_mid = b, sp.f_local = b + state, sp.decay = b + 2 * state;
+  if (!sp.h) sp.h = static_cast<float*>(buf.h.data);
+  launch_gla_state_halves(sp, dtype, stream);
+  return true;
+}
+
+void Pipeline::Impl::gla_dh_halves(BwdParams& bp) {
+  const ChunkParams& c = bp.c;
+  if (!bp.gla_dh_chain || !(bp.keep && bp.d_o.p && bp.dh && bp.dv.p) || !halves_apply(c, bp.d_o.dt)) return;
+  float* b = halves_buffers(c);  // the forward's (if any) are spent: its h is corrected
+  const size_t state = size_t(c.HV) * c.K * c.V;
+  bp.dh_mid = c.NT / 2, bp.dh_smid = b, bp.dh_flocal = b + state, bp.dh_decay = b + 2 * state;
 }
 
 void Pipeline::set_multiprocessors(int sms) {

@@ -107,6 +107,12 @@ class Pipeline {
   // state and dhu chains) assume; 0 (the default): the device's. For tests: 1 picks 32 columns
   // wherever they divide, so small cases cover the wide blocks too.
   void set_multiprocessors(int sms);
+  // gla's state stage of one sequence with 16-bit inputs (forward, kept forward, the backward's
+  // recompute) walks its chain as two halves at once
+  // (chunk_state_gla_halves.cu): -1 (the default) where each half has at least 32 chunks and the
+  // chain's blocks fit at once, 0 never, 1 wherever it applies (tests: small cases). KCP_CUDA_GLA_HALVES
+  // sets the same (diagnostics) when this is -1.
+  void set_gla_halves(int mode);
 
   // Gradients of L = sum(o * d_o) + sum(final_state * d_final_state) w.r.t. the inputs as passed
   // (Backend::backward): recomputes the forward's stages (buffers() then holds them, h and vnew

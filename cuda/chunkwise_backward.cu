@@ -99,7 +99,9 @@ BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int
     if (sp.init == kInitGiven) sp.h0 = state_view(in.initial_state, p.flags.state_v_first, "initial_state");
     sp.h = static_cast<float*>(im.buf.h.data);
     sp.vnew = st.c.gla ? nullptr : static_cast<float*>(im.buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
-    im.launch_state(sp, st.dtype);  // gdn with 16-bit inputs: the folded kernel, as in the forward
+    // gdn with 16-bit inputs: the folded kernel, as in the forward; gla of one sequence: its halves, as
+    // the kept forward (the same h bit for bit)
+    if (!im.gla_halves(sp, st.dtype, true)) im.launch_state(sp, st.dtype);
   }
   BwdParams bp;
   bp.c = st.c;
@@ -152,6 +154,7 @@ void Pipeline::Impl::run_backward(const Problem& p, const Inputs& in, const Cota
   if (!in.dt_bias.empty()) bp.ddt_bias = out_scalar(gr.ddt_bias, "ddt_bias");
   bp.direct_qk = direct_qk_outputs(bp), bp.direct_dg = direct_dg_output(bp);
   bp.gla_dh_chain = gla_dh_chain_applies(bp);
+  gla_dh_halves(bp);
   if (!terms) launch_bwd_dhu_local(bp, stream);  // = launch_bwd_dhu, timed in parts
   timer.mark();
   if (speculate) fork_side();

@@ -105,6 +105,10 @@ struct Pipeline::Impl {
   size_t bws_bytes = 0;
   BackwardBuffers bbuf;
   int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
+  // gla's chain in halves (set_gla_halves; gla_halves): s_mid, f_local [HV,K,V] and decay [NT+1,HV,K], float32
+  int gla_halves_mode = -1;
+  float* d_halves = nullptr;
+  size_t halves_bytes = 0;
   // The kept forward (chunkwise_keep.cu; Pipeline::set_keep_forward): forward() leaves the workspace as
   // the backward's recompute would (forward_kept), and records what it was run on; a backward that
   // follows as the next call, on the same problem and on inputs of the same dtypes, shapes and
@@ -152,6 +156,7 @@ struct Pipeline::Impl {
     cudaFree(d_ws);
     cudaFree(d_bws);
     cudaFree(d_fp);
+    cudaFree(d_halves);
     if (side) cudaStreamDestroy(side), cudaEventDestroy(fork_ev), cudaEventDestroy(join_ev), cudaFreeHost(h_fp);
   }
 
@@ -240,6 +245,15 @@ struct Pipeline::Impl {
   // The forward's state stage: folded for gdn with 16-bit inputs; gla's split chain, then its output
   // from the stored states (in buf.h unless the caller keeps them elsewhere); else from w and u.
   // KCP_CUDA_STATE_GROUPS=1|2 overrides the automatic choice (diagnostics, like the stage times).
+  // gla's state stage of one sequence in two halves (chunk_state_gla_halves.cu) where set_gla_halves'
+  // rule applies: returns false (nothing queued) where it does not. store_h: h left true for a
+  // backward (the kept forward, the backward's recompute; without an output it always is). chunkwise.cu
+  bool gla_halves(StateParams sp, int dtype, bool store_h);
+  // The backward's dh chain of one sequence in halves (chunk_bwd_dh_gla.cu) where the same rule applies
+  // and the dv pass runs (it corrects dh): sets bp.dh_mid and the buffers, or leaves bp as it is.
+  void gla_dh_halves(BwdParams& bp);
+  bool halves_apply(const ChunkParams& c, int dtype) const;  // set_gla_halves' rule
+  float* halves_buffers(const ChunkParams& c);                // s_mid, f_local, decay (grown on demand)
   void launch_state(const StateParams& sp, int dtype) const {
     if (sp.c.gla) {
       StateParams g = sp;

@@ -120,7 +120,7 @@ void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outp
   sp.h = static_cast<float*>(buf.h.data);
   sp.vnew = st.c.gla ? nullptr : static_cast<float*>(buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
   if (!reuse) fork_side();  // after the front stages, which fill the device: F0 runs beside the chain
-  launch_state(sp, st.dtype);
+  if (!gla_halves(sp, st.dtype, true)) launch_state(sp, st.dtype);
   if (!reuse) fingerprint_inputs(in, d_fp, side);  // queued after the chain, whose blocks then go first
   timer.mark();
   if (!reuse) {

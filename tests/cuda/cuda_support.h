@@ -35,6 +35,14 @@ struct DtypeCase {
   DType qkv = DType::bf16;
   std::string name() const { return spec.name() + " qkv=" + std::string(dtype_name(qkv)); }
 };
+// The same with the dtype o is written in (the forward sweep, the gla halves test).
+struct DtypeOCase {
+  val::CaseSpec spec;
+  DType qkv = DType::bf16, o = DType::f32;
+  std::string name() const {
+    return spec.name() + " qkv=" + std::string(dtype_name(qkv)) + " o=" + std::string(dtype_name(o));
+  }
+};
 
 // One result against its reference: prints rel_l2 and max_abs, checks (doctest) that every element
 // was written (outputs were NaN-poisoned), that nothing is NaN/Inf beyond the reference's, and

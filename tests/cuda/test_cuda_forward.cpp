@@ -22,13 +22,7 @@ using namespace kcp;
 
 namespace {
 
-struct GpuCase {
-  val::CaseSpec spec;
-  DType qkv = DType::bf16, o = DType::f32;
-  std::string name() const {
-    return spec.name() + " qkv=" + std::string(dtype_name(qkv)) + " o=" + std::string(dtype_name(o));
-  }
-};
+using GpuCase = test::DtypeOCase;
 
 enum class FlagSet { plain, l2norm, beta_sigmoid, neg_eigval, softplus, softplus_no_dt_bias, lower_bound,
                      lower_bound_no_A_log, v_first, no_h0, no_ht, scale };

@@ -2,7 +2,9 @@
 // its intermediates gives the plain forward's o and final state, and the backward after it (which
 // skips the recompute: kept_reuses() counts it) gives the recomputing backward's gradients, bit for
 // bit (the same kernels on the same inputs), over gdn, kda, gla x bf16, float32 x packed and dense
-// layouts x h0, final state, state_v_first, the fused gate and L2 norm. And the record is used at most
+// layouts x h0, final state, state_v_first, the fused gate and L2 norm, and gla's cases again with
+// its chain in halves forced (set_gla_halves(1): the kept forward's h corrected by the output, the
+// recompute's by its own kernel, bit for bit). And the record is used at most
 // once and never for other inputs: a second backward, a call in between, inputs changed in place
 // (the fingerprint, compared after the backward's kernels read the record: that backward runs again
 // with the recompute), another problem: each recomputes and still equals the plain pipeline. And the CP
@@ -114,11 +116,14 @@ void check_grads_same(const Results& kept, const Results& plain, const std::stri
 TEST_CASE("kept forward: the plain forward's outputs and the recomputing backward's gradients, bit for bit" *
           doctest::skip(!test::gpu_present())) {
   auto gpu = cuda::make_cuda_backend();
-  for (const KeepCase& kc : cases(val::seed_from_env(1400))) {
-    SUBCASE(kc.name().c_str()) {
+  for (const KeepCase& kc : cases(val::seed_from_env(1400)))
+   for (int halves : {-1, 1}) {  // 1: gla's chain in halves wherever it applies (one sequence, 16-bit)
+    if (halves == 1 && kc.spec.variant != Variant::gla) continue;
+    SUBCASE((kc.name() + (halves == 1 ? " halves" : "")).c_str()) {
       const Staged s = stage(*gpu, kc);
       cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
       kept.set_keep_forward(true);
+      plain.set_gla_halves(halves), kept.set_gla_halves(halves);
       Results a = forward(*gpu, plain, s), b = forward(*gpu, kept, s);
       check_same("o", b.o, a.o, kc.name());
       if (kc.spec.final_state) check_same("final_state", b.ht, a.ht, kc.name());
@@ -128,9 +133,10 @@ TEST_CASE("kept forward: the plain forward's outputs and the recomputing backwar
       CHECK(kept.kept_redos() == 0);   // and its inputs fingerprinted as the forward's
       CHECK(plain.kept_reuses() == 0);
       check_grads_same(b, a, kc.name());
-      std::printf("  kept forward: %zu gradients equal  %s\n", b.grads.size(), kc.name().c_str());
+      std::printf("  kept forward: %zu gradients equal  %s%s\n", b.grads.size(), kc.name().c_str(),
+                  halves == 1 ? " halves" : "");
     }
-  }
+   }
 }
 
 TEST_CASE("kept forward: used once, never after another call, for changed inputs or another problem" *
