@@ -4,7 +4,9 @@
 // with h_local the chain from 0 at chunk mid and s_mid the first half's final state: the two halves
 // run at once (chunk_state_gla.cu, StateParams::mid: 2 x 256 blocks at H = 16, K = V = 128, three
 // stages each so that all are resident), and the final state is f_local + D_NT s_mid. The chain's
-// 512 dependent steps at T = 32768 become 256 (~0.5 ms of the forward's 1.28).
+// 512 dependent steps at T = 32768 become 256; where the doubled blocks share multiprocessors (H = 16)
+// each step slows by more than that saves, so the automatic rule takes the halves only for few heads
+// (chunkwise.cu halves_apply; docs/BENCHMARKS.md, twenty-third session).
 //   decay:      written by the second half's chain blocks as they walk (one lane per key pair of the
 //               first 32 state columns: the chain's own exp2f factors in its order), D_mid = 1,
 //               D_NT into row NT.

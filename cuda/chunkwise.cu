@@ -137,8 +137,11 @@ void Pipeline::set_gla_halves(int mode) {
   impl_->gla_halves_mode = mode;
 }
 
-// Automatic: each half at least 32 chunks (shorter, the scan and the output's correction outweigh
-// the steps saved) and all 2 N HV (K/32)(V/32) chain blocks resident at five per multiprocessor.
+// Automatic: each half at least 32 chunks (shorter, the output's correction outweighs the steps
+// saved) and the 2 N HV (K/32)(V/32) chain blocks at most one per multiprocessor (few heads: H <= 4 at
+// K = V = 128 on 132 multiprocessors). Measured on an H200 at T = 32768 (docs/BENCHMARKS.md,
+// twenty-third session): H = 4 fwd+bwd 2.66 -> 2.43 ms (the forward unchanged); H = 16 (512 blocks)
+// forward 1.27 -> 1.39, fwd+bwd 5.74 -> 5.92: blocks sharing a multiprocessor slow every step.
 bool Pipeline::Impl::halves_apply(const ChunkParams& c, int dtype) const {
   static const int env = [] {
     const char* e = std::getenv("KCP_CUDA_GLA_HALVES");
@@ -147,7 +150,7 @@ bool Pipeline::Impl::halves_apply(const ChunkParams& c, int dtype) const {
   const int mode = gla_halves_mode >= 0 ? gla_halves_mode : env;
   if (mode == 0 || !c.gla || c.N != 1 || c.NT < 2 || !(dtype == kBF16 || dtype == kF16) || c.V % 4) return false;
   const int64_t blocks = 2 * int64_t(c.HV) * (c.K / 32) * (c.V / 32);
-  return mode > 0 || (c.NT >= 64 && blocks <= 5 * int64_t(multiprocessors(c)));
+  return mode > 0 || (c.NT >= 64 && blocks <= int64_t(multiprocessors(c)));
 }
 
 float* Pipeline::Impl::halves_buffers(const ChunkParams& c) {

@@ -110,8 +110,8 @@ class Pipeline {
   // gla's state stage of one sequence with 16-bit inputs (forward, kept forward, the backward's
   // recompute) walks its chain as two halves at once
   // (chunk_state_gla_halves.cu): -1 (the default) where each half has at least 32 chunks and the
-  // chain's blocks fit at once, 0 never, 1 wherever it applies (tests: small cases). KCP_CUDA_GLA_HALVES
-  // sets the same (diagnostics) when this is -1.
+  // doubled chain still has a multiprocessor per block (few heads), 0 never, 1 wherever it applies
+  // (tests: small cases). KCP_CUDA_GLA_HALVES sets the same (diagnostics) when this is -1.
   void set_gla_halves(int mode);
 
   // Gradients of L = sum(o * d_o) + sum(final_state * d_final_state) w.r.t. the inputs as passed

@@ -12,17 +12,32 @@
 namespace kcp::cuda {
 
 // tile [KD, BV] at Hs (row stride ldh); d: D_c's KD keys; m: S_mid's tile (row stride ldm); back: the
-// tile's global rows (row stride ldm) or null.
+// tile's global rows (row stride ldm) or null. The segments' S_mid and D_c are all loaded before the
+// first is used (in one loop with the stores to `back`, each load waited out a round trip to L2:
+// the correcting output took about as long as the chain and the output together, twenty-third session).
 template <int KD, int BV, int kThreads>
-__device__ __forceinline__ void correct_own_rows(const float* d, const float* m, float* back, int ldm, float* Hs, int ldh) {
-  for_own_segments<KD, 4 * BV, kThreads>([&](int r, int sg) {
+__device__ __forceinline__ void correct_own_rows(const float* __restrict__ d, const float* __restrict__ m,
+                                                 float* __restrict__ back, int ldm, float* Hs, int ldh) {
+  constexpr int segs = BV / 4, total = KD * segs, n = (total + kThreads - 1) / kThreads;
+  float4 b[n];
+  float dr[n];
+#pragma unroll
+  for (int u = 0; u < n; ++u) {  // for_own_segments' mapping
+    const int idx = int(threadIdx.x) + u * kThreads, r = idx / segs, sg = idx % segs;
+    if (n * kThreads > total && idx >= total) break;
+    b[u] = __ldg(reinterpret_cast<const float4*>(m + int64_t(r) * ldm + 4 * sg)), dr[u] = __ldg(d + r);
+  }
+#pragma unroll
+  for (int u = 0; u < n; ++u) {
+    const int idx = int(threadIdx.x) + u * kThreads, r = idx / segs, sg = idx % segs;
+    if (n * kThreads > total && idx >= total) break;
     float4* x = reinterpret_cast<float4*>(Hs + r * ldh + 4 * sg);
-    const float4 a = *x, b = *reinterpret_cast<const float4*>(m + int64_t(r) * ldm + 4 * sg);
-    const float dr = d[r];
-    const float4 y = make_float4(fmaf(dr, b.x, a.x), fmaf(dr, b.y, a.y), fmaf(dr, b.z, a.z), fmaf(dr, b.w, a.w));
+    const float4 a = *x;
+    const float4 y = make_float4(fmaf(dr[u], b[u].x, a.x), fmaf(dr[u], b[u].y, a.y), fmaf(dr[u], b[u].z, a.z),
+                                 fmaf(dr[u], b[u].w, a.w));
     *x = y;
     if (back) *reinterpret_cast<float4*>(back + int64_t(r) * ldm + 4 * sg) = y;
-  });
+  }
 }
 
 }  // namespace kcp::cuda
