@@ -15,6 +15,8 @@
 // cuda-chunkwise, none for host backends);
 // --transitions 1: instead, the CP transitions of the whole input as one rank's part (transition_forward:
 // S_ext and M; transition_backward: dS_ext and M^T), median ms of each, gated against cpu-chunkwise's.
+// --cp-rank first|middle|last: instead, one CP rank's calls without the exchange (bench_cp_rank): its
+// transitions or prepares and its local passes, median ms of the forward part and of both.
 // --explain: each row ends with the plan the forward ran (Backend::explain_forward).
 // --keep 1|0 (cuda-chunkwise): the forward keeps its intermediates for the backward that follows
 // (BackendOptions::keep_forward; default KCP_CUDA_KEEP, else 0: every backward recomputes them).
@@ -181,9 +183,65 @@ Row bench_transitions(Backend& be, const Problem& p, std::vector<BenchInputs>& i
   return {prefix + buf + v.text + " |"};
 }
 
+// One CP rank's calls on this device without the exchange (--cp-rank first|middle|last), in the order
+// cp/context_parallel.cpp makes them: forward: transition_forward (the last rank: forward_prepare),
+// then the local forward from an initial state (the first rank: none); backward: transition_backward
+// of dS_ext alone (the first rank: backward_prepare), then the local backward with dht (the last rank:
+// none); the local passes with set_inputs_unchanged on, as the CP layer calls them. Median ms of the
+// forward part and of both: what a rank computes beyond the plain forward+backward row. Unchecked
+// (the cp-sweeps judge these calls).
+Row bench_cp_rank(Backend& be, const Problem& p, std::vector<BenchInputs>& in, const Outputs& out, int warmup,
+                  int repeat, std::string prefix, const std::string& role) {
+  if (Support sup = be.supports_backward(p); !sup) return {prefix + "unsupported: " + sup.reason + " |"};
+  const bool first = role == "first", last = role == "last";  // else "middle" (checked with the options)
+  BwdBuffers gb = make_bwd_buffers(be, p, in[0].in.q.dtype);
+  const Shape tf_shape = transition_shape(1, p.HV, p.K, p.V), tb_shape = transition_s_shape(1, p.HV, p.K, p.V);
+  const Shape st_shape{p.N, p.HV, p.K, p.V};
+  auto bytes = [](const Shape& s) { return sizeof(float) * size_t(shape_numel(s)); };
+  DeviceBuffer tf(be.queue(), bytes(tf_shape)), tb(be.queue(), bytes(tb_shape)), h0(be.queue(), bytes(st_shape)),
+      dht(be.queue(), bytes(st_shape));
+  const TensorView tfv(tf.get(), DType::f32, tf_shape, be.device()), tbv(tb.get(), DType::f32, tb_shape, be.device());
+  const TensorView h0v(h0.get(), DType::f32, st_shape, be.device()), dhtv(dht.get(), DType::f32, st_shape, be.device());
+  be.queue().fill_zero(h0v), be.queue().fill_zero(dhtv);
+  const size_t sets = in.size();
+  auto local = [&](auto&& call) {
+    be.set_inputs_unchanged(true);
+    call();
+    be.set_inputs_unchanged(false);
+  };
+  auto fwd = [&](int i) {
+    Inputs loc = in[size_t(i) % sets].in;
+    loc.initial_state = {};
+    if (last) be.forward_prepare(p, loc);
+    else be.transition_forward(p, loc, p.N - 1, tfv);
+    loc.initial_state = first ? TensorView() : h0v;
+    local([&] { be.forward(p, loc, out); });
+  };
+  auto bwd = [&](int i) {
+    Inputs loc = in[size_t(i) % sets].in;
+    loc.initial_state = first ? TensorView() : h0v;
+    const TensorView& d_o = in[size_t(i) % sets].d_o;
+    if (first) be.backward_prepare(p, loc, d_o);
+    else be.transition_backward(p, loc, d_o, 0, tbv);
+    local([&] { be.backward(p, loc, {d_o, last ? TensorView() : dhtv}, gb.g); });
+  };
+  for (int i = 0; i < warmup + 1; ++i) fwd(i), bwd(i);
+  be.synchronize();
+  std::vector<double> f, fb;
+  for (int i = 0; i < repeat; ++i) {
+    const double a = be.queue().time_ms([&] { fwd(i); });
+    fb.push_back(a + be.queue().time_ms([&] { bwd(i); })), f.push_back(a);
+  }
+  std::sort(f.begin(), f.end()), std::sort(fb.begin(), fb.end());
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%s | %.3f | %.3f | unchecked |", role.c_str(), f[f.size() / 2], fb[fb.size() / 2]);
+  return {prefix + buf};
+}
+
 struct RunSettings {
   int warmup = 5, repeat = 50, sets = 3;
   bool backward = false, transitions = false, explain = false, check = true, fused = false;
+  std::string cp_rank;  // --cp-rank: bench_cp_rank's role
 };
 
 // [0, T] cut into `seqs` nearly equal sequences (the first T % seqs one token longer).
@@ -201,7 +259,7 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
   gate.check = rs.check, gate.shape = {var, H, K, V, dt, rs.fused}, gate.used_before = be.queue().device_memory_used();
   std::vector<BenchInputs> in;
   for (int s = 0; s < sets; ++s)
-    in.push_back(make_bench_inputs(be, gate.shape, 0, T, gate.seed + uint64_t(s), backward || rs.transitions));
+    in.push_back(make_bench_inputs(be, gate.shape, 0, T, gate.seed + uint64_t(s), backward || rs.transitions || !rs.cp_rank.empty()));
   ProblemOptions opt;
   opt.compute = DType::f32, opt.check_finite = false;
   if (seqs > 1) opt.cu_seqlens = equal_cu(T, seqs);
@@ -215,6 +273,7 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
   if (rs.transitions) return {bench_transitions(be, p, in, warmup, repeat, os.str(), gate).text + plan};
   DeviceBuffer o(be.queue(), size_t(T * H * V) * size_t(dtype_size(dt)));
   const Outputs out{TensorView(o.get(), dt, {1, T, H, V}, be.device()), {}};
+  if (!rs.cp_rank.empty()) return {bench_cp_rank(be, p, in, out, warmup, repeat, os.str(), rs.cp_rank).text + plan};
   if (backward) return {bench_backward(be, p, in, out, warmup, repeat, os.str(), gate).text + plan};
   be.forward(p, in[0].in, out);  // set 0, judged before anything is timed
   const BenchVerdict v = gate.run(be, p, out.o, {});
@@ -246,7 +305,7 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
 int cmd_bench(int argc, char** argv) {
   Args a(argc, argv,
          {"backend", "variant", "T", "H", "K", "V", "dtype", "warmup", "repeat", "sets", "backward", "seqs", "segment",
-          "check", "transitions", "fused", "keep"},
+          "check", "transitions", "fused", "keep", "cp-rank"},
          {"explain"}, "bench");
   const std::string name = a.get("backend", "cuda-chunkwise");
   const DType dt = dtype_parse(a.get("dtype", "bfloat16"));
@@ -256,6 +315,9 @@ int cmd_bench(int argc, char** argv) {
   rs.warmup = int(a.get_int("warmup", 5)), rs.repeat = int(a.get_int("repeat", 50)), rs.sets = int(a.get_int("sets", 3));
   rs.backward = backward, rs.explain = a.has("explain"), rs.check = a.get_switch("check").value_or(true);
   rs.transitions = a.get_switch("transitions").value_or(false);
+  rs.cp_rank = a.get("cp-rank", "");
+  KCP_CHECK(rs.cp_rank.empty() || rs.cp_rank == "first" || rs.cp_rank == "middle" || rs.cp_rank == "last",
+            "bench: --cp-rank: expected first, middle or last, got '", rs.cp_rank, "'");
   rs.fused = a.get_switch("fused").value_or(false);
   const int warmup = rs.warmup, repeat = rs.repeat, sets = rs.sets;
   KCP_CHECK(repeat >= 1 && sets >= 1 && warmup >= 0, "bench: --repeat and --sets must be >= 1, --warmup >= 0");
@@ -265,7 +327,7 @@ int cmd_bench(int argc, char** argv) {
   const bool keep = val::keep_forward_resolved(bo);
   std::printf("kcp bench: %s, %s%s, %s q/k/v, float32 gates and beta%s, K=%lld V=%lld, B=1, median of %d after %d "
               "warm-up runs, %d rotating input sets\n",
-              name.c_str(), rs.transitions ? "CP transitions" : backward ? "forward+backward" : "forward",
+              name.c_str(), !rs.cp_rank.empty() ? "one CP rank's calls" : rs.transitions ? "CP transitions" : backward ? "forward+backward" : "forward",
               keep ? " (kept forward)" : "",
               std::string(dtype_name(dt)).c_str(), rs.fused ? " (fused: L2 norm, beta sigmoid, softplus gate with A_log and dt_bias in the kernel)" : "",
               (long long)K, (long long)V, repeat, warmup, sets);
@@ -280,6 +342,12 @@ int cmd_bench(int argc, char** argv) {
           std::printf("%s\n", rows.back().text.c_str());
           std::fflush(stdout);
         }
+  if (!rs.cp_rank.empty()) {
+    std::printf("\n| op | T | H | CP rank | fwd ms | fwd+bwd ms | oracle check |%s\n|---|---|---|---|---|---|---|%s\n",
+                rs.explain ? " plan |" : "", rs.explain ? "---|" : "");
+    for (const Row& r : rows) std::printf("%s\n", r.text.c_str());
+    return 0;
+  }
   if (rs.transitions) {
     std::printf("\n| op | T | H | transition_forward ms | transition_backward ms | oracle check |%s\n"
                 "|---|---|---|---|---|---|%s\n", rs.explain ? " plan |" : "", rs.explain ? "---|" : "");

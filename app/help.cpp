@@ -72,6 +72,8 @@ options:
   --backward 0|1      1: time forward+backward, gradients in FLA's dtypes (default 0)
   --transitions 0|1   1: time the CP transitions of the whole input as one rank's part instead
                       (transition_forward: S_ext, M; transition_backward: dS_ext, M^T)
+  --cp-rank ROLE      first|middle|last: time one CP rank's calls without the exchange instead
+                      (its transitions or prepares, then its local forward and backward), unchecked
   --fused 0|1         1 (gdn, kda): L2 norm of q, k, beta sigmoid and the softplus gate with A_log,
                       dt_bias inside the kernel (Kimi Linear's KDA call), with dA_log, ddt_bias
   --variant LIST      default gdn,kda
