@@ -202,7 +202,9 @@ __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int s
 // kReverse: the backward's dh chain (launch_gla_dh_chain): chunks last to first, the tiles' kg and v
 // being qg and do (the caller's ChunkParams), S = dh / scale. kHalves (sp.mid > 0; one sequence;
 // three stages of tiles in flight instead of four, so that the 2 x 256 blocks at H = 16 are all
-// resident: 43 KB each, five per multiprocessor): blocks [0, N HV) walk the half walked first (forward
+// resident, 43 KB each, five per multiprocessor, where set_gla_halves(1) forces the halves; the
+// automatic rule takes them only at one block per multiprocessor, where four stages would also fit:
+// not measured): blocks [0, N HV) walk the half walked first (forward
 // [0, mid), reverse [mid, count)) from h0 into s_mid, blocks [N HV, 2 N HV) the other from 0 into
 // f_local, writing its decay D_c on the way (both as stored: the reverse chain's scale S).
 // chunk_state_gla_halves.cu.

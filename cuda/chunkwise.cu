@@ -153,8 +153,9 @@ bool Pipeline::Impl::halves_apply(const ChunkParams& c, int dtype) const {
   return mode > 0 || (c.NT >= 64 && blocks <= int64_t(multiprocessors(c)));
 }
 
-float* Pipeline::Impl::halves_buffers(const ChunkParams& c) {
-  const size_t bytes = sizeof(float) * (2 * size_t(c.HV) * c.K * c.V + size_t(c.NT + 1) * c.HV * c.K);
+Pipeline::Impl::HalvesBuffers Pipeline::Impl::halves_buffers(const ChunkParams& c) {
+  const size_t state = size_t(c.HV) * c.K * c.V;
+  const size_t bytes = sizeof(float) * (2 * state + size_t(c.NT + 1) * c.HV * c.K);
   if (bytes > halves_bytes) {
     KCP_CUDA_CHECK(cudaStreamSynchronize(stream));  // a previous call's kernels may still read them
     KCP_CUDA_CHECK(cudaFree(d_halves));
@@ -162,16 +163,15 @@ float* Pipeline::Impl::halves_buffers(const ChunkParams& c) {
     KCP_CUDA_CHECK(cudaMalloc(&d_halves, bytes));
     halves_bytes = bytes;
   }
-  return d_halves;
+  return {d_halves, d_halves + state, d_halves + 2 * state};
 }
 
 bool Pipeline::Impl::gla_halves(StateParams sp, int dtype, bool store_h) {
   const ChunkParams& c = sp.c;
   if (!halves_apply(c, dtype)) return false;
-  float* b = halves_buffers(c);
-  const size_t state = size_t(c.HV) * c.K * c.V;
+  const HalvesBuffers b = halves_buffers(c);
   sp.mid = c.NT / 2, sp.mid_store_h = store_h;
-  sp.s_mid = b, sp.f_local = b + state, sp.decay = b + 2 * state;
+  sp.s_mid = b.s_mid, sp.f_local = b.f_local, sp.decay = b.decay;
   if (!sp.h) sp.h = static_cast<float*>(buf.h.data);
   launch_gla_state_halves(sp, dtype, stream);
   return true;
@@ -180,9 +180,8 @@ bool Pipeline::Impl::gla_halves(StateParams sp, int dtype, bool store_h) {
 void Pipeline::Impl::gla_dh_halves(BwdParams& bp) {
   const ChunkParams& c = bp.c;
   if (!bp.gla_dh_chain || !(bp.keep && bp.d_o.p && bp.dh && bp.dv.p) || !halves_apply(c, bp.d_o.dt)) return;
-  float* b = halves_buffers(c);  // the forward's (if any) are spent: its h is corrected
-  const size_t state = size_t(c.HV) * c.K * c.V;
-  bp.dh_mid = c.NT / 2, bp.dh_smid = b, bp.dh_flocal = b + state, bp.dh_decay = b + 2 * state;
+  const HalvesBuffers b = halves_buffers(c);  // the forward's (if any) are spent: its h is corrected
+  bp.dh_mid = c.NT / 2, bp.dh_smid = b.s_mid, bp.dh_flocal = b.f_local, bp.dh_decay = b.decay;
 }
 
 void Pipeline::set_multiprocessors(int sms) {

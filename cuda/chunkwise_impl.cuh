@@ -253,7 +253,10 @@ struct Pipeline::Impl {
   // and the dv pass runs (it corrects dh): sets bp.dh_mid and the buffers, or leaves bp as it is.
   void gla_dh_halves(BwdParams& bp);
   bool halves_apply(const ChunkParams& c, int dtype) const;  // set_gla_halves' rule
-  float* halves_buffers(const ChunkParams& c);                // s_mid, f_local, decay (grown on demand)
+  struct HalvesBuffers {
+    float *s_mid, *f_local, *decay;  // [HV,K,V], [HV,K,V], [NT+1,HV,K] float32
+  };
+  HalvesBuffers halves_buffers(const ChunkParams& c);  // carved from d_halves, grown on demand
   void launch_state(const StateParams& sp, int dtype) const {
     if (sp.c.gla) {
       StateParams g = sp;
