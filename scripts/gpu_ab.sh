@@ -31,17 +31,15 @@ date > $S; nvidia-smi --query-gpu=name --format=csv,noheader >> $S
 export LD_LIBRARY_PATH=$PWD/.deps/hdf5/lib:${LD_LIBRARY_PATH:-}
 t0=$(date +%s)
 . scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_tables
+. scripts/gpu_ab_build.sh  # ab_build (new and base side by side) or ab_unpack (PREBUILT)
 if [ "${PREBUILT:-0}" = 1 ]; then  # binaries built here (scripts/gpu_pack.sh, plus the base kcp as kcp_base)
-  [ -f .gpu.tgz ] && tar xzf .gpu.tgz
-  export LD_LIBRARY_PATH=$PWD/.gpu/lib:$LD_LIBRARY_PATH KCP_SOURCE_DIR=$PWD
+  ab_unpack "kcp_base test_cuda" || exit 1
   N=.gpu/kcp; B=.gpu/kcp_base; TC=.gpu/test_cuda
-  [ -x $N ] && [ -x $B ] && [ -x $TC ] || { echo "PREBUILT: .gpu/kcp, kcp_base, test_cuda expected" >> $S; exit 1; }
   # FLA's Triton warm-up beside the tests (there are no builds to hide it behind; the benches wait for
   # it below). Without it FLA's forward+backward is not timed (fla_tables).
   fla_warm_up &
 else
   fla_warm_up &
-  . scripts/gpu_ab_build.sh  # ab_build: new and base side by side
   ab_build "kcp test_cuda"
   echo "builds $(( $(date +%s) - t0 )) s" >> $S
   N=build-gpu/kcp; B=/tmp/b/build/kcp

@@ -4,6 +4,9 @@
 # (scripts/gpu_deps.sh) and built side by side, half the cores each; their exit codes into the summary.
 #   ab_build "kcp test_cuda"     the new tree's targets (the base builds kcp); then build-gpu/kcp and
 #                                /tmp/b/build/kcp. Returns when both builds have ended.
+#   ab_unpack "kcp_base test_cuda"  PREBUILT=1 instead: .gpu.tgz (scripts/gpu_pack.sh, built here)
+#                                unpacked into .gpu/, its libraries on LD_LIBRARY_PATH; .gpu/kcp and
+#                                the named binaries must be there, else a summary line and status 1.
 ab_cfg() {
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -Ddoctest_DIR="$PWD/.deps/lib/cmake/doctest" \
     -DHDF5_ROOT="$PWD/.deps/hdf5" -DHDF5_NO_FIND_PACKAGE_CONFIG_FILE=ON -DCMAKE_CUDA_FLAGS=
@@ -22,4 +25,12 @@ ab_build() {
   ( ab_cfg /tmp/b/base /tmp/b/build > "$L/cfg_base.log" 2>&1 && cmake --build /tmp/b/build -j $jobs --target kcp > "$L/build_base.log" 2>&1
     echo "base build rc=$?" >> "$S" ) &
   wait $bn $!
+}
+ab_unpack() {
+  [ -f .gpu.tgz ] && tar xzf .gpu.tgz
+  export LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-} KCP_SOURCE_DIR=$PWD
+  local b
+  for b in kcp $1; do
+    [ -x ".gpu/$b" ] || { echo "PREBUILT: .gpu/$b expected (scripts/gpu_pack.sh)" >> "$S"; return 1; }
+  done
 }

@@ -30,14 +30,11 @@ export LD_LIBRARY_PATH=$PWD/.deps/hdf5/lib:${LD_LIBRARY_PATH:-}
 t0=$(date +%s)
 . scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_tables (nothing without FLA_SHAPES)
 fla_warm_up &
+. scripts/gpu_ab_build.sh  # ab_build (new and base side by side) or ab_unpack (PREBUILT)
 if [ "${PREBUILT:-0}" = 1 ]; then  # built here: scripts/gpu_pack.sh with BINS and BASE_KCP (header)
-  [ -f .gpu.tgz ] && tar xzf .gpu.tgz
-  export LD_LIBRARY_PATH=$PWD/.gpu/lib:$LD_LIBRARY_PATH KCP_SOURCE_DIR=$PWD
+  ab_unpack "kcp_base test_cuda cp_fault_job" || exit 1
   N=.gpu/kcp; B=.gpu/kcp_base; BD=.gpu
-  [ -x $N ] && [ -x $B ] && [ -x .gpu/test_cuda ] && [ -x .gpu/cp_fault_job ] ||
-    { echo "PREBUILT: .gpu/kcp, kcp_base, test_cuda, cp_fault_job expected" >> "$S"; exit 1; }
 else
-  . scripts/gpu_ab_build.sh  # ab_build: new and base side by side
   ab_build "kcp test_cuda cp_fault_job"
   echo "builds $(( $(date +%s) - t0 )) s, $gpus GPUs" >> "$S"
   N=build-gpu/kcp; B=/tmp/b/build/kcp; BD=build-gpu
