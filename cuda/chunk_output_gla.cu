@@ -3,8 +3,10 @@
 // columns),
 //   o_r = scale qg_r h[c] + sum_{s <= r} Aqk[r, s] v_s    (rows r < L; Aqk carries scale and the decay,
 //   qg = q rq 2^b; both from the kkt stage),
-// qg by ldmatrix, h rounded to TF32 once in shared memory by the threads that copied it, Aqk pairs
-// by 8-byte loads, v by ldmatrix.trans; two cp.async groups. (Forming qg here from q and the raw
+// qg by ldmatrix, h as its chain stored it, TF32-rounded (StateParams::h_tf32; otherwise rounded once in
+// shared memory by the threads that copied it: the halves, the stage tests' fed h), Aqk pairs by
+// 8-byte loads, v by ldmatrix.trans; two cp.async groups, h's issued before the chunk's table entry
+// is needed. (Forming qg here from q and the raw
 // gates instead of reading kkt's, to save qg's float32 write and read, measured slower: the gate scan
 // on each block's path, state+output 0.821 -> 1.060 ms at T = 32768; docs/BENCHMARKS.md, twentieth
 // session.)
@@ -51,8 +53,9 @@ __device__ void issue_output_tiles(const StateParams& sp, const ChunkInfo& ck, i
                                    const OutSmem<Tin, KD, BVo>& s) {
   using Sm = OutSmem<Tin, KD, BVo>;
   const ChunkParams& p = sp.c;
-  copy_rows_async<kChunk, 4 * KD, kOutThreads>(s.Qs, Sm::ldq, ck.len, p.qg + (int64_t(ck.t0) * p.HV + hv) * KD, p.HV * KD);
+  // h[c] first: its address does not wait for the chunk's table entry (ck), which qg's does
   copy_rows_async<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh, KD, sp.h + (int64_t(ci) * p.HV + hv) * KD * p.V + j0, p.V);
+  copy_rows_async<kChunk, 4 * KD, kOutThreads>(s.Qs, Sm::ldq, ck.len, p.qg + (int64_t(ck.t0) * p.HV + hv) * KD, p.HV * KD);
   cp_async_commit();
   copy_rows_async<kChunk, 4 * kChunk, kOutThreads>(s.As, Sm::lda, kChunk, p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk,
                                                    kChunk);
@@ -113,7 +116,7 @@ __global__ void __launch_bounds__(kOutThreads) gla_output_kernel(const StatePara
       correct_own_rows<KD, BVo, kOutThreads>(sp.decay + t, sp.s_mid + int64_t(hv) * KD * p.V + j0,
                                             sp.mid_store_h ? sp.h + t * p.V + j0 : nullptr, p.V, s.Hs, Sm::ldh);
     }
-    round_own_rows_tf32<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh);  // each h element once, not per warp
+    if (!sp.h_tf32) round_own_rows_tf32<KD, 4 * BVo, kOutThreads>(s.Hs, Sm::ldh);  // each h element once, not per warp
   }
   __syncthreads();
   rows_times_tile<S, true, KD>(s.Qs, Sm::ldq, s.Hs, Sm::ldh, mw, c0, ao);  // qg arrives TF32-rounded (or is split)

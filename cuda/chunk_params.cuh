@@ -109,6 +109,9 @@ struct StateParams {
   StateView h0;                  // read when init == kInitGiven
   StateView final_state;         // written when p != null
   float* h = nullptr;            // [NT,HV,K,Vw] state entering each chunk (stage tests, the kept forward)
+  // gla: h holds TF32 values, stored rounded by its chain (16-bit inputs, not in halves), so the output
+  // uses its tiles as loaded instead of rounding them (launch_gla_state sets it for its output).
+  bool h_tf32 = false;
   float* vnew = nullptr;         // [TT,HV,Vw] (stage tests, the kept forward)
   OutRowsView o;                 // fused output when p != null
   // gla's forward of one sequence with its chain walked as two halves at once (chunk_state_gla_halves.cu):

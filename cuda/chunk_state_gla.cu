@@ -175,11 +175,21 @@ __device__ __forceinline__ float stored(const StateParams& sp, float x) {
   if constexpr (kReverse) return sp.c.scale * x;
   else return x;
 }
+// h[c] (dh[c]) as stored: with 16-bit inputs outside the halves, rounded to TF32 here, its only form
+// its readers use (the output's and the dv pass's products, kernel hv's rounding then changes
+// nothing), instead of by every block that loads a tile of it (StateParams::h_tf32,
+// BwdParams::dh_tf32). The chain carries S unrounded: only the copy in memory is rounded. The halves'
+// later states stay float32: their readers correct them (h_local + D_c s_mid) before rounding.
+template <bool kReverse, bool kRound>
+__device__ __forceinline__ float stored_h(const StateParams& sp, float x) {
+  const float y = stored<kReverse>(sp, x);
+  return kRound ? tf32_round(y) : y;
+}
 
 // One chunk of the chain from stage st: h[c] = S (h: this thread's first element of h[c], or null),
 // then S = Gamma_end S (+ kg^T v). 16-bit v: the products' fragments are read from shared memory
 // first, so their latency passes under the h stores and the scaling.
-template <class Tin, bool kSplit, bool kReverse>
+template <class Tin, bool kSplit, bool kReverse, bool kRound>
 __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int st, float* h, float (&S)[kBV / 8][4]) {
   const int m0 = 16 * int(threadIdx.x >> 5), key = pair_key(m0);  // this thread's keys: key, key + 1
   const float2 b = *reinterpret_cast<const float2*>(s.bend(st) + key);
@@ -188,8 +198,10 @@ __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int s
   if (h) {
 #pragma unroll
     for (int nt = 0; nt < kBV / 8; ++nt) {
-      *reinterpret_cast<float2*>(h + 8 * nt) = make_float2(stored<kReverse>(sp, S[nt][0]), stored<kReverse>(sp, S[nt][1]));
-      *reinterpret_cast<float2*>(h + sp.Vw + 8 * nt) = make_float2(stored<kReverse>(sp, S[nt][2]), stored<kReverse>(sp, S[nt][3]));
+      *reinterpret_cast<float2*>(h + 8 * nt) =
+          make_float2(stored_h<kReverse, kRound>(sp, S[nt][0]), stored_h<kReverse, kRound>(sp, S[nt][1]));
+      *reinterpret_cast<float2*>(h + sp.Vw + 8 * nt) =
+          make_float2(stored_h<kReverse, kRound>(sp, S[nt][2]), stored_h<kReverse, kRound>(sp, S[nt][3]));
     }
   }
   const float f0 = exp2f(b.x), f1 = exp2f(b.y);
@@ -258,7 +270,7 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
       *reinterpret_cast<float2*>(d_first + chunk_at(i) * d_chunk) = D;
       D.x *= exp2f(b.x), D.y *= exp2f(b.y);
     }
-    chain_step<Tin, kSplit, kReverse>(sp, s, i % kSt, h_first ? h_first + chunk_at(i) * h_chunk : nullptr, S);
+    chain_step<Tin, kSplit, kReverse, !kSplit && !kHalves>(sp, s, i % kSt, h_first ? h_first + chunk_at(i) * h_chunk : nullptr, S);
   }
   if (kHalves && d_first)  // D after the half: row NT
     *reinterpret_cast<float2*>(sp.decay + (int64_t(p.NT) * p.HV + hv) * p.K + i0 + key) = D;
@@ -363,7 +375,10 @@ void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t strea
             "launch_gla_transition_m)");
   KCP_CHECK(!sp.o.p || (sp.h && sp.Vw == p.V), "gla state: the output reads the forward's stored states");
   launch_chain<false>(sp, input_dtype, stream);
-  if (sp.o.p) launch_gla_output(sp, input_dtype, stream);
+  if (!sp.o.p) return;
+  StateParams so = sp;  // h as the chain stored it (stored_h)
+  so.h_tf32 = sp.mid == 0 && (input_dtype == kBF16 || input_dtype == kF16);
+  launch_gla_output(so, input_dtype, stream);
 }
 
 void launch_gla_dh_chain(const StateParams& sp, int do_dtype, cudaStream_t stream) {

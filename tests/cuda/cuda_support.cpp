@@ -68,6 +68,16 @@ Tensor<double> to_host(Backend& be, const TensorView& v) {
   return to_tensor<double>(TensorView(host.data(), v.dtype, v.shape));
 }
 
+int64_t count_not_tf32(Backend& be, const TensorView& v) {
+  KCP_CHECK(v.dtype == DType::f32, "count_not_tf32: expected a float32 tensor");
+  std::vector<uint32_t> host(size_t(v.numel()));
+  if (!host.empty()) be.queue().copy(host.data(), v.data, host.size() * sizeof(uint32_t), CopyKind::device_to_host);
+  be.synchronize();
+  int64_t n = 0;
+  for (const uint32_t x : host) n += (x & 0x1fffu) != 0;
+  return n;
+}
+
 DeviceInputs upload_inputs(Backend& be, const val::CaseData& c, DType qkv, DType gates) {
   DeviceInputs d;
   d.tensors.reserve(8);

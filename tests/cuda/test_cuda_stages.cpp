@@ -11,7 +11,8 @@
 // input type: kFloatVsDouble. gla runs kda's kernels without the delta rule (kDelta = false): kkt
 // writes Aqk, kg and qg (checked after kkt), WY does not run, P, w, u are not allocated (so not
 // compared), and its state stage (chunk_state_gla.cu: the chain split over key rows, writing h, then
-// the output from h) forms no vnew (= v, not compared). Skipped where no CUDA device is present.
+// the output from h) forms no vnew (= v, not compared); with 16-bit inputs its h must hold TF32 values
+// (stored rounded: the plain forward's output reads them unrounded). Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -169,6 +170,8 @@ TEST_CASE("each CUDA stage matches its CPU chunkwise twin on the same inputs" * 
         test::DeviceTensor of = fold ? test::poisoned(*gpu, DType::f32, shape_v(p)) : test::DeviceTensor{};
         pipe.run_stage(cuda::Stage::state, p, din.views, {of.view, ht.view});
         check_stage("state h", *gpu, b.h, tw.h, bar);
+        // gla with 16-bit inputs: h stored TF32-rounded, as its output reads it without rounding
+        if (!delta && sc.qkv != DType::f32) CHECK(test::count_not_tf32(*gpu, b.h) == 0);
         if (delta) check_stage("state vnew", *gpu, b.vnew, tw.vnew, bar);  // gla: vnew = v, not formed
         check_stage("state ht", *gpu, ht.view, tw.ht, bar);
         if (fold) check_stage("state o", *gpu, of.view, tw.o, bar);
