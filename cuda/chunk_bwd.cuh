@@ -57,9 +57,6 @@ struct BwdParams {
   // dh_mid > 0 the first chunk of the later half; [HV,K,V], [HV,K,V], [NT+1,HV,K] float32 buffers.
   int dh_mid = 0;
   float *dh_smid = nullptr, *dh_flocal = nullptr, *dh_decay = nullptr;
-  // gla: dh holds TF32 values, stored rounded by the dh chain (16-bit do, not in halves); the dv pass
-  // then uses its tiles as loaded (launch_bwd_dhu_gla sets it).
-  bool dh_tf32 = false;
   // backward workspace (float32)
   float* dh = nullptr;          // [NT,HV,K,V] gradient of the state leaving each chunk (null: not kept)
   float* dvnew = nullptr;       // [TT,HV,V] (null: not kept)

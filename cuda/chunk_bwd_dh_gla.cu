@@ -11,8 +11,7 @@
 //          < V), M^T from I without (decay only: M^T stays diagonal).
 //   dv:    dv = dvnew = Aqk^T do + kg dh[c] in parallel over the chunks, one block of 8 warps per
 //          (chunk, value head, 64 or 32 columns): the transposed lower-triangular Aqk tile times the
-//          do tile, then the product of gla's output kernel (rows_times_tile; dh[c] as the dh chain
-//          stored it, TF32-rounded, BwdParams::dh_tf32, else rounded here), written in dv's dtype
+//          do tile, then the product of gla's output kernel (rows_times_tile), written in dv's dtype
 //          (gla's dvnew has no other reader: kernel hv skips it, and dhu_local writes no A_c for gla:
 //          its float32 round trip, 2 TT HV V floats, replaced by reading Aqk and do here).
 //   chain: Pipeline::backward's local pass (BwdParams::gla_dh_chain, where gla_dh_chain_applies)
@@ -116,7 +115,9 @@ __global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams b
   const ChunkParams& p = bp.c;
   const int nvt = p.V / BV, ci = blockIdx.x / nvt, j0 = (blockIdx.x % nvt) * BV, hv = blockIdx.y;
   const ChunkInfo ck = p.chunks[ci];
-  // dh[c] first: its address does not wait for the chunk's table entry (ck), which kg's does
+  // dh[c] first: its address does not wait for the chunk's table entry (ck), which kg's does. (dh[c]
+  // stays float32 in memory: kernel hv's gate term 2^b_end rowsum(h dh) reads it unrounded, and with
+  // dh stored TF32-rounded dg's error against the oracle grew 2-4x: docs/BENCHMARKS.md, 24th session.)
   copy_rows_async<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh, KD, bp.dh + (int64_t(ci) * p.HV + hv) * KD * p.V + j0, p.V);
   copy_rows_async<kChunk, 4 * KD, kDvThreads>(Ks, Sm::ldk, ck.len, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD, p.HV * KD);
   copy_rows_async<kDvThreads>(As, Sm::lda, p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk, kChunk, ck.len, 0, kChunk);
@@ -129,8 +130,7 @@ __global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams b
     correct_own_rows<KD, BV, kDvThreads>(bp.dh_decay + t, bp.dh_smid + int64_t(hv) * KD * p.V + j0, bp.dh + t * p.V + j0,
                                          p.V, Hs, Sm::ldh);
   }
-  if constexpr (!kSplit)
-    if (!bp.dh_tf32) round_own_rows_tf32<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh);  // else stored rounded by the chain
+  if constexpr (!kSplit) round_own_rows_tf32<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh);
   __syncthreads();
   float acc[NTW][4] = {};
   transposed_product<true, kSplit>(As, Sm::lda, Ds, Sm::ldd, ck.len, mw, c0, acc);  // A_c = Aqk^T do
@@ -171,15 +171,13 @@ void launch_bwd_dhu_gla(const BwdParams& bp, cudaStream_t stream) {
   KCP_CHECK(bp.dh_mid == 0 || (bp.gla_dh_chain && bp.keep && bp.d_o.p && bp.dh && bp.dv.p),
             "gla dhu in halves: expected the dh chain and the dv pass (which corrects dh)");
   if (!(bp.keep && bp.d_o.p && bp.dh && bp.dv.p) || p.NT == 0 || p.HV == 0) return;  // dv: dvnew's only reader
-  BwdParams bd = bp;  // dh as the chain stored it (chunk_state_gla.cu stored_h; the scan stores float32)
-  bd.dh_tf32 = bp.gla_dh_chain && bp.dh_mid == 0 && (bp.d_o.dt == kBF16 || bp.d_o.dt == kF16);
   dispatch_bwd(bp, [&](auto kd, auto split) {
     constexpr int KD = decltype(kd)::value;
     constexpr bool kS = decltype(split)::value;
     auto run = [&](auto bv) {
       constexpr int BV = decltype(bv)::value;
       launch_kernel(gla_dvnew_kernel<KD, BV, kS>, dim3(p.NT * (p.V / BV), p.HV), dim3(kDvThreads), DvSmem<KD, BV>::bytes,
-                    stream, bd);
+                    stream, bp);
     };
     if (p.V % 64 == 0) run(std::integral_constant<int, 64>{});
     else run(std::integral_constant<int, 32>{});

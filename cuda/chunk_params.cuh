@@ -109,8 +109,9 @@ struct StateParams {
   StateView h0;                  // read when init == kInitGiven
   StateView final_state;         // written when p != null
   float* h = nullptr;            // [NT,HV,K,Vw] state entering each chunk (stage tests, the kept forward)
-  // gla: h holds TF32 values, stored rounded by its chain (16-bit inputs, not in halves), so the output
-  // uses its tiles as loaded instead of rounding them (launch_gla_state sets it for its output).
+  // gla's plain forward (no keep: the output is h's only reader): the chain stores h TF32-rounded (16-bit
+  // inputs, not in halves) and the output uses its tiles as loaded. Never for a kept h: kernel hv's gate
+  // term 2^b_end rowsum(h dh) reads h unrounded.
   bool h_tf32 = false;
   float* vnew = nullptr;         // [TT,HV,Vw] (stage tests, the kept forward)
   OutRowsView o;                 // fused output when p != null

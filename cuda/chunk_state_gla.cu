@@ -175,33 +175,33 @@ __device__ __forceinline__ float stored(const StateParams& sp, float x) {
   if constexpr (kReverse) return sp.c.scale * x;
   else return x;
 }
-// h[c] (dh[c]) as stored: with 16-bit inputs outside the halves, rounded to TF32 here, its only form
-// its readers use (the output's and the dv pass's products, kernel hv's rounding then changes
-// nothing), instead of by every block that loads a tile of it (StateParams::h_tf32,
-// BwdParams::dh_tf32). The chain carries S unrounded: only the copy in memory is rounded. The halves'
-// later states stay float32: their readers correct them (h_local + D_c s_mid) before rounding.
-template <bool kReverse, bool kRound>
-__device__ __forceinline__ float stored_h(const StateParams& sp, float x) {
+// h[c] as stored: for the plain forward (StateParams::h_tf32) rounded to TF32 here, the only form its
+// one reader, the output's products, uses, instead of by every output block that loads a tile of it
+// (state+output 0.802 -> 0.754 ms at T = 32768, H = 16: docs/BENCHMARKS.md, 24th session). The chain
+// carries S unrounded: only the copy in memory is rounded. Kept states (and the reverse chain's dh)
+// stay float32 for the backward's gate term; the halves' later states for their correction.
+template <bool kReverse>
+__device__ __forceinline__ float stored_h(const StateParams& sp, float x, bool round) {
   const float y = stored<kReverse>(sp, x);
-  return kRound ? tf32_round(y) : y;
+  return round ? tf32_round(y) : y;
 }
 
 // One chunk of the chain from stage st: h[c] = S (h: this thread's first element of h[c], or null),
 // then S = Gamma_end S (+ kg^T v). 16-bit v: the products' fragments are read from shared memory
 // first, so their latency passes under the h stores and the scaling.
-template <class Tin, bool kSplit, bool kReverse, bool kRound>
+template <class Tin, bool kSplit, bool kReverse>
 __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int st, float* h, float (&S)[kBV / 8][4]) {
   const int m0 = 16 * int(threadIdx.x >> 5), key = pair_key(m0);  // this thread's keys: key, key + 1
   const float2 b = *reinterpret_cast<const float2*>(s.bend(st) + key);
   ChainFrags16 fr;
   if constexpr (!kSplit) load_chain_frags(s, st, m0, fr);
   if (h) {
+    const bool round = !kSplit && !kReverse && sp.h_tf32;  // 16-bit inputs; never in halves (launch_gla_state)
 #pragma unroll
     for (int nt = 0; nt < kBV / 8; ++nt) {
-      *reinterpret_cast<float2*>(h + 8 * nt) =
-          make_float2(stored_h<kReverse, kRound>(sp, S[nt][0]), stored_h<kReverse, kRound>(sp, S[nt][1]));
+      *reinterpret_cast<float2*>(h + 8 * nt) = make_float2(stored_h<kReverse>(sp, S[nt][0], round), stored_h<kReverse>(sp, S[nt][1], round));
       *reinterpret_cast<float2*>(h + sp.Vw + 8 * nt) =
-          make_float2(stored_h<kReverse, kRound>(sp, S[nt][2]), stored_h<kReverse, kRound>(sp, S[nt][3]));
+          make_float2(stored_h<kReverse>(sp, S[nt][2], round), stored_h<kReverse>(sp, S[nt][3], round));
     }
   }
   const float f0 = exp2f(b.x), f1 = exp2f(b.y);
@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
       *reinterpret_cast<float2*>(d_first + chunk_at(i) * d_chunk) = D;
       D.x *= exp2f(b.x), D.y *= exp2f(b.y);
     }
-    chain_step<Tin, kSplit, kReverse, !kSplit && !kHalves>(sp, s, i % kSt, h_first ? h_first + chunk_at(i) * h_chunk : nullptr, S);
+    chain_step<Tin, kSplit, kReverse>(sp, s, i % kSt, h_first ? h_first + chunk_at(i) * h_chunk : nullptr, S);
   }
   if (kHalves && d_first)  // D after the half: row NT
     *reinterpret_cast<float2*>(sp.decay + (int64_t(p.NT) * p.HV + hv) * p.K + i0 + key) = D;
@@ -374,11 +374,12 @@ void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t strea
             "gla state: expected gla, K and the state columns multiples of 32, and a zero or given start (M: "
             "launch_gla_transition_m)");
   KCP_CHECK(!sp.o.p || (sp.h && sp.Vw == p.V), "gla state: the output reads the forward's stored states");
-  launch_chain<false>(sp, input_dtype, stream);
-  if (!sp.o.p) return;
-  StateParams so = sp;  // h as the chain stored it (stored_h)
-  so.h_tf32 = sp.mid == 0 && (input_dtype == kBF16 || input_dtype == kF16);
-  launch_gla_output(so, input_dtype, stream);
+  KCP_CHECK(!sp.h_tf32 || (sp.o.p && sp.mid == 0), "gla state: h is stored TF32-rounded only for an output of "
+            "one chain (the plain forward), not in halves");
+  StateParams s = sp;  // h as the chain stores it (stored_h): rounded where the inputs are 16-bit
+  s.h_tf32 = sp.h_tf32 && (input_dtype == kBF16 || input_dtype == kF16);
+  launch_chain<false>(s, input_dtype, stream);
+  if (s.o.p) launch_gla_output(s, input_dtype, stream);
 }
 
 void launch_gla_dh_chain(const StateParams& sp, int do_dtype, cudaStream_t stream) {

@@ -115,7 +115,10 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   timer.mark();
   StateParams sp = impl_->state_params(st, p, in, out);
   sp.o = rows_view<OutRowsView>(out.o, "o");
-  if (!impl_->gla_halves(sp, st.dtype, false)) impl_->launch_state(sp, st.dtype);  // nothing reads this h after
+  if (!impl_->gla_halves(sp, st.dtype, false)) {  // nothing reads this h after
+    sp.h_tf32 = st.c.gla;  // stored for the output alone: TF32-rounded (chunk_state_gla.cu stored_h)
+    impl_->launch_state(sp, st.dtype);
+  }
   timer.mark();
   static const char* const kNames[] = {"cumsum", "kkt", "wy", "state+output"};
   timer.report("forward", kNames);
