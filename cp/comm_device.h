@@ -13,6 +13,7 @@
 // `kcp cp-sweep --backend cuda-chunkwise --comm mpi|nccl` (scripts/gpu.sh).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "core/queue.h"
@@ -27,6 +28,9 @@ std::unique_ptr<Comm> make_nccl_comm(Comm& host, Queue& queue);
 
 enum class CommKind { automatic, mpi, nccl };
 CommKind comm_kind_parse(std::string_view s);  // "auto", "mpi", "nccl"
+// KCP_NCCL_SPIN_US's value (null or empty: 0): the microseconds an NCCL wait polls its stream without
+// sleeping before it sleeps 50 us between polls; an integer in [0, 10^7], else throws naming it.
+int64_t nccl_spin_us_parse(const char* value);
 
 // The data communicator for a backend on `queue`: host MPI itself (host queue), staged MPI or NCCL.
 // automatic: NCCL when the queue is a CUDA device, NCCL is built and every rank of this host has its

@@ -3,7 +3,9 @@
 // (dlopen; KCP_NCCL_LIBRARY overrides the name), so the kcp programs start on machines without NCCL
 // and --comm nccl says what is missing. Supported dtypes: float32, float64, int32, int64 (what the
 // CP layer moves). Every call enqueues on the stream, then waits for the stream by polling under a
-// Watch, so a peer that stopped answering ends the job (watchdog.h).
+// Watch, so a peer that stopped answering ends the job (watchdog.h). The poll sleeps 50 us between
+// queries; KCP_NCCL_SPIN_US=N polls without sleeping for the first N microseconds of a wait (the
+// exchange at N = 2 took 0.31 ms for ~2 MiB, more than its transfer: docs/CP.md; default 0, unmeasured).
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -24,6 +26,12 @@
 
 namespace kcp::cp {
 namespace {
+
+// KCP_NCCL_SPIN_US (comm_device.h nccl_spin_us_parse), read once.
+std::chrono::microseconds spin_window() {
+  static const int64_t us = nccl_spin_us_parse(std::getenv("KCP_NCCL_SPIN_US"));
+  return std::chrono::microseconds(us);
+}
 
 // The NCCL entry points kcp uses, resolved from the shared library once.
 struct NcclApi {
@@ -171,6 +179,7 @@ class NcclComm final : public Comm {
   // is caught by the watchdog thread rather than blocking inside the driver.
   void wait(const char* what) {
     Watch w(what);
+    const auto spin_until = std::chrono::steady_clock::now() + spin_window();
     for (;;) {
       const cudaError_t e = cudaStreamQuery(stream_);
       if (e == cudaSuccess) return;
@@ -178,7 +187,7 @@ class NcclComm final : public Comm {
       ncclResult_t async = ncclSuccess;
       nccl_check(nccl().ncclCommGetAsyncError(comm_, &async), "ncclCommGetAsyncError");
       nccl_check(async, what);
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (std::chrono::steady_clock::now() >= spin_until) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 

@@ -1,6 +1,7 @@
 // StagedComm: MPI on device buffers through pinned host staging (see comm_device.h), and the choice
 // of the data communicator.
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 
@@ -123,6 +124,15 @@ CommKind comm_kind_parse(std::string_view s) {
   if (s == "mpi") return CommKind::mpi;
   if (s == "nccl") return CommKind::nccl;
   throw Error(detail::concat("--comm: expected auto, mpi or nccl, got '", s, "'"));
+}
+
+int64_t nccl_spin_us_parse(const char* value) {
+  if (!value || !*value) return 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(value, &end, 10);
+  KCP_CHECK(std::isdigit(static_cast<unsigned char>(value[0])) && *end == '\0' && v <= 10000000,
+            "KCP_NCCL_SPIN_US: expected microseconds, an integer in [0, 10000000], got '", value, "'");
+  return v;
 }
 
 DataComm make_data_comm(Comm& host, Queue& queue, CommKind kind, int gpus_on_host) {

@@ -17,7 +17,7 @@
 # Or PREBUILT=1 (no builds there): both trees built here, `BINS="kcp tests/cuda/test_cuda
 # tests/cp/cp_fault_job" BASE_KCP=<base kcp> scripts/gpu_pack.sh <new build>` (carry .gpu.tgz, .deps).
 # There:  [CP_OPS="gdn kda gla"] [TRANS_OPS="gla"] [CP_REPEAT=10] [PROF=0 | PROFS=...] [FLA_SHAPES=...]
-#         [PREBUILT=1] [STAGES=1] [FLA_CP="2:nccl 2:nccl::2046,4,2046"]
+#         [PREBUILT=1] [STAGES=1] [FLA_CP="2:nccl 2:nccl::2046,4,2046"] [SPIN_US=500]
 #         scripts/gpu_cp_ab.sh      (an empty CP_OPS or TRANS_OPS leaves that part out)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -79,6 +79,15 @@ for op in ${CP_OPS-gdn kda gla}; do
       --ranks $ranks --repeat "${CP_REPEAT:-10}" --T 32768 --H 16 --K 128 --V 128 --dtype bfloat16 > "$L/cpb_${op}_$tag.log" 2>&1
     echo "== cp-bench $op $tag rc=$?" >> "$S"; grep -E "^ +[0-9]+ +[0-9]+ \|" "$L/cpb_${op}_$tag.log" >> "$S"
   done
+done
+# SPIN_US=N: new's cp-bench once more per CP_OPS op with KCP_NCCL_SPIN_US=N (its NCCL waits poll
+# without sleeping for their first N us, cp/comm_nccl.cpp), beside new's rows above.
+for op in ${CP_OPS-gdn kda gla}; do
+  [ -n "${SPIN_US:-}" ] && [ "$gpus" -ge 2 ] || break
+  KCP_NCCL_SPIN_US=$SPIN_US timeout 200 "${mpi[@]}" "${ranks##*,}" -x KCP_NCCL_SPIN_US $N cp-bench --backend cuda-chunkwise \
+    --comm nccl --keep 1 --variant $op --ranks $ranks --repeat "${CP_REPEAT:-10}" --T 32768 --H 16 --K 128 --V 128 \
+    --dtype bfloat16 > "$L/cpb_${op}_spin.log" 2>&1
+  echo "== cp-bench $op new KCP_NCCL_SPIN_US=$SPIN_US rc=$?" >> "$S"; grep -E "^ +[0-9]+ +[0-9]+ \|" "$L/cpb_${op}_spin.log" >> "$S"
 done
 # STAGES=1: one cp-bench per CP_OPS op (new, ranks 1 and 2, one repeat) with KCP_CUDA_STAGE_TIMES=1,
 # every rank's forward and backward stage lines in its log: what a rank's local pass runs under CP
