@@ -3,13 +3,12 @@
 // columns),
 //   o_r = scale qg_r h[c] + sum_{s <= r} Aqk[r, s] v_s    (rows r < L; Aqk carries scale and the decay,
 //   qg = q rq 2^b; both from the kkt stage),
-// qg by ldmatrix, h as its chain stored it, TF32-rounded (StateParams::h_tf32; otherwise rounded once in
-// shared memory by the threads that copied it: the halves, the stage tests' fed h), Aqk pairs by
-// 8-byte loads, v by ldmatrix.trans; two cp.async groups, h's issued before the chunk's table entry
-// is needed. (Forming qg here from q and the raw
-// gates instead of reading kkt's, to save qg's float32 write and read, measured slower: the gate scan
-// on each block's path, state+output 0.821 -> 1.060 ms at T = 32768; docs/BENCHMARKS.md, twentieth
-// session.)
+// qg by ldmatrix, h as the plain forward's chain stored it, TF32-rounded (StateParams::h_tf32), else
+// rounded once in shared memory by the threads that copied it (kept states, the halves, the stage
+// tests' fed h), Aqk pairs by 8-byte loads, v by ldmatrix.trans; two cp.async groups, h's issued
+// before the chunk's table entry is needed. (Forming qg here from q and the raw gates instead of
+// reading kkt's, to save qg's float32 write and read, measured slower: the gate scan on each block's
+// path, state+output 0.821 -> 1.060 ms at T = 32768; docs/BENCHMARKS.md, twentieth session.)
 // Products: TF32 with 16-bit inputs (qg TF32-rounded, v exact, h rounded as the chain's S), 3xTF32
 // with float32 inputs. Shapes: h [NT,HV,K,V] float32, o [B,T,HV,V]. With the chain in halves
 // (StateParams::mid, chunk_state_gla_halves.cu) a second-half chunk's h tile is corrected in shared

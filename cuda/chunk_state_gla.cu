@@ -22,7 +22,8 @@
 // on an H200; chain and output 0.90 ms (docs/BENCHMARKS.md, eleventh session).
 // Products: TF32 with 16-bit inputs (kg arrives TF32-rounded, v is exact), 3xTF32 with float32
 // inputs, as in chunk_state.cu.
-// Covered by tests/cuda/test_cuda_stages.cpp (state h / ht for gla against the CPU twin),
+// Covered by tests/cuda/test_cuda_stages.cpp (state h / ht for gla against the CPU twin; the plain
+// forward's h stored as TF32 values, the kept forward's as float32),
 // test_cuda_backward.cpp (the reversed chain: stage "dhu" and end to end), test_cuda_forward.cpp,
 // test_cuda_transition.cpp, test_cuda_keep.cpp, test_cuda_segmented.cpp.
 #include "cuda/chunk_state_gla.cuh"
@@ -177,7 +178,7 @@ __device__ __forceinline__ float stored(const StateParams& sp, float x) {
 }
 // h[c] as stored: for the plain forward (StateParams::h_tf32) rounded to TF32 here, the only form its
 // one reader, the output's products, uses, instead of by every output block that loads a tile of it
-// (state+output 0.802 -> 0.754 ms at T = 32768, H = 16: docs/BENCHMARKS.md, 24th session). The chain
+// (state+output 0.816 -> 0.775 ms at T = 32768, H = 16: docs/BENCHMARKS.md, 24th session). The chain
 // carries S unrounded: only the copy in memory is rounded. Kept states (and the reverse chain's dh)
 // stay float32 for the backward's gate term; the halves' later states for their correction.
 template <bool kReverse>
@@ -199,7 +200,8 @@ __device__ void chain_step(const StateParams& sp, const ChainSmem<Tin>& s, int s
     const bool round = !kSplit && !kReverse && sp.h_tf32;  // 16-bit inputs; never in halves (launch_gla_state)
 #pragma unroll
     for (int nt = 0; nt < kBV / 8; ++nt) {
-      *reinterpret_cast<float2*>(h + 8 * nt) = make_float2(stored_h<kReverse>(sp, S[nt][0], round), stored_h<kReverse>(sp, S[nt][1], round));
+      *reinterpret_cast<float2*>(h + 8 * nt) =
+          make_float2(stored_h<kReverse>(sp, S[nt][0], round), stored_h<kReverse>(sp, S[nt][1], round));
       *reinterpret_cast<float2*>(h + sp.Vw + 8 * nt) =
           make_float2(stored_h<kReverse>(sp, S[nt][2], round), stored_h<kReverse>(sp, S[nt][3], round));
     }
