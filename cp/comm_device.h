@@ -9,7 +9,8 @@
 // `host` (MPI on host memory) stays the control communicator of both and must outlive them.
 // nccl_available() says whether NCCL can be used here (built with nccl.h and libnccl.so.2 loadable at
 // run time); make_nccl_comm throws naming the reason otherwise.
-// Covered by tests/cp/test_cp_mpi.cpp (staged, on the host queue) and, on a GPU machine, by
+// Covered by tests/cp/test_cp_mpi.cpp (staged, on the host queue), tests/cp/test_cp_comm_options.cpp
+// (the options' parsing) and, on a GPU machine, by
 // `kcp cp-sweep --backend cuda-chunkwise --comm mpi|nccl` (scripts/gpu.sh).
 #pragma once
 

@@ -205,6 +205,7 @@ bool nccl_available() { return nccl().error.empty(); }
 std::unique_ptr<Comm> make_nccl_comm(Comm& host, Queue& queue) {
   KCP_CHECK(host.device() == Device::host, "make_nccl_comm: the control communicator must work on host memory");
   KCP_CHECK(nccl_available(), "nccl comm: ", nccl().error);
+  spin_window();  // a bad KCP_NCCL_SPIN_US is reported here, before any collective is enqueued
   return std::make_unique<NcclComm>(host, queue);
 }
 
