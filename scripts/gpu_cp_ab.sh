@@ -72,22 +72,25 @@ for op in ${TRANS_OPS-gla}; do for T in 8192 32768; do for tag in new base; do
   echo "transitions $tag $op T=$T rc=$?: $(grep -E "^\| $op" "$L/tr_${op}_${T}_$tag.log" | head -1)" >> "$S"
 done; done; done
 ranks=1; [ "$gpus" -ge 2 ] && ranks=1,2; [ "$gpus" -ge 4 ] && ranks=1,2,4
+# cp_bench label binary [mpirun options]: cp-bench of $op over NCCL (kept forward, T = 32768 per rank,
+# H = 16, K = V = 128, bf16, ranks $ranks, best of CP_REPEAT), its rows into the summary.
+cp_bench() {
+  local lab=$1 x=$2 log="$L/cpb_${op}_$1.log"; shift 2
+  timeout 200 "${mpi[@]}" "${ranks##*,}" "$@" $x cp-bench --backend cuda-chunkwise --comm nccl --keep 1 --variant $op \
+    --ranks $ranks --repeat "${CP_REPEAT:-10}" --T 32768 --H 16 --K 128 --V 128 --dtype bfloat16 > "$log" 2>&1
+  echo "== cp-bench $op $lab rc=$?" >> "$S"; grep -E "^ +[0-9]+ +[0-9]+ \|" "$log" >> "$S"
+}
 for op in ${CP_OPS-gdn kda gla}; do
   for tag in new base; do
     X=$N; [ $tag = base ] && X=$B
-    timeout 200 "${mpi[@]}" "${ranks##*,}" $X cp-bench --backend cuda-chunkwise --comm nccl --keep 1 --variant $op \
-      --ranks $ranks --repeat "${CP_REPEAT:-10}" --T 32768 --H 16 --K 128 --V 128 --dtype bfloat16 > "$L/cpb_${op}_$tag.log" 2>&1
-    echo "== cp-bench $op $tag rc=$?" >> "$S"; grep -E "^ +[0-9]+ +[0-9]+ \|" "$L/cpb_${op}_$tag.log" >> "$S"
+    cp_bench $tag $X
   done
 done
 # SPIN_US=N: new's cp-bench once more per CP_OPS op with KCP_NCCL_SPIN_US=N (its NCCL waits poll
 # without sleeping for their first N us, cp/comm_nccl.cpp), beside new's rows above.
 for op in ${CP_OPS-gdn kda gla}; do
   [ -n "${SPIN_US:-}" ] && [ "$gpus" -ge 2 ] || break
-  KCP_NCCL_SPIN_US=$SPIN_US timeout 200 "${mpi[@]}" "${ranks##*,}" -x KCP_NCCL_SPIN_US $N cp-bench --backend cuda-chunkwise \
-    --comm nccl --keep 1 --variant $op --ranks $ranks --repeat "${CP_REPEAT:-10}" --T 32768 --H 16 --K 128 --V 128 \
-    --dtype bfloat16 > "$L/cpb_${op}_spin.log" 2>&1
-  echo "== cp-bench $op new KCP_NCCL_SPIN_US=$SPIN_US rc=$?" >> "$S"; grep -E "^ +[0-9]+ +[0-9]+ \|" "$L/cpb_${op}_spin.log" >> "$S"
+  KCP_NCCL_SPIN_US=$SPIN_US cp_bench "spin$SPIN_US" $N -x KCP_NCCL_SPIN_US
 done
 # STAGES=1: one cp-bench per CP_OPS op (new, ranks 1 and 2, one repeat) with KCP_CUDA_STAGE_TIMES=1,
 # every rank's forward and backward stage lines in its log: what a rank's local pass runs under CP
