@@ -29,7 +29,7 @@ void upload_into(Backend& be, const TensorView& dst, const Tensor<double>& src);
 void poison(Backend& be, const TensorView& dst);
 Tensor<double> to_host(Backend& be, const TensorView& v);
 // Elements of a float32 device tensor that are not TF32 values (nonzero low 13 mantissa bits): 0 where
-// a kernel stored the tensor rounded for its readers (gla's h and dh, chunk_state_gla.cu stored_h).
+// a kernel stored the tensor rounded for its readers (gla's plain-forward h, chunk_state_gla.cu stored_h).
 int64_t count_not_tf32(Backend& be, const TensorView& v);
 
 // A seeded case with the dtype its q, k, v (and d_o) are staged in; name() for subcases and messages.
