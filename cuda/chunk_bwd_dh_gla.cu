@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams b
   float* Ds = As + kChunk * Sm::lda;
   const ChunkParams& p = bp.c;
   const int nvt = p.V / BV, ci = blockIdx.x / nvt, j0 = (blockIdx.x % nvt) * BV, hv = blockIdx.y;
-  const ChunkInfo ck = p.chunks[ci];
+  const ChunkInfo ck = chunk_at(p, ci);
   // dh[c] first: its address does not wait for the chunk's table entry (ck), which kg's does. (dh[c]
   // stays float32 in memory: kernel hv's gate term 2^b_end rowsum(h dh) reads it unrounded, and with
   // dh stored TF32-rounded dg's error against the oracle grew 2-4x: docs/BENCHMARKS.md, 24th session.)

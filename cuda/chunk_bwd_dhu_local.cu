@@ -132,7 +132,7 @@ template <int KD, bool kKDA, bool kSplit, bool kAc>
 __global__ void __launch_bounds__(kBwdThreads, 3) bwd_dhu_local_kernel(const __grid_constant__ BwdParams bp) {
   using S = LocalSmem<KD>;
   const ChunkParams& p = bp.c;
-  const ChunkInfo ck = p.chunks[blockIdx.x];
+  const ChunkInfo ck = chunk_at(p, blockIdx.x);
   const int hv = blockIdx.y, L = ck.len;
   extern __shared__ __align__(16) float smem[];
   const S s(smem);

@@ -204,7 +204,7 @@ struct HvItem {
 };
 __device__ __forceinline__ HvItem hv_item(const ChunkParams& p, int i) {
   const int c = i % p.NT, hv = i / p.NT;
-  return {p.chunks[c], hv, int64_t(c) * p.HV + hv};
+  return {chunk_at(p, c), hv, int64_t(c) * p.HV + hv};
 }
 
 // An item's first loads, all cp.async (one commit): raw P staged in buffer 1, gdn's gates and beta,

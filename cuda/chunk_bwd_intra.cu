@@ -260,7 +260,7 @@ __device__ void intra_gate(const IntraSmem& s, int L, int m, int dl) {
 template <bool kDelta, bool S>
 __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_constant__ BwdParams bp) {
   const ChunkParams& p = bp.c;
-  const ChunkInfo ck = p.chunks[blockIdx.x];
+  const ChunkInfo ck = chunk_at(p, blockIdx.x);
   const int hv = blockIdx.y, z = blockIdx.z, d0 = z * kSlab, L = ck.len, h = hv / p.G, K = p.K;
   const int ty = bwd_ty(), c2 = 2 * bwd_tx();
   const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;

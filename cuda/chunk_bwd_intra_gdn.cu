@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_gdn_kernel(const __g
   constexpr int NP = KD < kPass ? KD : kPass;
   static_assert(KD <= 2 * NP, "the fused norm's backward keeps the sums of one earlier pass (Xq, Xk)");
   const ChunkParams& p = bp.c;
-  const ChunkInfo ck = p.chunks[blockIdx.x];
+  const ChunkInfo ck = chunk_at(p, blockIdx.x);
   const int hv = blockIdx.y, L = ck.len, h = hv / p.G;
   const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
   extern __shared__ __align__(16) float smem[];

@@ -120,7 +120,7 @@ __device__ void load_gram_kda(const ChunkParams& p, const WySmem& s, int64_t blk
 template <int KD, bool kKDA, bool kSplit>
 __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_constant__ BwdParams bp) {
   const ChunkParams& p = bp.c;
-  const ChunkInfo ck = p.chunks[blockIdx.x];
+  const ChunkInfo ck = chunk_at(p, blockIdx.x);
   const int hv = blockIdx.y, L = ck.len;
   const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
   extern __shared__ __align__(16) float smem[];

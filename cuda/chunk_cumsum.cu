@@ -38,7 +38,7 @@ __device__ void scan_rows(const ChunkParams& p, const ChunkInfo& ck, int hv, flo
 
 template <class Tg>
 __global__ void __launch_bounds__(kThreads) chunk_cumsum_kernel(const ChunkParams p) {
-  const ChunkInfo ck = p.chunks[blockIdx.x];
+  const ChunkInfo ck = chunk_at(p, blockIdx.x);
   const int hv = blockIdx.y;
   for (int r = threadIdx.x; r < ck.len; r += kThreads) p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] = effective_beta(p, ck.t0 + r, hv);
   scan_rows<Tg>(p, ck, hv, gate_rate(p, hv));
@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kThreads) chunk_cumsum_kernel(const ChunkParam
 // rstd of the q and k rows of one chunk and q/k head: 8 threads per row, 16 rows per pass.
 template <class Tin, int KD>
 __global__ void __launch_bounds__(kThreads) qk_rstd_kernel(const ChunkParams p) {
-  const ChunkInfo ck = p.chunks[blockIdx.x];
+  const ChunkInfo ck = chunk_at(p, blockIdx.x);
   const int h = blockIdx.y, part = threadIdx.x & 7;
   for (int r = threadIdx.x >> 3; r < ck.len; r += kThreads / 8) {
     const Tin* q = static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0 + r, h);

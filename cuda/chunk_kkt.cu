@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(kkt_threads<kDelta>, kDelta ? 0 : 3) chunk_kkt
   extern __shared__ float4 smem_f4[];
   const KktSmem<Tin, KD, kKDA> s(reinterpret_cast<char*>(smem_f4));
   const int ci = blockIdx.x, hv = blockIdx.y, warp = threadIdx.x >> 5;
-  const ChunkInfo ck = p.chunks[ci];
+  const ChunkInfo ck = chunk_at(p, ci);
   const int64_t tile = (int64_t(ci) * p.HV + hv) * kChunk * kChunk;
   float* aqk = p.Aqk + tile;
   for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kkt_threads<kDelta>)  // entries never computed are 0

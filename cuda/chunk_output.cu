@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kThreads) chunk_output_kernel(const OutputPara
   const Sm s(reinterpret_cast<float*>(smem_f4));
   const ChunkParams& p = op.c;
   const int ci = blockIdx.x, hv = blockIdx.y, v0 = kBV * blockIdx.z, mw = 16 * (threadIdx.x >> 5);
-  const ChunkInfo ck = p.chunks[ci];
+  const ChunkInfo ck = chunk_at(p, ci);
   load_output_tiles<Tin, KD, kKDA>(op, ck, ci, hv, v0, s);
   __syncthreads();
   float ao[kBV / 8][4] = {};

@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kOutThreads) gla_output_kernel(const StatePara
   const Sm s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
   const int nvt = p.V / BVo, ci = blockIdx.x / nvt, j0 = (blockIdx.x % nvt) * BVo, hv = blockIdx.y;
-  const ChunkInfo ck = p.chunks[ci];
+  const ChunkInfo ck = chunk_at(p, ci);
   issue_output_tiles<Tin, KD, BVo>(sp, ck, ci, hv, j0, s);
   const int w = int(threadIdx.x >> 5), mw = 16 * (w % 4), c0 = (w / 4) * (BVo / 2);
   float ao[NTW][4] = {};

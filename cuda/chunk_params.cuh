@@ -30,6 +30,13 @@ struct ChunkInfo {
   int index_in_seq;
 };
 
+// The chunk table's layout in closed form where it has one (ChunkParams::grid): every sequence has
+// len tokens (nt chunks) and sequence s starts at token t0 + s len (B sequences of T tokens, or packed
+// sequences of one length). len = 0: no closed form; the kernels read the table.
+struct ChunkGrid {
+  int len = 0, nt = 0, t0 = 0;
+};
+
 struct RowsView {  // read-only [B,T,X,D] or [B,T,X]
   const void* p = nullptr;
   int64_t st = 0, sx = 0;
@@ -72,6 +79,7 @@ struct ChunkParams {
   // chunk table
   const ChunkInfo* chunks = nullptr;  // [NT]
   const int* seq_chunk0 = nullptr;    // [N+1] first chunk of each sequence
+  ChunkGrid grid;                     // the table in closed form (chunk_at), where the layout has one
   // inputs
   RowsView q, k, v, g, beta;
   // workspace
@@ -90,6 +98,18 @@ struct ChunkParams {
   float* kg = nullptr;
   float* qg = nullptr;
 };
+
+// Chunk ci's entry: computed where the layout is uniform (grid.len > 0), else read from the table. A
+// per-chunk block needs it before it can address its tiles, and the table read is a dependent global
+// load at the block's start: 28% of gla's output stage's stall samples waited on it (ncu, T = 32768,
+// twenty-fourth session). The host builds grid only after checking it against every table entry.
+__host__ __device__ __forceinline__ ChunkInfo grid_entry(const ChunkGrid& g, int ci) {
+  const int s = ci / g.nt, c = ci - s * g.nt, t0 = kChunk * c;
+  return {s, g.t0 + s * g.len + t0, g.len - t0 < kChunk ? g.len - t0 : kChunk, c};
+}
+__device__ __forceinline__ ChunkInfo chunk_at(const ChunkParams& p, int ci) {
+  return p.grid.len > 0 ? grid_entry(p.grid, ci) : p.chunks[ci];
+}
 
 // The multiprocessor count the grid-shape choices assume: the pipeline's (its device's, or the
 // tests' set_multiprocessors), or 132 (H100 SXM) where a caller left it 0.
@@ -150,7 +170,7 @@ struct SeqTokens {
 __device__ __forceinline__ SeqTokens seq_tokens(const ChunkParams& p, int c_begin, int count) {
   SeqTokens s;
   if (count > 0) {
-    const ChunkInfo a = p.chunks[c_begin], b = p.chunks[c_begin + count - 1];
+    const ChunkInfo a = chunk_at(p, c_begin), b = chunk_at(p, c_begin + count - 1);
     s.t_first = a.t0, s.t_end = b.t0 + b.len;
   }
   return s;

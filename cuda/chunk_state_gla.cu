@@ -248,10 +248,10 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
   // h[c] of this thread at chunk c_begin + j: h_first + j h_chunk
   float* const h_first = sp.h ? sp.h + ((int64_t(c_begin) * p.HV + hv) * p.K + i0 + key) * sp.Vw + j0 + col : nullptr;
   const int64_t h_chunk = int64_t(p.HV) * p.K * sp.Vw;
-  auto chunk_at = [&](int i) { return kReverse ? count - 1 - i : i; };  // the i-th chunk walked
+  auto walked = [&](int i) { return kReverse ? count - 1 - i : i; };  // the i-th chunk walked
 #pragma unroll
   for (int i = 0; i < kSt - 1; ++i) {
-    if (i < count) issue_chain_tiles(src, tok, chunk_at(i), i, s);
+    if (i < count) issue_chain_tiles(src, tok, walked(i), i, s);
     cp_async_commit();
   }
   // The decay D_c of the half walked second (StateParams::decay) for this block's keys, by one lane per
@@ -265,14 +265,14 @@ __global__ void __launch_bounds__(kChainThreads) gla_chain_kernel(const StatePar
     cp_async_wait<kSt - 2>();
     __syncthreads();  // chunk i's tiles are visible, and every warp is done with chunk i - 1's stage
     const int ahead = i + kSt - 1;
-    if (ahead < count) issue_chain_tiles(src, tok, chunk_at(ahead), ahead % kSt, s);
+    if (ahead < count) issue_chain_tiles(src, tok, walked(ahead), ahead % kSt, s);
     cp_async_commit();
     if (kHalves && d_first) {
       const float2 b = *reinterpret_cast<const float2*>(s.bend(i % kSt) + key);
-      *reinterpret_cast<float2*>(d_first + chunk_at(i) * d_chunk) = D;
+      *reinterpret_cast<float2*>(d_first + walked(i) * d_chunk) = D;
       D.x *= exp2f(b.x), D.y *= exp2f(b.y);
     }
-    chain_step<Tin, kSplit, kReverse>(sp, s, i % kSt, h_first ? h_first + chunk_at(i) * h_chunk : nullptr, S);
+    chain_step<Tin, kSplit, kReverse>(sp, s, i % kSt, h_first ? h_first + walked(i) * h_chunk : nullptr, S);
   }
   if (kHalves && d_first)  // D after the half: row NT
     *reinterpret_cast<float2*>(sp.decay + (int64_t(p.NT) * p.HV + hv) * p.K + i0 + key) = D;

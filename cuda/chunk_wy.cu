@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p)
   extern __shared__ float4 smem_f4[];
   const Sm s(reinterpret_cast<char*>(smem_f4));
   const int ci = blockIdx.y, hv = blockIdx.z, m0 = 16 * (threadIdx.x >> 5);
-  const ChunkInfo ck = p.chunks[ci];
+  const ChunkInfo ck = chunk_at(p, ci);
   const Slab sl = slab_of(p, blockIdx.x);
   load_slab<Tin, kKDA>(p, ck, ci, hv, sl, s);
   __syncthreads();

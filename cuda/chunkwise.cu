@@ -68,6 +68,7 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   c.N = N, c.NT = NT;
   c.chunks = static_cast<const ChunkInfo*>(d_table);
   c.seq_chunk0 = reinterpret_cast<const int*>(static_cast<const char*>(d_table) + sizeof(ChunkInfo) * NT);
+  c.grid = grid_closed_form ? grid : ChunkGrid{};
   auto f = [](const TensorView& t) { return static_cast<float*>(t.data); };
   c.gcum = f(buf.gcum), c.beta_e = f(buf.beta), c.rstd_q = f(buf.rstd_q), c.rstd_k = f(buf.rstd_k);
   c.P = f(buf.P), c.Aqk = f(buf.Aqk), c.Gk = f(buf.Gk), c.w = f(buf.w), c.u = f(buf.u), c.kg = f(buf.kg), c.qg = f(buf.qg);
@@ -133,6 +134,9 @@ void Pipeline::set_state_groups(int groups) {
   KCP_CHECK(groups >= 0 && groups <= 2, "set_state_groups: expected 0 (automatic), 1 or 2, got ", groups);
   impl_->state_groups = groups;
 }
+
+void Pipeline::set_chunk_grid(bool on) { impl_->grid_closed_form = on; }
+bool Pipeline::chunk_grid_used() const { return impl_->grid_closed_form && impl_->grid.len > 0; }
 
 void Pipeline::set_gla_halves(int mode) {
   KCP_CHECK(mode >= -1 && mode <= 1, "set_gla_halves: expected -1 (automatic), 0 (never) or 1 (wherever it applies), got ",

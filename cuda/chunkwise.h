@@ -113,6 +113,13 @@ class Pipeline {
   // doubled chain still has a multiprocessor per block (few heads), 0 never, 1 wherever it applies
   // (tests: small cases). KCP_CUDA_GLA_HALVES sets the same (diagnostics) when this is -1.
   void set_gla_halves(int mode);
+  // Per-chunk kernels compute their chunk's table entry where the layout has a closed form (equal
+  // sequence lengths: chunk_params.cuh chunk_at) instead of reading the table; off: they read it.
+  // Default on; KCP_CUDA_CHUNK_GRID=0 turns it off (A/B). For tests (the same results either way).
+  void set_chunk_grid(bool on);
+  // Whether the last call's kernels computed their table entries (set_chunk_grid on and the layout in
+  // closed form), for tests.
+  bool chunk_grid_used() const;
 
   // Gradients of L = sum(o * d_o) + sum(final_state * d_final_state) w.r.t. the inputs as passed
   // (Backend::backward): recomputes the forward's stages (buffers() then holds them, h and vnew

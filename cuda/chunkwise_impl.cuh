@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "cuda/chunkwise.h"
@@ -92,11 +93,13 @@ struct Pipeline::Impl {
     void* d = nullptr;
     size_t bytes = 0;
     int NT = 0, N = 0;
+    ChunkGrid grid;
     uint64_t used = 0;  // last use, for the replacement
   };
   std::array<Table, 2> tables;
   uint64_t table_clock = 0;
   int NT = 0, N = 0;
+  ChunkGrid grid;  // the current table in closed form, or len 0 (chunk_params.cuh chunk_at)
   void* d_table = nullptr;
   void* d_ws = nullptr;
   size_t ws_bytes = 0;
@@ -107,6 +110,10 @@ struct Pipeline::Impl {
   int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
   // gla's chain in halves (set_gla_halves; gla_halves): s_mid, f_local [HV,K,V] and decay [NT+1,HV,K], float32
   int gla_halves_mode = -1;
+  bool grid_closed_form = [] {  // set_chunk_grid
+    const char* e = std::getenv("KCP_CUDA_CHUNK_GRID");
+    return !(e && std::string(e) == "0");
+  }();
   float* d_halves = nullptr;
   size_t halves_bytes = 0;
   // The kept forward (chunkwise_keep.cu; Pipeline::set_keep_forward): forward() leaves the workspace as
@@ -169,7 +176,7 @@ struct Pipeline::Impl {
     key.insert(key.end(), p.cu_seqlens.begin(), p.cu_seqlens.end());
     for (Table& t : tables)
       if (t.d && t.key == key) {
-        t.used = ++table_clock, d_table = t.d, NT = t.NT, N = t.N;
+        t.used = ++table_clock, d_table = t.d, NT = t.NT, N = t.N, grid = t.grid;
         return;
       }
     Table& t = tables[0].used <= tables[1].used ? tables[0] : tables[1];
@@ -196,7 +203,25 @@ struct Pipeline::Impl {
     KCP_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(t.d) + sizeof(ChunkInfo) * chunks.size(), seq0.data(),
                                    sizeof(int) * seq0.size(), cudaMemcpyHostToDevice, stream));
     t.key = key, t.NT = int(chunks.size()), t.N = int(seq0.size()) - 1, t.used = ++table_clock;
-    d_table = t.d, NT = t.NT, N = t.N;
+    t.grid = closed_form(chunks);
+    d_table = t.d, NT = t.NT, N = t.N, grid = t.grid;
+  }
+
+  // The table in closed form (every sequence as long as the first, each starting where the previous
+  // ends: chunk_params.cuh grid_entry), accepted only if it reproduces every entry; else len 0.
+  static ChunkGrid closed_form(const std::vector<ChunkInfo>& chunks) {
+    int len = 0, nt = 0;
+    for (const ChunkInfo& c : chunks) {
+      if (c.seq != 0) break;
+      len += c.len, ++nt;
+    }
+    if (nt == 0) return {};  // no chunks, or an empty first sequence
+    const ChunkGrid g{len, nt, chunks[0].t0};
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const ChunkInfo a = grid_entry(g, int(i)), &e = chunks[i];
+      if (a.seq != e.seq || a.t0 != e.t0 || a.len != e.len || a.index_in_seq != e.index_in_seq) return {};
+    }
+    return g;
   }
 
   // Carves the workspace (growing it when needed) and fills buf with views of it.
