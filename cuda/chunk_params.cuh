@@ -12,30 +12,16 @@
 
 #include <cstdint>
 
+#include "cuda/chunk_table.h"
 #include "cuda/device_math.cuh"
 
 namespace kcp::cuda {
 
-constexpr int kChunk = 64;  // C: the only chunk size the kernels instantiate
 // kda / gla: a 16-row block takes its pairs through anchored factors (one 2^x per row and key
 // instead of one per pair) when the key's gate spread over the block's rows is at most this, in log2
 // units: the factors then stay within 2^-64 .. 2^64; wider blocks take exact per-pair exponents.
 // kkt's diagonal blocks, wy's build_diag and intra's in-block pairs share the rule.
 constexpr float kMaxAnchorSpread = 64.0f;
-
-struct ChunkInfo {
-  int seq;  // sequence n
-  int t0;   // first flattened token
-  int len;  // valid rows L (1..64)
-  int index_in_seq;
-};
-
-// The chunk table's layout in closed form where it has one (ChunkParams::grid): every sequence has
-// len tokens (nt chunks) and sequence s starts at token t0 + s len (B sequences of T tokens, or packed
-// sequences of one length). len = 0: no closed form; the kernels read the table.
-struct ChunkGrid {
-  int len = 0, nt = 0, t0 = 0;
-};
 
 struct RowsView {  // read-only [B,T,X,D] or [B,T,X]
   const void* p = nullptr;
@@ -102,11 +88,8 @@ struct ChunkParams {
 // Chunk ci's entry: computed where the layout is uniform (grid.len > 0), else read from the table. A
 // per-chunk block needs it before it can address its tiles, and the table read is a dependent global
 // load at the block's start: 28% of gla's output stage's stall samples waited on it (ncu, T = 32768,
-// twenty-fourth session). The host builds grid only after checking it against every table entry.
-__host__ __device__ __forceinline__ ChunkInfo grid_entry(const ChunkGrid& g, int ci) {
-  const int s = ci / g.nt, c = ci - s * g.nt, t0 = kChunk * c;
-  return {s, g.t0 + s * g.len + t0, g.len - t0 < kChunk ? g.len - t0 : kChunk, c};
-}
+// twenty-fourth session). The host builds grid only after checking it against every table entry
+// (chunk_table.h closed_form).
 __device__ __forceinline__ ChunkInfo chunk_at(const ChunkParams& p, int ci) {
   return p.grid.len > 0 ? grid_entry(p.grid, ci) : p.chunks[ci];
 }

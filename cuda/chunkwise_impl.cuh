@@ -180,15 +180,13 @@ struct Pipeline::Impl {
         return;
       }
     Table& t = tables[0].used <= tables[1].used ? tables[0] : tables[1];
-    std::vector<ChunkInfo> chunks;
-    std::vector<int> seq0;
+    std::vector<int64_t> starts, lens;
     for (int64_t n = first; n < first + count; ++n) {
       const SeqRange r = p.sequence(n);
-      seq0.push_back(int(chunks.size()));
-      for (int64_t c = 0; c * kChunk < r.len; ++c)
-        chunks.push_back({int(n - first), int(r.b * p.T + r.t0 + c * kChunk), int(std::min<int64_t>(kChunk, r.len - c * kChunk)), int(c)});
+      starts.push_back(r.b * p.T + r.t0), lens.push_back(r.len);
     }
-    seq0.push_back(int(chunks.size()));
+    std::vector<int> seq0;
+    const std::vector<ChunkInfo> chunks = chunks_of(starts, lens, seq0);
     const size_t need = sizeof(ChunkInfo) * chunks.size() + sizeof(int) * seq0.size();
     if (need > t.bytes) {
       KCP_CUDA_CHECK(cudaFree(t.d));
@@ -205,23 +203,6 @@ struct Pipeline::Impl {
     t.key = key, t.NT = int(chunks.size()), t.N = int(seq0.size()) - 1, t.used = ++table_clock;
     t.grid = closed_form(chunks);
     d_table = t.d, NT = t.NT, N = t.N, grid = t.grid;
-  }
-
-  // The table in closed form (every sequence as long as the first, each starting where the previous
-  // ends: chunk_params.cuh grid_entry), accepted only if it reproduces every entry; else len 0.
-  static ChunkGrid closed_form(const std::vector<ChunkInfo>& chunks) {
-    int len = 0, nt = 0;
-    for (const ChunkInfo& c : chunks) {
-      if (c.seq != 0) break;
-      len += c.len, ++nt;
-    }
-    if (nt == 0) return {};  // no chunks, or an empty first sequence
-    const ChunkGrid g{len, nt, chunks[0].t0};
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      const ChunkInfo a = grid_entry(g, int(i)), &e = chunks[i];
-      if (a.seq != e.seq || a.t0 != e.t0 || a.len != e.len || a.index_in_seq != e.index_in_seq) return {};
-    }
-    return g;
   }
 
   // Carves the workspace (growing it when needed) and fills buf with views of it.

@@ -2,11 +2,15 @@
 // derived from the instantiated head sizes and states every limit; backward and
 // transition_backward are supported with the forward and reject host views; host views are rejected by name before any
 // CUDA call. The registry's cuda-chunkwise (shape adapter, core/padded_backend.h) accepts K = 16 .. 128, any V and
-// chunk_size 32, and names the K <= 128 limit (its kernels: tests/cuda/test_cuda_shapes.cpp).
+// chunk_size 32, and names the K <= 128 limit (its kernels: tests/cuda/test_cuda_shapes.cpp). The chunk
+// table's closed form (cuda/chunk_table.h) on layouts that have one and layouts that do not.
 #include <doctest/doctest.h>
+
+#include <vector>
 
 #include "core/padded_backend.h"
 #include "cuda/backend_cuda.h"
+#include "cuda/chunk_table.h"
 #include "cuda/key_dims.h"
 #include "validation/cases.h"
 #include "validation/registry.h"
@@ -96,4 +100,41 @@ TEST_CASE("the registry's cuda-chunkwise accepts padded shapes and names the K l
   CHECK(!be->supports(problem(Variant::kda, 256, 40, 32)));
   CHECK(dynamic_cast<PaddedBackend&>(*be).plan(problem(Variant::kda, 48, 40, 32)).describe() ==
         "pad K 48->64, V 40->64; chunk 32->64");
+}
+
+// The chunk table and its closed form (cuda/chunk_table.h): found where every sequence has one
+// length and they lie back to back, refused otherwise, and where found equal to the table entry by
+// entry (closed_form checks that itself; here the layouts that must and must not have one).
+TEST_CASE("chunk table: the closed form where the sequences have one length") {
+  struct Layout {
+    const char* name;
+    std::vector<int64_t> starts, lens;
+    bool closed;
+  };
+  const Layout layouts[] = {
+      {"B = 2 sequences of 130 tokens", {0, 130}, {130, 130}, true},
+      {"packed 3 x 192", {0, 192, 384}, {192, 192, 192}, true},
+      {"one sequence of 1 token", {0}, {1}, true},
+      {"a CP rank's second sequence alone", {130}, {130}, true},
+      {"mixed lengths", {0, 200, 201, 201}, {200, 1, 0, 130}, false},
+      {"an empty first sequence", {0, 0}, {0, 64}, false},
+      {"equal lengths, not back to back", {0, 200}, {130, 130}, false},
+      {"equal chunk counts, other lengths", {0, 100}, {100, 120}, false},
+      {"no sequences", {}, {}, false},
+  };
+  for (const Layout& l : layouts) {
+    INFO(l.name);
+    std::vector<int> seq0;
+    const std::vector<cuda::ChunkInfo> chunks = cuda::chunks_of(l.starts, l.lens, seq0);
+    REQUIRE(seq0.size() == l.starts.size() + 1);
+    const cuda::ChunkGrid g = cuda::closed_form(chunks);
+    CHECK((g.len > 0) == l.closed);
+    for (size_t i = 0; g.len > 0 && i < chunks.size(); ++i) {
+      const cuda::ChunkInfo a = cuda::grid_entry(g, int(i));
+      CHECK(a.seq == chunks[i].seq);
+      CHECK(a.t0 == chunks[i].t0);
+      CHECK(a.len == chunks[i].len);
+      CHECK(a.index_in_seq == chunks[i].index_in_seq);
+    }
+  }
 }
