@@ -13,9 +13,9 @@
 #include <vector>
 
 #ifdef __CUDACC__
-#define KCP_HOST_DEVICE __host__ __device__
+#define KCP_HOST_DEVICE_INLINE __host__ __device__ __forceinline__
 #else
-#define KCP_HOST_DEVICE
+#define KCP_HOST_DEVICE_INLINE inline
 #endif
 
 namespace kcp::cuda {
@@ -34,7 +34,7 @@ struct ChunkGrid {
   int len = 0, nt = 0, t0 = 0;
 };
 
-KCP_HOST_DEVICE inline ChunkInfo grid_entry(const ChunkGrid& g, int ci) {
+KCP_HOST_DEVICE_INLINE ChunkInfo grid_entry(const ChunkGrid& g, int ci) {
   const int s = ci / g.nt, c = ci - s * g.nt, t0 = kChunk * c;
   return {s, g.t0 + s * g.len + t0, g.len - t0 < kChunk ? g.len - t0 : kChunk, c};
 }
