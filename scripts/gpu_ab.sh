@@ -85,12 +85,22 @@ for T in 8192 32768; do
   done
  done
 done
-for v in gdn; do for tag in new base; do
-  X=$N; [ $tag = base ] && X=$B
+# The float32 row and the forward rows (FWD=1) also run new under each ENVS setting, as a third
+# column beside new and base: ab_tags lists the columns, ab_bin gives a column's command.
+ab_tags() { echo new base; for x in ${ENVS:-}; do echo "${x%%:*}"; done; }
+ab_bin() {
+  case $1 in
+    new) echo "$N" ;;
+    base) echo "$B" ;;
+    *) for x in ${ENVS:-}; do [ "${x%%:*}" = "$1" ] && echo "env ${x#*:} $N"; done ;;
+  esac
+}
+for v in gdn; do for tag in $(ab_tags); do
+  X=$(ab_bin $tag)
   ab_line "$tag $v f32 T=8192" $L/f32_${v}_${tag}.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T 8192 --dtype float32 --backward 1 --keep 1 --check 1
 done; done
 # ENVS="label:NAME=value ...": the new binary once more under each setting, test_cuda first and then
-# each of VARS at both lengths (a study's forms selected at run time in one build, as KCP_HV_MODE was
+# each of VARS at both lengths (and a column of the float32 and FWD rows, ab_tags) (a study's forms selected at run time in one build, as KCP_HV_MODE was
 # on study/hv-overlap, KCP_CUDA_GLA_CHAIN_COLS on next/gla-chain-cols).
 for x in ${ENVS:-}; do
   IFS=: read -r lab kv <<< "$x"
@@ -108,10 +118,10 @@ for T in 8192 32768; do for v in ${FUSED_VARS:-}; do for tag in new base; do
   ck=1; [ $T = 32768 ] && ck=0
   ab_line "$tag $v fused T=$T" $L/fused_${v}_${T}_$tag.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --fused 1 --backward 1 --keep 1 --check $ck
 done; done; done
-# FWD=1: the forward alone (keep 0), new and base alternating, each of FWD_VARS (default VARS) at both
-# lengths, and a stage line from one more run of each.
-[ "${FWD:-0}" = 1 ] && for T in 8192 32768; do for v in ${FWD_VARS:-$VARS}; do for tag in new base; do
-  X=$N; [ $tag = base ] && X=$B
+# FWD=1: the forward alone (keep 0), new and base (and the ENVS settings) alternating, each of
+# FWD_VARS (default VARS) at both lengths, and a stage line from one more run of each.
+[ "${FWD:-0}" = 1 ] && for T in 8192 32768; do for v in ${FWD_VARS:-$VARS}; do for tag in $(ab_tags); do
+  X=$(ab_bin $tag)
   FB=(bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 0 --check 0)
   timeout 60 $X "${FB[@]}" --warmup 3 --repeat 20 > $L/fwd.log 2>&1
   KCP_CUDA_STAGE_TIMES=1 timeout 60 $X "${FB[@]}" --warmup 1 --repeat 1 > $L/fwds.log 2>&1
