@@ -4,7 +4,8 @@
 // gradient must equal the table's bit for bit, for gdn, kda and gla with 16-bit and float32 inputs,
 // on B sequences of T tokens (a short last chunk), on packed sequences of one length, and on a packed
 // batch of mixed lengths (no closed form: the table, whatever is asked). chunk_grid_used() says which
-// path ran, so the test cannot pass by never taking the closed form. Skipped without a CUDA device.
+// path ran, so the test cannot pass by never taking the closed form. The runs and the bit-for-bit
+// checks are tests/cuda/pipeline_runs.h's. Skipped without a CUDA device.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -12,9 +13,8 @@
 
 #include "cuda/backend_cuda.h"
 #include "cuda/chunkwise.h"
-#include "reference/backend_cpu.h"
 #include "tests/cuda/cuda_support.h"
-#include "validation/run_case.h"
+#include "tests/cuda/pipeline_runs.h"
 
 using namespace kcp;
 
@@ -47,45 +47,24 @@ std::vector<GridCase> cases(uint64_t seed) {
   return out;
 }
 
-// Forward (o, final state) and backward (every gradient) on one pipeline, downloaded.
-std::vector<Tensor<double>> run(Backend& gpu, cuda::Pipeline& pipe, const val::CaseData& c, const test::DtypeCase& dc,
-                                const val::GradSet<double>& shapes) {
-  const Problem p = c.problem(DType::f32);
-  const test::DeviceInputs din = test::upload_inputs(gpu, c, dc.qkv);
-  test::DeviceTensor o = test::poisoned(gpu, DType::f32, shape_v(p)), ht;
-  if (dc.spec.final_state) ht = test::poisoned(gpu, DType::f32, shape_state(p));
-  pipe.forward(p, din.views, {o.view, ht.view});
-  std::vector<Tensor<double>> got = {test::to_host(gpu, o.view)};
-  if (dc.spec.final_state) got.push_back(test::to_host(gpu, ht.view));
-  test::DeviceTensor d_o = test::to_device(gpu, c.d_o, dc.qkv), dht;
-  if (!c.dht.empty()) dht = test::to_device(gpu, c.dht, DType::f32);
-  const test::DeviceGrads dg = test::device_grads(gpu, shapes, dc.qkv);
-  pipe.backward(p, din.views, {d_o.view, dht.view}, dg.views);
-  for (const test::DeviceGrad& d : dg.t) got.push_back(test::to_host(gpu, d.t.view));
-  return got;
-}
-
 }  // namespace
 
 TEST_CASE("chunk table in closed form: the table's results bit for bit" * doctest::skip(!test::gpu_present())) {
   auto gpu = cuda::make_cuda_backend();
-  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
   for (const GridCase& g : cases(val::seed_from_env(1900))) {
     SUBCASE(g.dc.name().c_str()) {
-      const val::CaseData c = test::round_case(val::make_case(g.dc.spec), g.dc.qkv);
-      const auto ref = val::run_case<double>(*oracle, c, true);  // the gradients' shapes
+      const test::Staged s = test::stage(*gpu, g.dc);
       cuda::Pipeline grid(gpu->queue()), table(gpu->queue());
       grid.set_chunk_grid(true);
       table.set_chunk_grid(false);
-      const auto a = run(*gpu, grid, c, g.dc, ref.grads);
+      test::Results a = test::run_forward(*gpu, grid, s), b = test::run_forward(*gpu, table, s);
+      test::run_backward(*gpu, grid, s, s.din.views, g.dc.qkv, a);
+      test::run_backward(*gpu, table, s, s.din.views, g.dc.qkv, b);
       CHECK(grid.chunk_grid_used() == g.closed_form);
-      const auto b = run(*gpu, table, c, g.dc, ref.grads);
       CHECK_FALSE(table.chunk_grid_used());
-      REQUIRE(a.size() == b.size());
-      for (size_t t = 0; t < a.size(); ++t) {
-        INFO(g.dc.name(), ": result ", t, " of ", a.size());
-        CHECK(a[t].vec() == b[t].vec());  // NaN-poisoned outputs left unwritten would differ too (NaN != NaN)
-      }
+      test::check_same("o", a.o, b.o, g.dc.name());
+      test::check_same("final_state", a.ht, b.ht, g.dc.name());  // every case has one
+      test::check_grads_same(a, b, g.dc.name());
     }
   }
 }

@@ -26,17 +26,21 @@
 #include "cuda/chunkwise.h"
 #include "cuda/input_fingerprint.cuh"
 #include "tests/cuda/cuda_support.h"
+#include "tests/cuda/pipeline_runs.h"
 #include "validation/compare.h"
 
 using namespace kcp;
 
 namespace {
 
-struct KeepCase {
-  val::CaseSpec spec;
-  DType qkv = DType::bf16;
-  std::string name() const { return spec.name() + " qkv=" + std::string(dtype_name(qkv)); }
-};
+using KeepCase = test::DtypeCase;
+using test::check_grads_same;
+using test::check_same;
+using test::Results;
+using test::run_backward;
+using test::run_forward;
+using test::stage;
+using test::Staged;
 
 std::vector<KeepCase> cases(uint64_t seed) {
   std::vector<KeepCase> out;
@@ -57,60 +61,6 @@ std::vector<KeepCase> cases(uint64_t seed) {
   return out;
 }
 
-// Bit-for-bit equality of two device results (both NaN-poisoned before their runs).
-void check_same(const std::string& what, const Tensor<double>& kept, const Tensor<double>& plain, const std::string& name) {
-  const val::Metrics m = val::compare(kept.view(), plain.view());
-  INFO(what, " ", name, ": max |kept - plain| ", m.max_abs, ", NaN ", m.nan_a, " / ", m.nan_b);
-  CHECK(m.nan_a == 0);
-  CHECK(m.nan_b == 0);
-  CHECK(m.max_abs == 0.0);
-}
-
-struct Staged {
-  val::CaseData c;
-  Problem p;
-  test::DeviceInputs din;
-  test::DeviceTensor d_o, dht;
-  val::GradSet<double> shapes;  // what gradients to ask for, and their dtypes (device_grads)
-};
-
-Staged stage(Backend& gpu, const KeepCase& kc) {
-  Staged s{test::round_case(val::make_case(kc.spec), kc.qkv), {}, {}, {}, {}, {}};
-  s.p = s.c.problem(DType::f32);
-  s.din = test::upload_inputs(gpu, s.c, kc.qkv);
-  s.d_o = test::to_device(gpu, s.c.d_o, kc.qkv);
-  if (!s.c.dht.empty()) s.dht = test::to_device(gpu, s.c.dht, DType::f32);
-  s.shapes = val::make_grads<double>(s.c.problem(), s.c.inputs());
-  return s;
-}
-
-struct Results {
-  Tensor<double> o, ht;
-  std::vector<std::pair<std::string, Tensor<double>>> grads;
-};
-
-Results forward(Backend& gpu, cuda::Pipeline& pipe, const Staged& s) {
-  test::DeviceTensor o = test::poisoned(gpu, DType::f32, shape_v(s.p)), ht;
-  if (s.c.spec.final_state) ht = test::poisoned(gpu, DType::f32, shape_state(s.p));
-  pipe.forward(s.p, s.din.views, {o.view, ht.view});
-  Results r;
-  r.o = test::to_host(gpu, o.view);
-  if (s.c.spec.final_state) r.ht = test::to_host(gpu, ht.view);
-  return r;
-}
-
-void backward(Backend& gpu, cuda::Pipeline& pipe, const Staged& s, const Inputs& in, DType qkv, Results& r,
-              const TensorView* d_o = nullptr) {
-  const test::DeviceGrads dg = test::device_grads(gpu, s.shapes, qkv);
-  pipe.backward(s.p, in, {d_o ? *d_o : s.d_o.view, s.dht.view}, dg.views);
-  for (const test::DeviceGrad& d : dg.t) r.grads.emplace_back(d.name, test::to_host(gpu, d.t.view));
-}
-
-void check_grads_same(const Results& kept, const Results& plain, const std::string& name) {
-  REQUIRE(kept.grads.size() == plain.grads.size());
-  for (size_t j = 0; j < kept.grads.size(); ++j) check_same(kept.grads[j].first, kept.grads[j].second, plain.grads[j].second, name);
-}
-
 }  // namespace
 
 TEST_CASE("kept forward: the plain forward's outputs and the recomputing backward's gradients, bit for bit" *
@@ -124,11 +74,11 @@ TEST_CASE("kept forward: the plain forward's outputs and the recomputing backwar
       cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
       kept.set_keep_forward(true);
       plain.set_gla_halves(halves), kept.set_gla_halves(halves);
-      Results a = forward(*gpu, plain, s), b = forward(*gpu, kept, s);
+      Results a = run_forward(*gpu, plain, s), b = run_forward(*gpu, kept, s);
       check_same("o", b.o, a.o, kc.name());
       if (kc.spec.final_state) check_same("final_state", b.ht, a.ht, kc.name());
-      backward(*gpu, plain, s, s.din.views, kc.qkv, a);
-      backward(*gpu, kept, s, s.din.views, kc.qkv, b);
+      run_backward(*gpu, plain, s, s.din.views, kc.qkv, a);
+      run_backward(*gpu, kept, s, s.din.views, kc.qkv, b);
       CHECK(kept.kept_reuses() == 1);  // the backward used the kept forward
       CHECK(kept.kept_redos() == 0);   // and its inputs fingerprinted as the forward's
       CHECK(plain.kept_reuses() == 0);
@@ -149,49 +99,49 @@ TEST_CASE("kept forward: used once, never after another call, for changed inputs
       cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
       kept.set_keep_forward(true);
       Results want;
-      backward(*gpu, plain, s, s.din.views, kc.qkv, want);
-      auto run_backward = [&](const Inputs& in) {
+      run_backward(*gpu, plain, s, s.din.views, kc.qkv, want);
+      auto kept_backward = [&](const Inputs& in) {
         Results r;
-        backward(*gpu, kept, s, in, kc.qkv, r);
+        run_backward(*gpu, kept, s, in, kc.qkv, r);
         return r;
       };
-      forward(*gpu, kept, s);
-      check_grads_same(run_backward(s.din.views), want, kc.name());
+      run_forward(*gpu, kept, s);
+      check_grads_same(kept_backward(s.din.views), want, kc.name());
       CHECK(kept.kept_reuses() == 1);
       // a second backward: the record is gone (the backward's buffers overwrote the kept ones)
-      check_grads_same(run_backward(s.din.views), want, kc.name() + " (second backward)");
+      check_grads_same(kept_backward(s.din.views), want, kc.name() + " (second backward)");
       CHECK(kept.kept_reuses() == 1);
       // a call in between
-      forward(*gpu, kept, s);
+      run_forward(*gpu, kept, s);
       kept.prepare_stages(s.p, s.din.views);
-      check_grads_same(run_backward(s.din.views), want, kc.name() + " (call in between)");
+      check_grads_same(kept_backward(s.din.views), want, kc.name() + " (call in between)");
       CHECK(kept.kept_reuses() == 1);
       // another problem (the scale) on the same inputs
-      forward(*gpu, kept, s);
+      run_forward(*gpu, kept, s);
       {
         Staged t = stage(*gpu, kc);
         t.p.scale *= 0.5;
         Results r2, w2;
-        backward(*gpu, kept, t, t.din.views, kc.qkv, r2);
-        backward(*gpu, plain, t, t.din.views, kc.qkv, w2);
+        run_backward(*gpu, kept, t, t.din.views, kc.qkv, r2);
+        run_backward(*gpu, plain, t, t.din.views, kc.qkv, w2);
         check_grads_same(r2, w2, kc.name() + " (another scale)");
       }
       CHECK(kept.kept_reuses() == 1);
       // q changed in place after the kept forward: same views, other contents
-      forward(*gpu, kept, s);
+      run_forward(*gpu, kept, s);
       KeepCase other = kc;
       other.spec.seed += 1000;
       const val::CaseData c2 = test::round_case(val::make_case(other.spec), kc.qkv);
       test::upload_into(*gpu, s.din.views.q, c2.q);
-      const Results changed = run_backward(s.din.views);
+      const Results changed = kept_backward(s.din.views);
       CHECK(kept.kept_reuses() == 1);
       CHECK(kept.kept_redos() == 1);  // read the record, then ran again with the recompute
       Results want2;
-      backward(*gpu, plain, s, s.din.views, kc.qkv, want2);
+      run_backward(*gpu, plain, s, s.din.views, kc.qkv, want2);
       check_grads_same(changed, want2, kc.name() + " (q changed in place)");
       // and the kept path is taken again for a fresh forward on the current inputs
-      forward(*gpu, kept, s);
-      check_grads_same(run_backward(s.din.views), want2, kc.name() + " (kept again)");
+      run_forward(*gpu, kept, s);
+      check_grads_same(kept_backward(s.din.views), want2, kc.name() + " (kept again)");
       CHECK(kept.kept_reuses() == 2);
       CHECK(kept.kept_redos() == 1);
     }
@@ -230,7 +180,7 @@ TEST_CASE("kept forward: a transition_backward of all sequences or a backward_pr
         const Staged s = stage(*gpu, kc);
         cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
         kept.set_keep_forward(true);
-        Results a = forward(*gpu, plain, s), b = forward(*gpu, kept, s);
+        Results a = run_forward(*gpu, plain, s), b = run_forward(*gpu, kept, s);
         if (m.prepare) plain.backward_prepare(s.p, s.din.views, s.d_o.view), kept.backward_prepare(s.p, s.din.views, s.d_o.view);
         if (m.transition) {
           const Shape tshape = transition_shape(s.p.N, s.p.HV, s.p.K, s.p.V);
@@ -243,9 +193,9 @@ TEST_CASE("kept forward: a transition_backward of all sequences or a backward_pr
         for (double& x : half.vec()) x *= 0.5;  // exact in every dtype
         const test::DeviceTensor d_o2 = test::to_device(*gpu, half, kc.qkv);
         const TensorView* d_o = m.same_do ? nullptr : &d_o2.view;
-        backward(*gpu, plain, s, s.din.views, kc.qkv, a, d_o);
+        run_backward(*gpu, plain, s, s.din.views, kc.qkv, a, d_o);
         kept.set_inputs_unchanged(m.vouched);  // no fingerprint, no read-back: the same reuses, the same bits
-        backward(*gpu, kept, s, s.din.views, kc.qkv, b, d_o);
+        run_backward(*gpu, kept, s, s.din.views, kc.qkv, b, d_o);
         kept.set_inputs_unchanged(false);
         CHECK(kept.kept_reuses() == m.reuses);  // every call after the forward read its record
         CHECK(kept.kept_term_reuses() == m.term_reuses);
@@ -299,13 +249,13 @@ TEST_CASE("kept forward: front stages left by a transition_forward or a forward_
           plain.forward_prepare(s.p, no_h0), kept.forward_prepare(s.p, no_h0);
         }
         kept.set_inputs_unchanged(m.vouched);  // no fingerprint, no read-back: the same reuse, the same bits
-        Results a = forward(*gpu, plain, s), b = forward(*gpu, kept, s);
+        Results a = run_forward(*gpu, plain, s), b = run_forward(*gpu, kept, s);
         CHECK(kept.kept_front_reuses() == (m.other_inputs ? 0 : 1));
         CHECK(plain.kept_front_reuses() == 0);
         check_same("o", b.o, a.o, name);
         if (kc.spec.final_state) check_same("final_state", b.ht, a.ht, name);
-        backward(*gpu, plain, s, s.din.views, kc.qkv, a);
-        backward(*gpu, kept, s, s.din.views, kc.qkv, b);
+        run_backward(*gpu, plain, s, s.din.views, kc.qkv, a);
+        run_backward(*gpu, kept, s, s.din.views, kc.qkv, b);
         kept.set_inputs_unchanged(false);
         CHECK(kept.kept_reuses() == 1);  // the record's fingerprint covers the initial state too
         CHECK(kept.kept_redos() == 0);
