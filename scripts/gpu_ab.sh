@@ -73,20 +73,8 @@ ab_line() {
   KCP_CUDA_STAGE_TIMES=1 timeout 120 $X "${a[@]}" --warmup 1 --repeat 1 > $log.stages 2>&1  # unchecked: checked above
   echo "$lab: $(grep -E '^\| [a-z]+ \| [0-9]' $log | head -1) | $(grep 'backward stages' $log.stages | tail -1 | sed 's/.*(ms)://')" >> $S
 }
-for T in 8192 32768; do
- ck=1; [ $T = 32768 ] && ck=0
- for v in $VARS; do
-  reps="1 2"; [ $T = 32768 ] && reps=$(seq -s' ' 1 ${REPS32:-1})
-  for rep in $reps; do
-   for tag in new base; do
-    X=$N; [ $tag = base ] && X=$B
-    ab_line "$tag $v T=$T" $L/b_${v}_${T}_${tag}_$rep.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check $ck
-   done
-  done
- done
-done
-# The float32 row and the forward rows (FWD=1) also run new under each ENVS setting, as a third
-# column beside new and base: ab_tags lists the columns, ab_bin gives a column's command.
+# A row's columns: new and base, and in the float32 and forward rows (FWD=1) new under each ENVS
+# setting (ab_tags); ab_bin gives a column's command.
 ab_tags() { echo new base; for x in ${ENVS:-}; do echo "${x%%:*}"; done; }
 ab_bin() {
   case $1 in
@@ -95,13 +83,26 @@ ab_bin() {
     *) for x in ${ENVS:-}; do [ "${x%%:*}" = "$1" ] && echo "env ${x#*:} $N"; done ;;
   esac
 }
+for T in 8192 32768; do
+ ck=1; [ $T = 32768 ] && ck=0
+ for v in $VARS; do
+  reps="1 2"; [ $T = 32768 ] && reps=$(seq -s' ' 1 ${REPS32:-1})
+  for rep in $reps; do
+   for tag in new base; do
+    X=$(ab_bin $tag)
+    ab_line "$tag $v T=$T" $L/b_${v}_${T}_${tag}_$rep.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check $ck
+   done
+  done
+ done
+done
 for v in gdn; do for tag in $(ab_tags); do
   X=$(ab_bin $tag)
   ab_line "$tag $v f32 T=8192" $L/f32_${v}_${tag}.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T 8192 --dtype float32 --backward 1 --keep 1 --check 1
 done; done
 # ENVS="label:NAME=value ...": the new binary once more under each setting, test_cuda first and then
-# each of VARS at both lengths (and a column of the float32 and FWD rows, ab_tags) (a study's forms selected at run time in one build, as KCP_HV_MODE was
-# on study/hv-overlap, KCP_CUDA_GLA_CHAIN_COLS on next/gla-chain-cols).
+# each of VARS at both lengths (a study's forms selected at run time in one build, as KCP_HV_MODE was
+# on study/hv-overlap, KCP_CUDA_GLA_CHAIN_COLS on next/gla-chain-cols); the float32 and FWD rows
+# give each setting a column of their own (ab_tags).
 for x in ${ENVS:-}; do
   IFS=: read -r lab kv <<< "$x"
   env "$kv" timeout 300 $TC > $L/test_cuda_env_$lab.log 2>&1  # the setting's form tested before it is timed
@@ -114,7 +115,7 @@ done
 # FUSED_VARS="gdn kda": new and base alternating with --fused 1 (the L2 norm, beta sigmoid and gate
 # formula inside the kernels, FLA's layer call), each of those variants at both lengths.
 for T in 8192 32768; do for v in ${FUSED_VARS:-}; do for tag in new base; do
-  X=$N; [ $tag = base ] && X=$B
+  X=$(ab_bin $tag)
   ck=1; [ $T = 32768 ] && ck=0
   ab_line "$tag $v fused T=$T" $L/fused_${v}_${T}_$tag.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --fused 1 --backward 1 --keep 1 --check $ck
 done; done; done
