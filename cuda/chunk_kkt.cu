@@ -14,7 +14,9 @@
 //   gla (kDelta = false, ChunkParams::gla): Aqk only. beta_e = 0 makes Lmat = 0 and P = I, so the
 //         k k^T products, the solve and P are skipped (P is not written; nothing reads it for gla).
 //         Instead the block writes the gated rows kg_r = k_r 2^(b_end - b_r), qg_r = q_r 2^(b_r)
-//         (with the L2 norm's rstd) from the tiles it has loaded: gla runs no WY stage.
+//         (with the L2 norm's rstd) from the tiles it has loaded: gla runs no WY stage. Where the
+//         chunk's gate spread allows, gla anchors every pair at the chunk's last row instead of each
+//         16-row block's first, Aqk = scale (q 2^(b - b_end)) kg^T (chunk_kkt_gla.cuh).
 // Raw k, q rows arrive by cp.async (zero past the chunk end). kda, gla: the stage forms the chunk's
 // gate cumsum tile from the raw gates (scan_gate_tile, rows >= L repeating row L-1) and beta_e, and
 // writes both to the workspace for the later stages (chunk_cumsum.cu does not form them). gla's
@@ -24,6 +26,7 @@
 // Covered by tests/cuda/test_cuda_stages.cpp ("kkt").
 #include "cuda/chunk_kkt.cuh"
 #include "cuda/chunk_gates.cuh"
+#include "cuda/chunk_kkt_gla.cuh"
 #include "cuda/chunk_rows.cuh"
 
 #include <algorithm>
@@ -53,11 +56,17 @@ __device__ __forceinline__ NtRange nt_range(int i, int half) {
 constexpr int kLdL = 68;                  // 64x64 float tiles (row-major A pattern)
 
 
+// kda, gla: row r of the raw tiles holds k then q (16 bytes of padding), so that gla's anchored path
+// can write its float32 kg row over them (chunk_kkt_gla.cuh); ld_raw, the row in floats, is 4 mod 32
+// at every K, as ldmatrix's conflict-free rows need. gdn: k tile, then q tile.
 template <class Tin, int KD, bool kKDA>
 struct KktSmem {
-  static constexpr int ldk = ld_row<Tin>(KD), ldg = kKDA ? KD + 4 : 1;
+  static constexpr int ldk = kKDA ? 2 * KD + 16 / int(sizeof(Tin)) : ld_row<Tin>(KD), ldg = kKDA ? KD + 4 : 1;
+  static constexpr int ld_raw = ldk * int(sizeof(Tin)) / 4;
+  static_assert(!kKDA || (ld_raw % 32 == 4 && ld_raw >= KD), "kg's float32 rows over the raw rows");
   // k and q tiles are dead once the products are done; P and the solve's scratch reuse that space.
-  static constexpr size_t bytes_kq = std::max(align16(2 * sizeof(Tin) * kChunk * ldk), align16(4 * (kChunk + 16) * kLdL));
+  static constexpr size_t bytes_raw = sizeof(Tin) * kChunk * ldk * (kKDA ? 1 : 2);
+  static constexpr size_t bytes_kq = std::max(align16(bytes_raw), align16(4 * (kChunk + 16) * kLdL));
   // Lmat last: gla (no delta rule) never touches it and launches without it (3 blocks per
   // multiprocessor instead of 2 at K = 128 with 16-bit inputs).
   static constexpr size_t bytes_lmat = 4 * kChunk * kLdL;
@@ -65,7 +74,7 @@ struct KktSmem {
   Tin *ks, *qs;
   float *gs, *bet, *rk, *rq, *Ls, *Ps, *Xs;
   __device__ explicit KktSmem(char* b) {
-    ks = reinterpret_cast<Tin*>(b), qs = ks + kChunk * ldk;
+    ks = reinterpret_cast<Tin*>(b), qs = ks + (kKDA ? KD : kChunk * ldk);
     Ps = reinterpret_cast<float*>(b), Xs = Ps + kChunk * kLdL;
     b += bytes_kq;
     gs = reinterpret_cast<float*>(b), b += align16(4 * kChunk * ldg);
@@ -300,8 +309,21 @@ __global__ void __launch_bounds__(kkt_threads<kDelta>, kDelta ? 0 : 3) chunk_kkt
   for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kkt_threads<kDelta>)  // entries never computed are 0
     reinterpret_cast<float4*>(aqk)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   load_tiles<kDelta>(p, ck, hv, s);
-  __syncthreads();
-  if constexpr (!kDelta) write_gated_rows<S>(p, ck, hv, s);
+  if constexpr (!kDelta) {  // gla: one anchor per chunk where its gates allow (chunk_kkt_gla.cuh)
+    float be[4];
+    if (gla_chunk_anchored<KD, kkt_threads<kDelta>>(s.gs, s.ldg, ck.len, be)) {  // a barrier
+      using Sm = KktSmem<Tin, KD, kKDA>;
+      gla_anchor_pass<S, Tin, KD, kkt_threads<kDelta>>(p, ck, hv, s.ks, Sm::ld_raw, s.gs, Sm::ldg, s.rk, s.rq, be);
+      const NtRange nr = nt_range<kDelta>(warp % 4, warp / 4);
+      if (16 * (warp % 4) < ck.len)
+        gla_anchored_products<S, KD>(p, ck.len, s.gs, Sm::ldg, reinterpret_cast<const float*>(s.ks), Sm::ld_raw, aqk, warp % 4,
+                                     nr.lo, nr.hi);
+      return;  // gcum went out with the pass
+    }
+    write_gated_rows<S>(p, ck, hv, s);
+  } else {
+    __syncthreads();
+  }
   const int i = kDelta ? warp : warp % 4, half = kDelta ? 0 : warp / 4, n = 16 * i;  // row block i (gla: half of its n-tiles)
   if (n < ck.len) {
     bool diag_mma = true;
