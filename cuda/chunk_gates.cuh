@@ -5,7 +5,8 @@
 // chunk_cumsum.cu runs gdn's scalar gate (one per row) as its own stage; kda and gla (a gate per key)
 // form their [64, K] tile inside kkt, the first stage that reads it (scan_gate_tile: the raw gates
 // are read once, in their dtype, instead of written as float32 by one stage and read back by the
-// next). Sums are float32 and sequential down the rows, as FLA's chunk_local_cumsum's are float32.
+// next). Sums are float32 and sequential down the rows (or down each half of them, scan_gate_tile),
+// as FLA's chunk_local_cumsum's are float32.
 // Covered by tests/cuda/test_cuda_stages.cpp (the gcum and beta written by stages cumsum and kkt).
 #pragma once
 
@@ -35,19 +36,21 @@ __device__ __forceinline__ float effective_beta(const ChunkParams& p, int64_t tt
   return p.beta_sigmoid ? p.beta_scale * sigmoid_f(b) : b;
 }
 
-// Key d's column of the chunk's gate tile: its rows' raw gates loaded kBatch at a time (all in flight:
-// one memory round trip per batch), then summed down the rows in a register, gs[r][d] = RCP_LN2 *
-// (sum of rows <= min(r, L-1)): rows >= L repeat row L-1.
+// Key d's column of the chunk's gate tile, rows [row0, row0 + kRows): their raw gates loaded kBatch
+// at a time (all in flight: one memory round trip per batch), then summed down the rows in a
+// register, gs[r][d] = unit * (sum of rows row0 .. min(r, L-1)): rows >= L repeat row L-1.
 // With a gate formula the raw values go to gs first and a second loop activates them 8 rows at a
 // time and sums them.
-template <class Tg, int kBatch>
-__device__ void scan_column(const ChunkParams& p, const ChunkInfo& ck, int hv, int d, float* gs, int ldg) {
+template <class Tg, int kBatch, int kRows = kChunk>
+__device__ void scan_column(const ChunkParams& p, const ChunkInfo& ck, int hv, int d, float* gs, int ldg, int row0 = 0,
+                            float unit = kRcpLn2) {
+  static_assert(kRows % kBatch == 0 && kRows % 8 == 0, "scan_column: whole batches");
   const Tg* g = static_cast<const Tg*>(p.g.p) + row_off(p.g, ck.t0, hv) + d;
   const int L = ck.len;
   const bool formula = p.gate != kGateLogDecay;
   float acc = 0.0f;
 #pragma unroll 1
-  for (int r0 = 0; r0 < kChunk; r0 += kBatch) {
+  for (int r0 = row0; r0 < row0 + kRows; r0 += kBatch) {
     Tg x[kBatch];
     // Every load unconditional at a clamped row (rows >= L load row L-1, never summed). A pointer
     // stepped only while r < L (call 4) let the compiler prove the rows past L equal to the last
@@ -57,7 +60,7 @@ __device__ void scan_column(const ChunkParams& p, const ChunkInfo& ck, int hv, i
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       if (!formula && r0 + j < L) acc += to_float(x[j]);
-      gs[(r0 + j) * ldg + d] = formula ? to_float(x[j]) : kRcpLn2 * acc;
+      gs[(r0 + j) * ldg + d] = formula ? to_float(x[j]) : unit * acc;
     }
   }
   if (!formula) return;
@@ -67,36 +70,56 @@ __device__ void scan_column(const ChunkParams& p, const ChunkInfo& ck, int hv, i
   // products (kda's fused fwd+bwd +0.11 ms at T = 8192 against the cumsum stage, twenty-first
   // session, call 1); 8 copies of the formula code, not 64.
 #pragma unroll 1
-  for (int r0 = 0; r0 < kChunk; r0 += 8) {
+  for (int r0 = row0; r0 < row0 + kRows; r0 += 8) {
     float a[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) a[j] = gate_activate(p.gate, gs[(r0 + j) * ldg + d] + bias, rate, p.lower_bound);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       if (r0 + j < L) acc += a[j];
-      gs[(r0 + j) * ldg + d] = kRcpLn2 * acc;
+      gs[(r0 + j) * ldg + d] = unit * acc;
     }
+  }
+}
+
+// One column scan per key, in the gates' dtype (float32 gates: half batches, whose 64 registers
+// spilled in gla's kkt; float64: 16 rows at a time).
+template <int kRows, int kBatch>
+__device__ void scan_column_any(const ChunkParams& p, const ChunkInfo& ck, int hv, int d, float* gs, int ldg, int row0,
+                                float unit) {
+  constexpr int b16 = kBatch < kRows ? kBatch : kRows, b32 = b16 < kBatch / 2 ? b16 : kBatch / 2;
+  switch (p.g.dt) {
+    case kBF16: scan_column<__nv_bfloat16, b16, kRows>(p, ck, hv, d, gs, ldg, row0, unit); break;
+    case kF16: scan_column<__half, b16, kRows>(p, ck, hv, d, gs, ldg, row0, unit); break;
+    case kF64: scan_column<double, 16, kRows>(p, ck, hv, d, gs, ldg, row0, unit); break;
+    default: scan_column<float, b32, kRows>(p, ck, hv, d, gs, ldg, row0, unit); break;
   }
 }
 
 // kda / gla: the chunk's gate cumsum into gs [64][ldg] (float32, log2 units), rows >= L repeating row
 // L-1 (so the stages' exp2 of differences stay finite): one thread per key (kThreads >= KD; the rest
 // wait), its column's loads in flight together and its sum in a register (a sequential float32 sum,
-// as the cumsum stage's), so the tile costs one memory round trip (two for float32 gates, whose 64
-// registers spilled in gla's kkt) and one barrier, where a scan through shared memory with its
-// barriers had cost kda's kkt 0.182 -> 0.224 ms (T = 8192). Every thread of the block must call it;
-// it ends with the barrier. kBatch: rows loaded at once (a register each).
+// as the cumsum stage's), so the tile costs one memory round trip (two for float32 gates) and one
+// barrier, where a scan through shared memory with its barriers had cost kda's kkt 0.182 -> 0.224 ms
+// (T = 8192). With two threads per key (kThreads >= 2 KD: gla's kkt, kda's at K <= 64) each takes
+// half of the rows at once, rows 32..63 summed from 0 and offset by row 31's value after a barrier:
+// one round trip of 32 loads instead of two, and the other warps no longer wait idle (gla kkt at
+// T = 32768: the scan was 21% of the instructions and its barrier 22% of the stall samples, ncu).
+// Every thread of the block must call it; it ends with the barrier. kBatch: rows loaded at once.
 template <int KD, int kThreads, int kBatch = kChunk>
 __device__ void scan_gate_tile(const ChunkParams& p, const ChunkInfo& ck, int hv, float* gs, int ldg) {
   static_assert(kThreads >= KD, "scan_gate_tile: one thread per key");
-  const int d = int(threadIdx.x);
-  if (d < KD) {
-    switch (p.g.dt) {
-      case kBF16: scan_column<__nv_bfloat16, kBatch>(p, ck, hv, d, gs, ldg); break;
-      case kF16: scan_column<__half, kBatch>(p, ck, hv, d, gs, ldg); break;
-      case kF64: scan_column<double, 16>(p, ck, hv, d, gs, ldg); break;  // 64 doubles would not fit in registers
-      default: scan_column<float, kBatch / 2>(p, ck, hv, d, gs, ldg); break;
+  const int d = int(threadIdx.x) % KD, half = int(threadIdx.x) / KD;
+  if constexpr (kThreads >= 2 * KD) {
+    constexpr int kHalf = kChunk / 2;
+    if (half < 2) scan_column_any<kHalf, kBatch>(p, ck, hv, d, gs, ldg, kHalf * half, half ? 1.0f : kRcpLn2);
+    __syncthreads();
+    if (half == 1) {  // the local sums of rows 32..63 (natural log units) after row 31's value
+      const float base = gs[(kHalf - 1) * ldg + d];
+      for (int r = kHalf; r < kChunk; ++r) gs[r * ldg + d] = fmaf(kRcpLn2, gs[r * ldg + d], base);
     }
+  } else if (half == 0) {
+    scan_column_any<kChunk, kBatch>(p, ck, hv, d, gs, ldg, 0, kRcpLn2);
   }
   __syncthreads();
 }
