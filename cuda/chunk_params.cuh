@@ -20,7 +20,8 @@ namespace kcp::cuda {
 // kda / gla: a 16-row block takes its pairs through anchored factors (one 2^x per row and key
 // instead of one per pair) when the key's gate spread over the block's rows is at most this, in log2
 // units: the factors then stay within 2^-64 .. 2^64; wider blocks take exact per-pair exponents.
-// kkt's diagonal blocks, wy's build_diag and intra's in-block pairs share the rule.
+// kkt's diagonal blocks, wy's build_diag and intra's in-block pairs share the rule; gla's kkt applies
+// it to the whole chunk for its one anchor per chunk (chunk_kkt_gla.cuh).
 constexpr float kMaxAnchorSpread = 64.0f;
 
 struct RowsView {  // read-only [B,T,X,D] or [B,T,X]

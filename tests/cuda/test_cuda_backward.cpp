@@ -190,7 +190,8 @@ TEST_CASE("cuda-chunkwise backward with d_o off 16-byte alignment" * doctest::sk
 // -4 per token (natural log) in rows 16..31 of every chunk (spread 15 * 4 / ln 2 = 87 in log2 units)
 // and by at most 0.3 elsewhere (spread <= 6.5), so in each chunk block 1's slab with key 0 runs the
 // exact pairs and every other block and slab the anchored ones, in the forward's kkt and in the
-// backward. The case checks that premise on the host before the gradient.
+// backward. The chunk's spread (> 64) also keeps gla's kkt off its one-anchor-per-chunk path
+// (chunk_kkt_gla.cuh), which the sweep's mild gates take. The case checks the premise on the host.
 TEST_CASE("cuda-chunkwise backward with anchored and exact blocks in one chunk" * doctest::skip(!test::gpu_present())) {
   auto gpu = cuda::make_cuda_backend();
   auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
