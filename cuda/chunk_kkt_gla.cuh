@@ -1,7 +1,8 @@
-// gla's kkt with one anchor per chunk (included by chunk_kkt.cu only). Where no key's gate falls by
-// more than kMaxAnchorSpread over the chunk, every pair (r, s <= r) goes through the chunk's last row:
-//   Aqk[r,s] = scale * sum_d qa[r,d] kg[s,d],  qa = q rq 2^(b_r - b_end)  (2^0 .. 2^64),
-//                                              kg = k rk 2^(b_end - b_s)  (2^-64 .. 2^0),
+// gla's kkt with one anchor per chunk (included by chunk_kkt.cu only). Where no key's gate cumsum is
+// further than kMaxAnchorSpread from its last row's anywhere in the chunk, every pair (r, s <= r) goes
+// through the chunk's last row:
+//   Aqk[r,s] = scale * sum_d qa[r,d] kg[s,d],  qa = q rq 2^(b_r - b_end),  kg = k rk 2^(b_end - b_s),
+// both factors within 2^-64 .. 2^64 (decaying gates: qa's >= 1, kg's <= 1),
 // kg being the very operand the state chain reads (written to the workspace anyway). Both tiles are
 // built once per chunk, element-wise with 16-byte shared memory accesses, and the products take their
 // TF32 fragments by ldmatrix. The per-16-row anchors (chunk_kkt.cu, row_block_dots_tf32) built each
@@ -47,18 +48,26 @@ __device__ __forceinline__ int anchor_key() {
 }
 
 // Whether the chunk takes the single anchor (block-wide verdict; a barrier, so it also publishes the
-// raw k, q tiles). be receives the chunk's last gate row at this thread's keys, read before the
-// barrier because gla_anchor_pass overwrites the gate tile after it. A NaN spread takes the other path.
+// raw k, q tiles): every |b_r - b_end| <= kMaxAnchorSpread, each thread checking the rows and keys
+// its pass will gate. The first row alone would do for gates of one sign (the cumsum is monotone), but
+// gates may change sign: an excursion inside the chunk would overflow qa or flush kg to zero where the
+// pair's own factor is moderate. be receives the chunk's last gate row at this thread's keys, read
+// before the barrier because gla_anchor_pass overwrites the gate tile after it. NaN: the other path.
 template <int KD, int kThreads>
 __device__ bool gla_chunk_anchored(const float* gs, int ldg, int L, float (&be)[4]) {
+  constexpr int kRowStep = kThreads / (KD / 4);
   const int d = anchor_key<KD, kThreads>();
-  bool wide = false;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    be[j] = gs[(L - 1) * ldg + d + j];
-    wide |= !(gs[d + j] - be[j] <= kMaxAnchorSpread);  // rows >= L repeat row L-1
+  for (int j = 0; j < 4; ++j) be[j] = gs[(L - 1) * ldg + d + j];
+  float m = 0.0f;
+  bool nan = false;
+  for (int r = int(threadIdx.x) / (KD / 4); r < L; r += kRowStep) {
+    const float4 b = *reinterpret_cast<const float4*>(gs + r * ldg + d);
+    const float x[4] = {b.x - be[0], b.y - be[1], b.z - be[2], b.w - be[3]};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) m = fmaxf(m, fabsf(x[j])), nan |= x[j] != x[j];
   }
-  return !__syncthreads_or(wide);
+  return !__syncthreads_or(nan || !(m <= kMaxAnchorSpread));
 }
 
 // Rows < L: kg, qg (and gcum: every row, or only row L-1 in gla's plain forward) to the workspace as

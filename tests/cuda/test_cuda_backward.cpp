@@ -10,7 +10,8 @@
 //  2. the whole gradient against the float64 oracle (cpu-recurrent) over the forward tests' sweep:
 //     lengths 1, 63, 64, 65, odd long, packed sequences, grouped value heads, every flag, q/k/v in
 //     float32, float16, bfloat16; dq, dk, dv and d_o in the input dtype, the rest float32 (FLA's dtypes);
-//     and kda / gla with gates that put anchored and exact-exponent 16-row blocks in one chunk; the
+//     and kda / gla with gates that put anchored and exact-exponent 16-row blocks in one chunk, and gla
+//     with gates of both signs in one chunk (an excursion gla kkt's one anchor must not take); the
 //     layouts with H = HV and no L2 norm take intra's direct outputs (dq, dk, dg in their dtypes, no
 //     finish copy: BwdParams::direct_qk / direct_dg), the others the workspace and finish;
 //  3. transition_backward (dS_ext, M^T) of a range of sequences against the oracle's (both as the
@@ -32,6 +33,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "core/transition.h"
 #include "cuda/backend_cuda.h"
@@ -222,6 +224,46 @@ TEST_CASE("cuda-chunkwise backward with anchored and exact blocks in one chunk" 
         check_gradient(*gpu, *oracle, bc, c);
       }
     }
+}
+
+// gla's kkt anchors a chunk at its last row only where every row's gate cumsum lies within 64 (log2)
+// of the last one's (chunk_kkt_gla.cuh). Gates of both signs: key 0 grows by 0.7 per token (natural
+// log) in rows 0..9 of every chunk and decays by 0.8985 in rows 10..63, so b_9 - b_63 = 70 while
+// b_0 - b_63 = 61: a check of the first row alone would anchor these chunks, and qa, kg would carry
+// 2^70 and 2^-70 (finite here; past 2^126 they overflow or flush). The growth inside a chunk stays
+// at 2^9, so the gradients are ordinary. The premise is checked on the host.
+TEST_CASE("cuda-chunkwise gla with gates of both signs in one chunk" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  const uint64_t seed = val::seed_from_env(805);
+  for (DType dt : {DType::bf16, DType::f32}) {
+    const BwdCase bc = two_sequence_case(Variant::gla, dt, seed);
+    SUBCASE((bc.name() + " gates=excursion").c_str()) {
+      val::CaseData c = test::round_case(val::make_case(bc.spec), dt);
+      const Problem p = c.problem();
+      const double ln2 = std::log(2.0);
+      for (int64_t n = 0; n < p.N; ++n) {
+        const SeqRange seq = p.sequence(n);
+        for (int64_t hv = 0; hv < p.HV; ++hv) {
+          for (int64_t r = 0; r < seq.len; ++r) c.g(0, seq.t0 + r, hv, 0) = r % 64 < 10 ? 0.7 : -0.8985;
+          for (int64_t c0 = 0; c0 + 64 <= seq.len; c0 += 64) {  // whole chunks: the premise
+            std::vector<double> b(64);
+            double acc = 0;
+            for (int64_t r = 0; r < 64; ++r) b[r] = (acc += c.g(0, seq.t0 + c0 + r, hv, 0) / ln2);
+            double far = 0, grow = 0;
+            for (int64_t r = 0; r < 64; ++r) {
+              far = std::max(far, std::abs(b[r] - b[63]));
+              for (int64_t s2 = 0; s2 <= r; ++s2) grow = std::max(grow, b[r] - b[s2]);
+            }
+            REQUIRE(std::abs(b[0] - b[63]) < 64.0);
+            REQUIRE(far > 68.0);
+            REQUIRE(grow < 10.0);
+          }
+        }
+      }
+      check_gradient(*gpu, *oracle, bc, c);
+    }
+  }
 }
 
 TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctest::skip(!test::gpu_present())) {
