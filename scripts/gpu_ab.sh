@@ -59,6 +59,11 @@ compute-sanitizer --tool memcheck $N "${SB[@]}" > $L/mem.log 2>&1; echo "memchec
     echo "cp-sweep mpi np=2 (one GPU) keep=$keep rc=$?: $(grep -v '^\s*$' $L/mpi2_keep$keep.log | tail -1)" >> $S
   done
 )
+for x in ${ENVS:-}; do  # each ENVS setting's form tested before anything is timed under it
+  IFS=: read -r lab kv <<< "$x"
+  env "$kv" timeout 300 $TC > $L/test_cuda_env_$lab.log 2>&1
+  echo "env $lab ($kv) test_cuda rc=$?: $(grep -E "test cases:" $L/test_cuda_env_$lab.log)" >> $S
+done
 echo "tests done $(( $(date +%s) - t0 )) s" >> $S
 wait  # the FLA warm-up
 VARS=${VARS:-gdn kda gla}
@@ -99,26 +104,6 @@ for v in gdn; do for tag in $(ab_tags); do
   X=$(ab_bin $tag)
   ab_line "$tag $v f32 T=8192" $L/f32_${v}_${tag}.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T 8192 --dtype float32 --backward 1 --keep 1 --check 1
 done; done
-# ENVS="label:NAME=value ...": the new binary once more under each setting, test_cuda first and then
-# each of VARS at both lengths (a study's forms selected at run time in one build, as KCP_HV_MODE was
-# on study/hv-overlap, KCP_CUDA_GLA_CHAIN_COLS on next/gla-chain-cols); the float32 and FWD rows
-# give each setting a column of their own (ab_tags).
-for x in ${ENVS:-}; do
-  IFS=: read -r lab kv <<< "$x"
-  env "$kv" timeout 300 $TC > $L/test_cuda_env_$lab.log 2>&1  # the setting's form tested before it is timed
-  echo "env $lab ($kv) test_cuda rc=$?: $(grep -E "test cases:" $L/test_cuda_env_$lab.log)" >> $S
-  for T in 8192 32768; do for v in $VARS; do
-    ck=1; [ $T = 32768 ] && ck=0
-    ab_line "env $lab ($kv) $v T=$T" $L/env_${lab}_${v}_$T.log "env $kv $N" bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check $ck
-  done; done
-done
-# FUSED_VARS="gdn kda": new and base alternating with --fused 1 (the L2 norm, beta sigmoid and gate
-# formula inside the kernels, FLA's layer call), each of those variants at both lengths.
-for T in 8192 32768; do for v in ${FUSED_VARS:-}; do for tag in new base; do
-  X=$(ab_bin $tag)
-  ck=1; [ $T = 32768 ] && ck=0
-  ab_line "$tag $v fused T=$T" $L/fused_${v}_${T}_$tag.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --fused 1 --backward 1 --keep 1 --check $ck
-done; done; done
 # FWD=1: the forward alone (keep 0), new and base (and the ENVS settings) alternating, each of
 # FWD_VARS (default VARS) at both lengths, and a stage line from one more run of each.
 [ "${FWD:-0}" = 1 ] && for T in 8192 32768; do for v in ${FWD_VARS:-$VARS}; do for tag in $(ab_tags); do
@@ -128,6 +113,25 @@ done; done; done
   KCP_CUDA_STAGE_TIMES=1 timeout 60 $X "${FB[@]}" --warmup 1 --repeat 1 > $L/fwds.log 2>&1
   echo "$tag $v fwd T=$T: $(grep -E "^\| $v" $L/fwd.log | head -1) | $(grep 'forward stages' $L/fwds.log | tail -1 | sed 's/.*(ms)://')" >> $S
 done; done; done
+# FUSED_VARS="gdn kda": new and base alternating with --fused 1 (the L2 norm, beta sigmoid and gate
+# formula inside the kernels, FLA's layer call), each of those variants at both lengths.
+for T in 8192 32768; do for v in ${FUSED_VARS:-}; do for tag in new base; do
+  X=$(ab_bin $tag)
+  ck=1; [ $T = 32768 ] && ck=0
+  ab_line "$tag $v fused T=$T" $L/fused_${v}_${T}_$tag.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --fused 1 --backward 1 --keep 1 --check $ck
+done; done; done
+# ENVS="label:NAME=value ...": the new binary once more under each setting (a study's forms selected
+# at run time in one build, as KCP_HV_MODE was on study/hv-overlap, KCP_CUDA_GLA_CHAIN_COLS on
+# next/gla-chain-cols): its test_cuda ran with the tests above; here each of VARS at both lengths. The
+# float32 and FWD rows give each setting a column of their own (ab_tags). These rows come last: a
+# call cut by its limit (2026-11-29, five settings) loses them, not the forward rows.
+for x in ${ENVS:-}; do
+  IFS=: read -r lab kv <<< "$x"
+  for T in 8192 32768; do for v in $VARS; do
+    ck=1; [ $T = 32768 ] && ck=0
+    ab_line "env $lab ($kv) $v T=$T" $L/env_${lab}_${v}_$T.log "env $kv $N" bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check $ck
+  done; done
+done
 fla_tables
 P=$OUT/prof; mkdir -p $P
 prof() {  # name variant kernel-regex
