@@ -10,8 +10,9 @@
 // twice, once per warp of a row block): ~40% of gla kkt's instructions at T = 32768 (ncu, twenty-
 // fourth session), the kernel issue-bound at half the DRAM bandwidth.
 // Factors stay within 2^-64 .. 2^64 either way, so the TF32 operands carry the same relative
-// rounding; chunks with a wider spread take the per-block path (tests/cuda/test_cuda_backward.cpp,
-// "anchored and exact blocks in one chunk", puts 87+ log2 units into one block of every chunk).
+// rounding; chunks with a wider spread take the per-block path (tests/cuda/test_cuda_backward.cpp:
+// "anchored and exact blocks in one chunk" puts 87+ log2 units into one block of every chunk, "gla
+// with gates of both signs in one chunk" an excursion of 70 whose first and last rows are 61 apart).
 // Smem: qa overwrites the gate tile in place (each thread its own slots), kg the raw k, q row it was
 // formed from (the row's own warp, after a __syncwarp): the tiles need no space of their own.
 // Covered by tests/cuda/test_cuda_stages.cpp ("kkt": Aqk, kg, qg, gcum against the CPU twin).
