@@ -97,7 +97,7 @@ __device__ void gla_anchor_pass(const ChunkParams& p, const ChunkInfo& ck, int h
     for (int e = 0; e < 4; ++e) {
       const float2 x = gated_kq<S>(k[e], q[e], rk[r], rq[r], b[e], be[e]);
       kg[e] = x.x, qg[e] = x.y;
-      qa[e] = operand_store<S>(q[e] * rq[r] * exp2_approx<S>(b[e] - be[e]));
+      qa[e] = gated_q<S>(q[e], rq[r], b[e] - be[e]);  // qg's formula, anchored at the last row
     }
     const int64_t out = (int64_t(ck.t0 + r) * p.HV + hv) * KD + d;
     *reinterpret_cast<float4*>(p.kg + out) = make_float4(kg[0], kg[1], kg[2], kg[3]);
