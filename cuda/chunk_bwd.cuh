@@ -82,6 +82,10 @@ struct BwdParams {
   // chain, chunk_state_gla.cu) instead of the scan over B_c; dhu_local then does not run (no B_c, kg
   // is the forward's, in dkv already, and the dv pass forms A_c).
   bool gla_dh_chain = false;
+  // gla: [NT,HV,K/32] per (chunk, slab) 1 where chunk_bwd_intra_gla.cu's kernel (one anchor per chunk)
+  // did kernel intra's work, 0 where it left it to chunk_bwd_intra.cu's (set there, in the otherwise
+  // unused Wc; null for kda: every block runs the general kernel).
+  int* gla_intra_anchored = nullptr;
 };
 
 // Pipeline::backward sets BwdParams::direct_qk / direct_dg from these, once the outputs are set: an
@@ -150,6 +154,7 @@ void launch_bwd_wy(const BwdParams& bp, cudaStream_t stream);  // gla: nothing (
 void launch_bwd_wy_kernel(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_intra(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_intra_gdn(const BwdParams& bp, cudaStream_t stream);  // gdn's kernel (one slot of da partials)
+void launch_bwd_intra_gla_anchored(const BwdParams& bp, cudaStream_t stream);  // gla's, one anchor per chunk
 void launch_bwd_chunk_sum(const BwdParams& bp, cudaStream_t stream);  // gla: nothing to sum
 // finish: the fused input transforms backward and the gradients in their dtypes.
 void launch_bwd_finish(const BwdParams& bp, cudaStream_t stream);

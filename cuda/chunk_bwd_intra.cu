@@ -21,6 +21,8 @@
 // As the last writer of dq, dk and da it writes them in the outputs' dtypes when BwdParams::direct_qk /
 // direct_dg say so (no norm, G = 1; log-decay gate; the outputs asked for), else the float32
 // workspace for finish.
+// gla's chunks whose gates allow one anchor per chunk are done before, by chunk_bwd_intra_gla.cu's
+// kernel (tensor-core products); this kernel skips them (BwdParams::gla_intra_anchored).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
@@ -264,6 +266,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   const int hv = blockIdx.y, z = blockIdx.z, d0 = z * kSlab, L = ck.len, h = hv / p.G, K = p.K;
   const int ty = bwd_ty(), c2 = 2 * bwd_tx();
   const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
+  if (bp.gla_intra_anchored && bp.gla_intra_anchored[blk * (K / kSlab) + z]) return;  // done by gla's anchored kernel
   extern __shared__ __align__(16) float smem[];
   IntraSmem s(smem);
   copy_rows_async(s.dA, kLdC, bp.dAc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
@@ -352,10 +355,15 @@ void launch_bwd_intra(const BwdParams& bp, cudaStream_t stream) {
   if (!p.kda && !p.gla) return launch_bwd_intra_gdn(bp, stream);  // a scalar gate: products on tensor cores
   const size_t smem = sizeof(float) * IntraSmem::floats;
   const dim3 grid(p.NT, p.HV, p.K / kSlab);
+  BwdParams b = bp;
+  if (p.gla && bp.Wc) {  // chunks with one anchor first (chunk_bwd_intra_gla.cu); this kernel does the others
+    b.gla_intra_anchored = reinterpret_cast<int*>(bp.Wc);  // gla has no dL: Wc is free
+    launch_bwd_intra_gla_anchored(b, stream);
+  }
   dispatch_bool(bwd_split_products(bp), [&](auto split) {  // exp2_approx unless split
     constexpr bool S = decltype(split)::value;
-    if (p.gla) launch_kernel(bwd_intra_kernel<false, S>, grid, dim3(kBwdThreads), smem, stream, bp);
-    else launch_kernel(bwd_intra_kernel<true, S>, grid, dim3(kBwdThreads), smem, stream, bp);
+    if (p.gla) launch_kernel(bwd_intra_kernel<false, S>, grid, dim3(kBwdThreads), smem, stream, b);
+    else launch_kernel(bwd_intra_kernel<true, S>, grid, dim3(kBwdThreads), smem, stream, b);
   });
 }
 
