@@ -147,7 +147,7 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream);
 // gla's part 2 (chunk_bwd_dh_gla.cu; launch_bwd_dhu_serial sends gla there): the elementwise scan of
 // dh, then dvnew += kg dh[c] in parallel over the chunks.
 void launch_bwd_dhu_gla(const BwdParams& bp, cudaStream_t stream);
-// chunk: kernels hv (NT, HV, 2) -> wy (NT, HV) -> intra (NT, HV, K/32) -> partial sums.
+// chunk: kernels hv (NT, HV, 2) -> wy (NT, HV) -> intra (NT HV K/32 blocks; gla: its anchored kernel first) -> partial sums.
 void launch_bwd_chunk(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_wy(const BwdParams& bp, cudaStream_t stream);  // gla: nothing (no WY backward)

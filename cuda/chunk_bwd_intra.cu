@@ -1,7 +1,7 @@
 // Backward stage "chunk", kernel 3 of 3 for kda and gla (a gate per key; gdn: chunk_bwd_intra_gdn.cu):
 // the intra-chunk products through dAqk and dL (CPU twin chunk_intra_backward) and the intra part of
-// the gate gradient (chunk_intra's da). Grid (chunks,
-// HV, K/32), 256 threads, 32 keys [d0, d0 + 32) per block; dA (kernel 1) and dL (kernel 2) as
+// the gate gradient (chunk_intra's da). One block per (chunk,
+// HV, K/32 slab), 256 threads, 32 keys [d0, d0 + 32) per block; dA (kernel 1) and dL (kernel 2) as
 // 64x64 tiles, q, k, gates as [64][32] slabs, D_rs = 2^(b_r - b_s):
 //   dq_r += sum_{s<=r} dA_rs k_s D_rs
 //   dk_r += beta_r sum_{s<r} dL_rs k_s D_rs + sum_{t>=r} (dA_tr q_t + dL_tr beta_t k_t) D_tr
@@ -259,15 +259,14 @@ __device__ void intra_gate(const IntraSmem& s, int L, int m, int dl) {
   for (int t = r1 - 1; t >= r0; --t) suf += s.RO[t * kLdO + dl], s.ST[t * kLdO + dl] += suf;
 }
 
+// Chunk cx, value head hv, key slab z.
 template <bool kDelta, bool S>
-__global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_constant__ BwdParams bp) {
+__device__ void intra_block(const BwdParams& bp, int cx, int hv, int z, float* smem) {
   const ChunkParams& p = bp.c;
-  const ChunkInfo ck = chunk_at(p, blockIdx.x);
-  const int hv = blockIdx.y, z = blockIdx.z, d0 = z * kSlab, L = ck.len, h = hv / p.G, K = p.K;
+  const ChunkInfo ck = chunk_at(p, cx);
+  const int d0 = z * kSlab, L = ck.len, h = hv / p.G, K = p.K;
   const int ty = bwd_ty(), c2 = 2 * bwd_tx();
-  const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
-  if (bp.gla_intra_anchored && bp.gla_intra_anchored[blk * (K / kSlab) + z]) return;  // done by gla's anchored kernel
-  extern __shared__ __align__(16) float smem[];
+  const int64_t blk = int64_t(cx) * p.HV + hv;
   IntraSmem s(smem);
   copy_rows_async(s.dA, kLdC, bp.dAc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
   if constexpr (kDelta) copy_rows_async(s.dL, kLdC, bp.Wc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
@@ -348,22 +347,48 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_
   }
 }
 
+// One block per item blockIdx.x = (chunk * HV + hv) * (K/32) + slab: a chunk's slabs run together
+// and share its dA (and dL) tiles through L2.
+template <bool kDelta, bool S>
+__global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_kernel(const __grid_constant__ BwdParams bp) {
+  extern __shared__ __align__(16) float smem[];
+  const int nz = bp.c.K / kSlab, blk = int(blockIdx.x) / nz;
+  intra_block<kDelta, S>(bp, blk / bp.c.HV, blk % bp.c.HV, int(blockIdx.x) % nz, smem);
+}
+
+// gla after chunk_bwd_intra_gla.cu's kernel: one block per 32 consecutive (chunk, head, slab) items,
+// doing those it flagged 0 one after the other (a grid of every item's block, nearly all exiting at
+// once, would cost more than the few items left).
+template <bool S>
+__global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_items_kernel(const __grid_constant__ BwdParams bp) {
+  extern __shared__ __align__(16) float smem[];
+  const int nz = bp.c.K / kSlab;
+  const int64_t n = int64_t(bp.c.NT) * bp.c.HV * nz, first = int64_t(blockIdx.x) * 32, i = first + (threadIdx.x & 31);
+  const unsigned todo = __ballot_sync(0xffffffffu, i < n && !bp.gla_intra_anchored[i]);  // the same in every warp
+  for (unsigned m = todo; m; m &= m - 1) {
+    const int64_t it = first + __ffs(m) - 1;
+    intra_block<false, S>(bp, int(it / (int64_t(bp.c.HV) * nz)), int(it / nz % bp.c.HV), int(it % nz), smem);
+    __syncthreads();  // shared memory is the next item's
+  }
+}
+
 }  // namespace
 
 void launch_bwd_intra(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   if (!p.kda && !p.gla) return launch_bwd_intra_gdn(bp, stream);  // a scalar gate: products on tensor cores
   const size_t smem = sizeof(float) * IntraSmem::floats;
-  const dim3 grid(p.NT, p.HV, p.K / kSlab);
-  BwdParams b = bp;
-  if (p.gla && bp.Wc) {  // chunks with one anchor first (chunk_bwd_intra_gla.cu); this kernel does the others
-    b.gla_intra_anchored = reinterpret_cast<int*>(bp.Wc);  // gla has no dL: Wc is free
-    launch_bwd_intra_gla_anchored(b, stream);
-  }
+  const dim3 grid(unsigned(int64_t(p.NT) * p.HV * (p.K / kSlab)));
   dispatch_bool(bwd_split_products(bp), [&](auto split) {  // exp2_approx unless split
     constexpr bool S = decltype(split)::value;
-    if (p.gla) launch_kernel(bwd_intra_kernel<false, S>, grid, dim3(kBwdThreads), smem, stream, b);
-    else launch_kernel(bwd_intra_kernel<true, S>, grid, dim3(kBwdThreads), smem, stream, b);
+    if (!p.gla) return launch_kernel(bwd_intra_kernel<true, S>, grid, dim3(kBwdThreads), smem, stream, bp);
+    if (!bp.Wc) return launch_kernel(bwd_intra_kernel<false, S>, grid, dim3(kBwdThreads), smem, stream, bp);
+    // chunks with one anchor first (chunk_bwd_intra_gla.cu), then the items it left
+    BwdParams b = bp;
+    b.gla_intra_anchored = reinterpret_cast<int*>(bp.Wc);  // gla has no dL: Wc is free
+    launch_bwd_intra_gla_anchored(b, stream);
+    const dim3 items(unsigned((int64_t(p.NT) * p.HV * (p.K / kSlab) + 31) / 32));
+    launch_kernel(bwd_intra_items_kernel<S>, items, dim3(kBwdThreads), smem, stream, b);
   });
 }
 

@@ -12,7 +12,7 @@
 //   [C] r after I, s in I, s < t:    prefix sums of CO_s = kg_s (dA^T qa)^{r >= 16 (I + 1)}_s
 //   [D] r, s in I:                   running sums in registers (one thread per block and key, two halves)
 // where the partial products are the accumulators read at the 16-column block boundaries of the
-// products' k loops (X by s ascending, Y by r descending). Grid (chunks, HV, K/32), 256 threads:
+// products' k loops (X by s ascending, Y by r descending). One block of 256 threads per (chunk, HV, 32-key slab):
 // warp w owns row block J = w % 4 of both products and n-tiles 16 (w / 4) + {0, 8} of the slab.
 // Operands in TF32 with 16-bit inputs, 3xTF32 with float32 ones (bwd_split_products), as kernel hv.
 // A block whose chunk fails the test (or has a NaN gate) writes 0 to its flag in BwdParams::
@@ -24,6 +24,7 @@
 #include "cuda/chunk_bwd_tiles.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
+#include "cuda/tile_store.cuh"
 
 namespace kcp::cuda {
 namespace {
@@ -57,11 +58,14 @@ __device__ bool slab_anchored(const float* g, int L) {
 }
 
 // qa and kg in place of the raw q, k slabs (rows >= L: q = k = 0 and the gate repeats row L - 1).
+// Thread: key c = tid % 32 (fixed, so b_end is read once), rows tid / 32 + 8 u.
 template <bool S>
 __device__ void build_anchored(const GlaIntraSmem& s) {
-  for (int idx = threadIdx.x; idx < kChunk * kSlab; idx += kBwdThreads) {
-    const int r = idx / kSlab, c = idx % kSlab;
-    const float be = s.g[(kChunk - 1) * kLdS + c], b = s.g[r * kLdS + c];  // row 63 repeats row L - 1
+  const int c = threadIdx.x & 31;
+  const float be = s.g[(kChunk - 1) * kLdS + c];  // row 63 repeats row L - 1
+#pragma unroll
+  for (int r = threadIdx.x >> 5; r < kChunk; r += kBwdThreads / 32) {
+    const float b = s.g[r * kLdS + c];
     s.qa[r * kLdB + c] *= exp2_approx<S>(b - be);
     s.kg[r * kLdB + c] *= exp2_approx<S>(be - b);
   }
@@ -147,9 +151,11 @@ __device__ __forceinline__ void block_rectangles(const GlaIntraSmem& s, int m, i
 template <bool S>
 __global__ void __launch_bounds__(kBwdThreads, 3) gla_intra_anchored_kernel(const __grid_constant__ BwdParams bp) {
   const ChunkParams& p = bp.c;
-  const ChunkInfo ck = chunk_at(p, blockIdx.x);
-  const int hv = blockIdx.y, d0 = blockIdx.z * kSlab, L = ck.len, h = hv / p.G, K = p.K;
-  const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
+  const int K = p.K, nz = K / kSlab;
+  const int64_t blk = blockIdx.x / nz;  // item blockIdx.x = (chunk * HV + hv) * nz + slab: a chunk's slabs
+  const int hv = int(blk % p.HV), d0 = (blockIdx.x % nz) * kSlab;  // run together and share dA through L2
+  const ChunkInfo ck = chunk_at(p, int(blk / p.HV));
+  const int L = ck.len, h = hv / p.G;
   extern __shared__ __align__(16) float smem[];
   const GlaIntraSmem s(smem);
   copy_gates_async<true>(s.g, kLdS, p, ck, hv, d0, kSlab);
@@ -158,49 +164,53 @@ __global__ void __launch_bounds__(kBwdThreads, 3) gla_intra_anchored_kernel(cons
   cp_async_wait_all();
   __syncthreads();
   const bool anchored = slab_anchored(s.g, L);
-  if (threadIdx.x == 0) bp.gla_intra_anchored[blk * (K / kSlab) + blockIdx.z] = anchored;
+  if (threadIdx.x == 0) bp.gla_intra_anchored[blockIdx.x] = anchored;
   if (!anchored) return;  // block-uniform: chunk_bwd_intra.cu's kernel does this slab
   const int w = threadIdx.x >> 5, J = w & 3, n0 = 16 * (w >> 2), g = lane_g(), t = lane_t();
-  float2 gq[2][2], gk[2][2];  // read-modify-write of dqv, dkv at the accumulators' rows and keys
+  // dqv, dkv (kernel hv's terms) at the accumulators' rows and keys, read now, added after the products
+  const int64_t rs = int64_t(p.HV) * K;
+  float ax[2][4], ay[2][4];
+  {
+    const float *q0 = bp.dqv + (int64_t(ck.t0) * p.HV + hv) * K + d0 + n0 + 2 * t, *k0 = bp.dkv + (q0 - bp.dqv);
 #pragma unroll
   for (int j = 0; j < 2; ++j)
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = min(16 * J + g + 8 * hr, L - 1);
-      const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * K + d0 + n0 + 8 * j + 2 * t;
-      gq[j][hr] = *reinterpret_cast<const float2*>(bp.dqv + o), gk[j][hr] = *reinterpret_cast<const float2*>(bp.dkv + o);
+    for (int e = 0; e < 4; e += 2) {
+      const int64_t o = min(16 * J + g + 4 * e, L - 1) * rs + 8 * j;  // rows >= L: not stored
+      const float2 q2 = *reinterpret_cast<const float2*>(q0 + o), k2 = *reinterpret_cast<const float2*>(k0 + o);
+      ax[j][e] = q2.x, ax[j][e + 1] = q2.y, ay[j][e] = k2.x, ay[j][e + 1] = k2.y;
     }
+  }
   build_anchored<S>(s);
   __syncthreads();
-  float ax[2][4] = {}, ay[2][4] = {};
-  anchored_products<S>(s, J, n0, ax, ay);
+  float px[2][4] = {}, py[2][4] = {};
+  anchored_products<S>(s, J, n0, px, py);
 #pragma unroll
   for (int j = 0; j < 2; ++j)
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = 16 * J + g + 8 * hr, c = n0 + 8 * j + 2 * t;
-      if (r >= L) continue;
-      const float be0 = s.g[(L - 1) * kLdS + c], be1 = s.g[(L - 1) * kLdS + c + 1];
-      const float b0 = s.g[r * kLdS + c], b1 = s.g[r * kLdS + c + 1];
-      const float2 dq = make_float2(fmaf(exp2_approx<S>(b0 - be0), ax[j][2 * hr], gq[j][hr].x),
-                                    fmaf(exp2_approx<S>(b1 - be1), ax[j][2 * hr + 1], gq[j][hr].y));
-      const float2 dk = make_float2(fmaf(exp2_approx<S>(be0 - b0), ay[j][2 * hr], gk[j][hr].x),
-                                    fmaf(exp2_approx<S>(be1 - b1), ay[j][2 * hr + 1], gk[j][hr].y));
-      if (bp.direct_qk) {  // G = 1: value head hv is q/k head hv
-        store_pair(bp.dq, ck.t0 + r, hv, d0 + c, dq), store_pair(bp.dk, ck.t0 + r, hv, d0 + c, dk);
-      } else {
-        const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * K + d0 + c;
-        *reinterpret_cast<float2*>(bp.dqv + o) = dq, *reinterpret_cast<float2*>(bp.dkv + o) = dk;
-      }
+    for (int e = 0; e < 4; ++e) {
+      const int r = 16 * J + g + 4 * (e & 2), c = n0 + 8 * j + 2 * t + (e & 1);
+      const float d = s.g[r * kLdS + c] - s.g[(kChunk - 1) * kLdS + c];  // b_r - b_end (row 63 repeats L - 1)
+      ax[j][e] = fmaf(exp2_approx<S>(d), px[j][e], ax[j][e]), ay[j][e] = fmaf(exp2_approx<S>(-d), py[j][e], ay[j][e]);
     }
+  if (bp.direct_qk) {  // G = 1: value head hv is q/k head hv
+    store_acc_rows(bp.dq.p, bp.dq.dt, row_off(bp.dq, ck.t0, hv) + d0 + n0, bp.dq.st, L, 16 * J, ax);
+    store_acc_rows(bp.dk.p, bp.dk.dt, row_off(bp.dk, ck.t0, hv) + d0 + n0, bp.dk.st, L, 16 * J, ay);
+  } else {
+    const int64_t o = (int64_t(ck.t0) * p.HV + hv) * K + d0 + n0;
+    store_acc_rows(bp.dqv, kF32, o, rs, L, 16 * J, ax);
+    store_acc_rows(bp.dkv, kF32, o, rs, L, 16 * J, ay);
+  }
   // The gate gradient: thread (half, block m, key dl); [D] over rows 1..10 on half 0, 11..15 on half 1
   // (55 and 65 pairs), then half 0 adds the rest for its block's 16 rows.
   const int half = threadIdx.x >> 7, m = (threadIdx.x >> 5) & 3, dl = threadIdx.x & 31, r0 = 16 * m;
   const int nr = min(16, L - r0);
   float x[16], st[16];  // x: da so far (kernel hv's terms), loaded before the rectangles
+  float* da = bp.da + (int64_t(ck.t0 + r0) * p.HV + hv) * K + d0 + dl;  // row r0 + u at da + u * rs
   if (half == 0) {
+    const float* y = da;
 #pragma unroll
-    for (int u = 0; u < 16; ++u) x[u] = u < nr ? bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] : 0.0f;
+    for (int u = 0; u < 16; ++u, y += rs) x[u] = u < nr ? *y : 0.0f;
   }
   __syncthreads();  // RO, CO, QB complete
   if (half == 0) {
@@ -223,13 +233,13 @@ __global__ void __launch_bounds__(kBwdThreads, 3) gla_intra_anchored_kernel(cons
       using To = typename decltype(tag)::type;
       To* y = static_cast<To*>(bp.dg.p) + row_off(bp.dg, ck.t0 + r0, hv) + d0 + dl;
 #pragma unroll
-      for (int u = 0; u < 16; ++u)
-        if (u < nr) y[u * bp.dg.st] = from_float<To>(x[u] + st[u]);
+      for (int u = 0; u < 16; ++u, y += bp.dg.st)
+        if (u < nr) *y = from_float<To>(x[u] + st[u]);
     });
   } else {
 #pragma unroll
-    for (int u = 0; u < 16; ++u)
-      if (u < nr) bp.da[(int64_t(ck.t0 + r0 + u) * p.HV + hv) * K + d0 + dl] = x[u] + st[u];
+    for (int u = 0; u < 16; ++u, da += rs)
+      if (u < nr) *da = x[u] + st[u];
   }
 }
 
@@ -238,7 +248,7 @@ __global__ void __launch_bounds__(kBwdThreads, 3) gla_intra_anchored_kernel(cons
 void launch_bwd_intra_gla_anchored(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
   const size_t smem = sizeof(float) * GlaIntraSmem::floats;
-  const dim3 grid(p.NT, p.HV, p.K / kSlab);
+  const dim3 grid(unsigned(int64_t(p.NT) * p.HV * (p.K / kSlab)));
   dispatch_bool(bwd_split_products(bp), [&](auto split) {
     constexpr bool S = decltype(split)::value;
     launch_kernel(gla_intra_anchored_kernel<S>, grid, dim3(kBwdThreads), smem, stream, bp);
