@@ -11,7 +11,8 @@
 //     lengths 1, 63, 64, 65, odd long, packed sequences, grouped value heads, every flag, q/k/v in
 //     float32, float16, bfloat16; dq, dk, dv and d_o in the input dtype, the rest float32 (FLA's dtypes);
 //     and kda / gla with gates that put anchored and exact-exponent 16-row blocks in one chunk, and gla
-//     with gates of both signs in one chunk (an excursion gla kkt's one anchor must not take); the
+//     with gates of both signs in one chunk (an excursion the one anchor of gla's kkt and intra must
+//     not take; intra's other slab of those chunks is anchored, so both its kernels run); the
 //     layouts with H = HV and no L2 norm take intra's direct outputs (dq, dk, dg in their dtypes, no
 //     finish copy: BwdParams::direct_qk / direct_dg), the others the workspace and finish;
 //  3. transition_backward (dS_ext, M^T) of a range of sequences against the oracle's (both as the
@@ -226,8 +227,9 @@ TEST_CASE("cuda-chunkwise backward with anchored and exact blocks in one chunk" 
     }
 }
 
-// gla's kkt anchors a chunk at its last row only where every row's gate cumsum lies within 64 (log2)
-// of the last one's (chunk_kkt_gla.cuh). Gates of both signs: key 0 grows by 0.7 per token (natural
+// gla's kkt and backward intra anchor a chunk at its last row only where every row's gate cumsum lies
+// within 64 (log2) of the last one's (chunk_kkt_gla.cuh, chunk_bwd_intra_gla.cu: per 32-key slab; K =
+// 64 here, so keys 32..63 of the same chunks take intra's anchored kernel). Gates of both signs: key 0 grows by 0.7 per token (natural
 // log) in rows 0..9 of every chunk and decays by 0.8985 in rows 10..63, so b_9 - b_63 = 70 while
 // b_0 - b_63 = 61: a check of the first row alone would anchor these chunks, and qa, kg would carry
 // 2^70 and 2^-70 (finite here; past 2^126 they overflow or flush). The growth inside a chunk stays
