@@ -59,8 +59,7 @@ struct GlaIntraSmem {
   }
 };
 
-// Loads the block's tiles and returns the verdict (block-wide; NaN fails): every row < L of every
-// key within kMaxAnchorSpread of row L - 1.
+// Loads the block's tiles and returns the one-anchor verdict (chunk_anchor_holds) over its W keys.
 template <int NS>
 __device__ bool load_and_check(const GlaIntraSmem<NS>& s, const BwdParams& bp, const ChunkInfo& ck, int64_t blk, int hv,
                                int d0) {
@@ -75,14 +74,8 @@ __device__ bool load_and_check(const GlaIntraSmem<NS>& s, const BwdParams& bp, c
   cp_async_wait_all();
   __syncthreads();
   const int c = threadIdx.x % Sh::W;
-  const float be = s.g[(L - 1) * Sh::ldG + c];
-  float m = 0.0f;
-  bool nan = false;
-  for (int r = threadIdx.x / Sh::W; r < L; r += kBwdThreads / Sh::W) {
-    const float x = s.g[r * Sh::ldG + c] - be;
-    m = fmaxf(m, fabsf(x)), nan |= x != x;
-  }
-  return !__syncthreads_or(nan || !(m <= kMaxAnchorSpread));
+  const float be[1] = {s.g[(L - 1) * Sh::ldG + c]};
+  return chunk_anchor_holds<1>(s.g, Sh::ldG, L, c, threadIdx.x / Sh::W, kBwdThreads / Sh::W, be);
 }
 
 // qa and kg in place of the raw q, k slabs (rows >= L: q = k = 0 and the gate repeats row L - 1).

@@ -48,27 +48,16 @@ __device__ __forceinline__ int anchor_key() {
   return 4 * (int(threadIdx.x) % (KD / 4));
 }
 
-// Whether the chunk takes the single anchor (block-wide verdict; a barrier, so it also publishes the
-// raw k, q tiles): every |b_r - b_end| <= kMaxAnchorSpread, each thread checking the rows and keys
-// its pass will gate. The first row alone would do for gates of one sign (the cumsum is monotone), but
-// gates may change sign: an excursion inside the chunk would overflow qa or flush kg to zero where the
-// pair's own factor is moderate. be receives the chunk's last gate row at this thread's keys, read
-// before the barrier because gla_anchor_pass overwrites the gate tile after it. NaN: the other path.
+// Whether the chunk takes the single anchor (chunk_anchor_holds: block-wide, a barrier, so it also
+// publishes the raw k, q tiles), each thread checking the rows and keys its pass will gate. be
+// receives the chunk's last gate row at this thread's keys, read before the barrier because
+// gla_anchor_pass overwrites the gate tile after it.
 template <int KD, int kThreads>
 __device__ bool gla_chunk_anchored(const float* gs, int ldg, int L, float (&be)[4]) {
-  constexpr int kRowStep = kThreads / (KD / 4);
   const int d = anchor_key<KD, kThreads>();
 #pragma unroll
   for (int j = 0; j < 4; ++j) be[j] = gs[(L - 1) * ldg + d + j];
-  float m = 0.0f;
-  bool nan = false;
-  for (int r = int(threadIdx.x) / (KD / 4); r < L; r += kRowStep) {
-    const float4 b = *reinterpret_cast<const float4*>(gs + r * ldg + d);
-    const float x[4] = {b.x - be[0], b.y - be[1], b.z - be[2], b.w - be[3]};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) m = fmaxf(m, fabsf(x[j])), nan |= x[j] != x[j];
-  }
-  return !__syncthreads_or(nan || !(m <= kMaxAnchorSpread));
+  return chunk_anchor_holds<4>(gs, ldg, L, d, int(threadIdx.x) / (KD / 4), kThreads / (KD / 4), be);
 }
 
 // Rows < L: kg, qg (and gcum: every row, or only row L-1 in gla's plain forward) to the workspace as

@@ -20,9 +20,35 @@ namespace kcp::cuda {
 // kda / gla: a 16-row block takes its pairs through anchored factors (one 2^x per row and key
 // instead of one per pair) when the key's gate spread over the block's rows is at most this, in log2
 // units: the factors then stay within 2^-64 .. 2^64; wider blocks take exact per-pair exponents.
-// kkt's diagonal blocks, wy's build_diag and intra's in-block pairs share the rule; gla's kkt applies
-// it to the whole chunk for its one anchor per chunk (chunk_kkt_gla.cuh).
+// kkt's diagonal blocks, wy's build_diag and intra's in-block pairs share the rule; gla's kkt and
+// backward intra apply it to the whole chunk for their one anchor per chunk (chunk_anchor_holds).
 constexpr float kMaxAnchorSpread = 64.0f;
+
+// The one-anchor rule's block-wide verdict (a barrier; every thread of the block calls it): each
+// thread checks keys [d, d + N) of a gate tile gs [64][ldg] at rows r0, r0 + step, .. < L against be
+// (those keys' row L - 1): all within kMaxAnchorSpread, none NaN. The first row alone would do for
+// gates of one sign (the cumsum is monotone), but gates may change sign: an excursion inside the
+// chunk would overflow qa or flush kg to zero where the pair's own factor is moderate.
+// N = 4: one 16-byte load per row (gla's kkt, chunk_kkt_gla.cuh); N = 1: chunk_bwd_intra_gla.cu.
+template <int N>
+__device__ __forceinline__ bool chunk_anchor_holds(const float* gs, int ldg, int L, int d, int r0, int step,
+                                                   const float (&be)[N]) {
+  static_assert(N == 1 || N == 4, "chunk_anchor_holds: one key or four");
+  float m = 0.0f;
+  bool nan = false;
+  for (int r = r0; r < L; r += step) {
+    float x[N];
+    if constexpr (N == 4) {
+      const float4 b = *reinterpret_cast<const float4*>(gs + r * ldg + d);
+      x[0] = b.x - be[0], x[1] = b.y - be[1], x[2] = b.z - be[2], x[3] = b.w - be[3];
+    } else {
+      x[0] = gs[r * ldg + d] - be[0];
+    }
+#pragma unroll
+    for (int j = 0; j < N; ++j) m = fmaxf(m, fabsf(x[j])), nan |= x[j] != x[j];
+  }
+  return !__syncthreads_or(nan || !(m <= kMaxAnchorSpread));
+}
 
 struct RowsView {  // read-only [B,T,X,D] or [B,T,X]
   const void* p = nullptr;
