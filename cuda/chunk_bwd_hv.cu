@@ -4,7 +4,8 @@
 // threads per (chunk, value head) item: half z owns key rows [64 z, 64 z + KW) of h,
 // dh (KW = min(K, 64); with K <= 64 half 1 owns none and only forms W1; gla with K <= 64 has no half 1).
 // The halves share one copy of P, do, vnew, dvnew and dXu (two blocks used to load and form each
-// twice). V streams in slabs of 32 columns, double-buffered: slab j + 1 is copied (cp.async; do, and
+// twice). gla shares nothing costly between them: with K = 128 its halves are two blocks of 256, adjacent
+// in the grid, two per multiprocessor (HvShape::kKeyBlocks). V streams in slabs of 32 columns, double-buffered: slab j + 1 is copied (cp.async; do, and
 // gla's v, into registers) while slab j is computed. Per chunk:
 //   dXu = P^T dvnew                               [L,V]   (P unit lower triangular)
 //   dv  = beta dXu,  dbeta += v . dXu             (gla: dv = dXu = dvnew, P = I, u = v)
@@ -173,7 +174,7 @@ __device__ __forceinline__ void hv_slabs(const BwdParams& bp, float* smem, const
     if constexpr (!kDelta) pv.template store<!kSplit>(s.vn);
     __syncthreads();  // slab j complete; slab j - 1 consumed (its buffer takes slab j + 1)
     if (j + 1 < ns) {
-      issue_slab<KD, kDelta, NT>(bp, carve_hv<KD, kDelta>(smem, (j + 1) & 1, 0), ck, it.hv, it.blk, kSlab * (j + 1));
+      issue_slab<KD, kDelta, NT>(bp, carve_hv<KD, kDelta>(smem, (j + 1) & 1, 0), it, kSlab * (j + 1));
       pdo.load(bp.d_o, ck.t0, it.hv, L, kSlab * (j + 1));
       if constexpr (!kDelta) pv.load(p.v, ck.t0, it.hv, L, kSlab * (j + 1));
     }
@@ -189,13 +190,13 @@ __device__ __forceinline__ void hv_slabs(const BwdParams& bp, float* smem, const
 // item's first loads issued during this item's gdn epilogue, measured slower: branch study/hv-overlap,
 // docs/BENCHMARKS.md, eighteenth session.)
 template <int KD, bool kKDA, bool kDelta, bool kSplit>
-__global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, 1) bwd_hv_kernel(const __grid_constant__ BwdParams bp) {
+__global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, HvShape<KD, kDelta>::kMinBlocks) bwd_hv_kernel(const __grid_constant__ BwdParams bp) {
   using S = HvShape<KD, kDelta>;
   constexpr int NT = S::kThreads;
   const ChunkParams& p = bp.c;
   extern __shared__ __align__(16) float smem[];
-  const HvItem it = hv_item(p, blockIdx.x);
-  const HvThread th = hv_thread();
+  const HvItem it = hv_item<KD, kDelta>(p, blockIdx.x);
+  const HvThread th = hv_thread<KD, kDelta>();
   SlabPrefetch<NT, !kSplit> pdo, pv;  // do (and gla's v) of the next slab
   pdo.load(bp.d_o, it.ck.t0, it.hv, it.ck.len, 0);
   if constexpr (!kDelta) pv.load(p.v, it.ck.t0, it.hv, it.ck.len, 0);
@@ -214,9 +215,9 @@ void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream) {
   dispatch_bwd(bp, [&](auto kd, auto split) {
     constexpr int KD = decltype(kd)::value;
     constexpr bool kS = decltype(split)::value;
-    auto launch = [&](auto kernel, auto delta) {  // one block of S::kHalves halves per (chunk, value head)
+    auto launch = [&](auto kernel, auto delta) {  // S::kKeyBlocks blocks of S::kHalves halves per (chunk, value head)
       using S = HvShape<KD, decltype(delta)::value>;
-      launch_kernel(kernel, dim3(p.NT * p.HV), dim3(S::kThreads), sizeof(float) * S::floats, stream, bp);
+      launch_kernel(kernel, dim3(p.NT * p.HV * S::kKeyBlocks), dim3(S::kThreads), sizeof(float) * S::floats, stream, bp);
     };
     if (p.gla) launch(bwd_hv_kernel<KD, true, false, kS>, std::false_type{});
     else if (p.kda) launch(bwd_hv_kernel<KD, true, true, kS>, std::true_type{});

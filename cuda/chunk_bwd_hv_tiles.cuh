@@ -1,9 +1,11 @@
 // Kernel hv's layout and loads (chunk_bwd_hv.cu): one block of two 256-thread halves per (chunk,
-// value head) at a time, the V slabs double-buffered in shared memory:
+// value head) at a time (gla: one half per block, HvShape::kKeyBlocks blocks per item), the V slabs
+// double-buffered in shared memory:
 //   P' [64][68] | dXu [64][36] | buffer 0, 1: do, vnew, dvnew [64][36], h, dh [max(K, 64)][36] |
 //   beta, gdn gates [64] | rowsum(h dh) per half [64] | reductions [16 x 64]
 // (kda's and gla's row-block key totals X1, X2 per half [4][KW] reuse buffer 0 after the slabs; raw P is staged
-// in buffer 1 before slab 0). The slab loads: cp.async for the float32 workspaces (vnew, dvnew, h, dh),
+// in buffer 1 before slab 0; gla has no P', dXu, dvnew, and h, dh hold the block's 64 or fewer key rows).
+// The slab loads: cp.async for the float32 workspaces (vnew, dvnew, h, dh),
 // registers for the 16-bit or float32 inputs (do; gla's v), both issued a slab ahead.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" and end to end).
 #pragma once
@@ -21,46 +23,57 @@ struct HvShape {
   static constexpr int KW = KD < 64 ? KD : 64;  // key rows per half
   static constexpr int NH = KD / KW;            // halves that own key rows (1 or 2)
   static constexpr int NTW = KW / 16;           // 8-column tiles of a warp (its half of KW)
-  static constexpr int kHalves = kDelta || NH == 2 ? 2 : 1;
+  // gla shares nothing costly between its halves (no P, no dXu): with K = 128 they are two blocks of
+  // an item, adjacent in the grid (do, v read twice, the second time from L2), so that two blocks
+  // share a multiprocessor and one's loads overlap the other's products and epilogue
+  static constexpr int kKeyBlocks = !kDelta && NH == 2 ? 2 : 1;
+  static constexpr int kHalves = kDelta ? 2 : 1;  // halves per block
   static constexpr int kThreads = kHalves * kBwdThreads;
-  static constexpr int HR = KD < kChunk ? kChunk : KD;  // rows of the h, dh slabs (copies fill 64 rows)
+  static constexpr int kMinBlocks = kKeyBlocks;   // __launch_bounds__: at most 128 registers either way
+  static constexpr int kRowsHeld = kDelta ? KD : KW;  // key rows of h, dh a block copies
+  static constexpr int HR = kRowsHeld > kChunk ? kRowsHeld : kChunk;  // rows of the h, dh slabs (copies fill 64 rows)
+  static constexpr int kSlabs = kDelta ? 3 : 2;  // do, vnew (gla: v), dvnew (delta rule only)
   // one slab buffer: do, vnew, dvnew [64][kLdV], then h, dh [HR][kLdV]
-  static constexpr int buf = 3 * kSlabFloats + 2 * HR * kLdV;
+  static constexpr int buf = kSlabs * kSlabFloats + 2 * HR * kLdV;
   static constexpr int area = 2 * buf;
   static_assert(kHalves * 8 * KW <= buf, "the key totals X1, X2 [4][KW] per half fit in buffer 0");
   static constexpr int kRed = 16 * kChunk;  // 16 partials of v . dXu per row; then row sums
+  static constexpr int kPdxu = kDelta ? kChunk * kLdC + kSlabFloats : 0;  // P', dXu (delta rule only)
   // floats: P', dXu, the two buffers, scalars (beta, gdn gates, hdh per half, reductions)
-  static constexpr int floats = kChunk * kLdC + kSlabFloats + area + 2 * kChunk + kHalves * kChunk + kRed;
-  static_assert(kChunk * kLdC <= buf, "raw P is staged in buffer 1");
+  static constexpr int floats = kPdxu + area + 2 * kChunk + kHalves * kChunk + kRed;
+  static_assert(!kDelta || kChunk * kLdC <= buf, "raw P is staged in buffer 1");
 };
 
 struct HvSmem {
   float *P, *dxu, *dO, *vn, *dvn, *h, *dh, *X1, *X2, *bet, *gsc, *hdh, *red;
 };
 
-// The view of half z of slab buffer b.
+// The view of half z of slab buffer b (gla: one half per block, z names its key rows only).
 template <int KD, bool kDelta>
 __device__ HvSmem carve_hv(float* s, int b, int z) {
   using S = HvShape<KD, kDelta>;
   HvSmem m;
-  m.P = s, s += kChunk * kLdC;
-  m.dxu = s, s += kSlabFloats;
+  if constexpr (!kDelta) z = 0;
+  m.P = kDelta ? s : nullptr, s += kDelta ? kChunk * kLdC : 0;
+  m.dxu = kDelta ? s : nullptr, s += kDelta ? kSlabFloats : 0;
   float* bf = s + b * S::buf;
-  m.dO = bf, m.vn = bf + kSlabFloats, m.dvn = bf + 2 * kSlabFloats;
-  m.h = bf + 3 * kSlabFloats + z * S::KW * kLdV, m.dh = m.h + S::HR * kLdV;
+  m.dO = bf, m.vn = bf + kSlabFloats, m.dvn = kDelta ? bf + 2 * kSlabFloats : nullptr;
+  m.h = bf + S::kSlabs * kSlabFloats + z * S::KW * kLdV, m.dh = m.h + S::HR * kLdV;
   m.X1 = s + 8 * z * S::KW, m.X2 = m.X1 + 4 * S::KW;
   s += S::area;
   m.bet = s, m.gsc = s + kChunk, m.hdh = s + 2 * kChunk + z * kChunk, m.red = s + (2 + S::kHalves) * kChunk;
   return m;
 }
 
-// Who a thread is: half z, thread t and warp w within the half.
+// Who a thread is: half z, thread t and warp w within the half (gla with K = 128: z from the block).
 struct HvThread {
   int z, t, w;
 };
+template <int KD, bool kDelta>
 __device__ __forceinline__ HvThread hv_thread() {
   const int i = threadIdx.x;
-  return {i / kBwdThreads, i % kBwdThreads, (i % kBwdThreads) >> 5};
+  const int z = HvShape<KD, kDelta>::kKeyBlocks == 2 ? int(blockIdx.x & 1) : i / kBwdThreads;
+  return {z, i % kBwdThreads, (i % kBwdThreads) >> 5};
 }
 
 // bits[u] = element off(u) of view v where in(u), else 0 (0.0 in every code), the dtype switch
@@ -145,18 +158,35 @@ __device__ __forceinline__ void copy_slab_async(float* s, const float* g, int64_
   }
 }
 
+// Which (chunk, value head) item block b works on: chunks of one head are consecutive (the order of
+// blockIdx.x); gla with K = 128 has two blocks per item, adjacent, key rows [64 z, 64 z + 64) each.
+struct HvItem {
+  ChunkInfo ck;
+  int hv;
+  int64_t blk;  // chunk * HV + hv: the [NT,HV,...] workspace slot
+  int key0;     // the first key row of h, dh this block copies
+};
+template <int KD, bool kDelta>
+__device__ __forceinline__ HvItem hv_item(const ChunkParams& p, int b) {
+  using S = HvShape<KD, kDelta>;
+  const int i = b / S::kKeyBlocks, c = i % p.NT, hv = i / p.NT;
+  return {chunk_at(p, c), hv, int64_t(c) * p.HV + hv, (b % S::kKeyBlocks) * S::KW};
+}
+
 // Issues the cp.async copies of slab j0 into buffer view s (half 0's: h, dh from row 0): vnew and
-// dvnew (delta rule; gla reads v by SlabPrefetch, and its dv = dvnew is written by dhu), all K rows of h and dh (64 rows when K < 64,
-// the rest zero).
+// dvnew (delta rule; gla reads v by SlabPrefetch, and its dv = dvnew is written by dhu), the block's
+// key rows of h and dh (all K with the delta rule; 64 rows when fewer, the rest zero).
 template <int KD, bool kDelta, int NT>
-__device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int64_t blk, int j0) {
+__device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const HvItem& it, int j0) {
+  using S = HvShape<KD, kDelta>;
   const ChunkParams& p = bp.c;
-  constexpr int HR = KD < kChunk ? kChunk : KD;  // HvShape::HR
-  const int64_t ldv = int64_t(p.HV) * p.V, row0 = (int64_t(ck.t0) * p.HV + hv) * p.V + j0;
+  const ChunkInfo& ck = it.ck;
+  const int64_t ldv = int64_t(p.HV) * p.V, row0 = (int64_t(ck.t0) * p.HV + it.hv) * p.V + j0;
+  const int64_t h0 = (it.blk * KD + it.key0) * p.V + j0;
   if constexpr (kDelta) copy_slab_async<NT, kChunk>(s.vn, bp.vnew + row0, ldv, ck.len);
   if constexpr (kDelta) copy_slab_async<NT, kChunk>(s.dvn, bp.dvnew + row0, ldv, ck.len);  // gla: dv written by dhu
-  copy_slab_async<NT, HR>(s.h, bp.h + blk * KD * p.V + j0, p.V, KD);
-  copy_slab_async<NT, HR>(s.dh, bp.dh + blk * KD * p.V + j0, p.V, KD);
+  copy_slab_async<NT, S::HR>(s.h, bp.h + h0, p.V, S::kRowsHeld);
+  copy_slab_async<NT, S::HR>(s.dh, bp.dh + h0, p.V, S::kRowsHeld);
   cp_async_commit();
 }
 
@@ -169,7 +199,7 @@ __device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const ChunkInfo
 // hv by ~1.5%: docs/BENCHMARKS.md, eighth session). vnew, dvnew only with the delta rule
 // (gla copies neither). rowsum(h dh) of the slab is taken from the exact values first: the
 // row's 8 threads sum their four-element dots by shuffles into hdh[key row] (s is half 0's view,
-// whose hdh spans both halves: half z's key rows start at 64 z).
+// whose hdh spans both halves: half z's key rows start at 64 z; gla: the block's own rows).
 template <int KD, bool kDelta, bool kRound, int NT>
 __device__ void round_own_copies(const HvSmem& s) {
   constexpr int kQuads = kSlab / 4;
@@ -183,7 +213,7 @@ __device__ void round_own_copies(const HvSmem& s) {
     const int r = idx / kQuads, c = 4 * (idx % kQuads);
     if constexpr (kRound && kDelta) round4(s.vn + r * kLdV + c), round4(s.dvn + r * kLdV + c);
 #pragma unroll
-    for (int r0 = 0; r0 < KD; r0 += kChunk) {
+    for (int r0 = 0; r0 < HvShape<KD, kDelta>::kRowsHeld; r0 += kChunk) {
       float* h = s.h + (r0 + r) * kLdV + c;
       float* dh = s.dh + (r0 + r) * kLdV + c;
       float x = dot4(lds4(h), lds4(dh), 0.0f);
@@ -191,20 +221,9 @@ __device__ void round_own_copies(const HvSmem& s) {
       x += __shfl_xor_sync(0xffffffffu, x, 1);
       x += __shfl_xor_sync(0xffffffffu, x, 2);
       x += __shfl_xor_sync(0xffffffffu, x, 4);
-      if ((idx % kQuads) == 0 && r0 + r < KD) s.hdh[r0 + r] += x;
+      if ((idx % kQuads) == 0 && r0 + r < HvShape<KD, kDelta>::kRowsHeld) s.hdh[r0 + r] += x;
     }
   }
-}
-
-// Which (chunk, value head) item i is: chunks of one head are consecutive (the order of blockIdx.x).
-struct HvItem {
-  ChunkInfo ck;
-  int hv;
-  int64_t blk;  // chunk * HV + hv: the [NT,HV,...] workspace slot
-};
-__device__ __forceinline__ HvItem hv_item(const ChunkParams& p, int i) {
-  const int c = i % p.NT, hv = i / p.NT;
-  return {chunk_at(p, c), hv, int64_t(c) * p.HV + hv};
 }
 
 // An item's first loads, all cp.async (one commit): raw P staged in buffer 1, gdn's gates and beta,
@@ -220,7 +239,7 @@ __device__ void hv_issue(const BwdParams& bp, float* smem, const HvItem& it) {
   if constexpr (!kKDA) copy_gates_async<false, NT>(s.gsc, 0, p, ck, it.hv, 0, 1);
   for (int r = threadIdx.x; r < kChunk; r += NT)  // rows >= len: zero-filled
     cp_async4(s.bet + r, p.beta_e + int64_t(ck.t0 + min(r, ck.len - 1)) * p.HV + it.hv, r < ck.len);
-  issue_slab<KD, kDelta, NT>(bp, s, ck, it.hv, it.blk, 0);
+  issue_slab<KD, kDelta, NT>(bp, s, it, 0);
 }
 
 // Before the slab loop (hv_issue's copies in flight): hdh = 0, the copies waited for, P transposed
