@@ -95,20 +95,44 @@ __device__ __forceinline__ void load_bits_all(uint32_t (&bits)[N], const RowsVie
 }
 
 // One slab of rows [0, 64) of a [B,T,X,V] view of any dtype (do; gla's v), held in registers between
-// the loads, issued a slab ahead, and the store into the slab that is computed next. load_rows_any's
-// two loops split in two, for full 32-column slabs only: a shared form with its column guard and row
-// scale spilled 20 to 236 bytes per thread in this kernel's instances (measured by ptxas).
-// kHoist: the dtype switch outside the loads (load_bits_all); off for the split products, whose
-// kernels spill ~50 bytes with it (ptxas), a register-allocation effect of the longer code.
+// the loads, issued a slab ahead, and the store into the slab that is computed next.
+// Vector form (vec: float32, bfloat16 or float16 rows whose slab starts and row stride are aligned to
+// the thread's bytes; uniform per block): thread t holds row t / kLanes, its kN adjacent columns, by
+// one or two 8- or 16-byte loads and stored as float4s (ncu, gla's hv: the element form's address
+// arithmetic and per-element dtype switch were ~30% of the kernel's instructions). Element form
+// otherwise (float64, unaligned views): element idx = t + u NT, raw bits (load_bits), the dtype switch
+// outside the loads where kHoist (load_bits_all); off for the split products, whose kernels spill ~50
+// bytes with it (ptxas), a register-allocation effect of the longer code. Its two loops are split, for
+// full 32-column slabs only: a shared form with a column guard and row scale spilled 20 to 236 bytes
+// per thread in this kernel's instances (measured by ptxas).
 template <int NT, bool kHoist>
 struct SlabPrefetch {
-  static constexpr int kN = kChunk * kSlab / NT;
-  uint32_t bits[kN];  // raw (load_bits): converted at the store, so the loads do not wait for each other
+  static constexpr int kN = kChunk * kSlab / NT;  // elements per thread
+  static constexpr int kLanes = kSlab / kN;       // threads per row in the vector form
+  static_assert(kN == 4 || kN == 8, "one or two 16-byte loads of float32 per thread");
+  uint32_t bits[kN];  // raw: converted at the store, so the loads do not wait for each other
   int dt;
+  bool vec;
   __device__ void load(const RowsView& v, int64_t t0, int x, int L, int j0) {
     dt = v.dt;
-    if constexpr (kHoist) {
-      const int64_t o = row_off(v, t0, x) + j0;
+    const int64_t o = row_off(v, t0, x) + j0;
+    const int es = v.dt == kF32 ? 4 : 2, al = es * kN < 16 ? es * kN : 16;
+    vec = v.p && (v.dt == kF32 || v.dt == kBF16 || v.dt == kF16) &&
+          ((reinterpret_cast<uintptr_t>(v.p) + uintptr_t(o * es)) % al == 0) && (v.st * es) % al == 0;
+    if (vec) {
+      const int r = threadIdx.x / kLanes;
+      const char* src = static_cast<const char*>(v.p) + (o + int64_t(r) * v.st + kN * (threadIdx.x % kLanes)) * es;
+      if (es * kN == 8) {  // 16-bit, kN = 4
+        const uint2 y = r < L ? *reinterpret_cast<const uint2*>(src) : make_uint2(0u, 0u);
+        bits[0] = y.x, bits[1] = y.y;
+      } else {
+#pragma unroll
+        for (int i = 0; i < es * kN / 16; ++i) {
+          const uint4 y = r < L ? reinterpret_cast<const uint4*>(src)[i] : make_uint4(0u, 0u, 0u, 0u);
+          bits[4 * i] = y.x, bits[4 * i + 1] = y.y, bits[4 * i + 2] = y.z, bits[4 * i + 3] = y.w;
+        }
+      }
+    } else if constexpr (kHoist) {
       load_bits_all(bits, v, [&](int u) { const int idx = threadIdx.x + u * NT; return o + (idx / kSlab) * v.st + idx % kSlab; },
                     [&](int u) { return v.p && (threadIdx.x + u * NT) / kSlab < L; });
     } else {
@@ -121,11 +145,28 @@ struct SlabPrefetch {
   }
   template <bool kRound>  // TF32-rounded (operand_store) when the slab only feeds unsplit products
   __device__ void store(float* s) const {
+    auto fin = [](float x) { return kRound ? tf32_round(x) : x; };
+    if (vec) {
+      float x[kN];
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) {  // 16-bit pairs: element 2i in the low half
+        const uint32_t b = bits[i];
+        if (dt == kBF16) x[2 * i] = __uint_as_float(b << 16), x[2 * i + 1] = __uint_as_float(b & 0xffff0000u);
+        else if (dt == kF16) x[2 * i] = __half2float(__ushort_as_half(uint16_t(b))), x[2 * i + 1] = __half2float(__ushort_as_half(uint16_t(b >> 16)));
+      }
+      if (dt == kF32)
+#pragma unroll
+        for (int i = 0; i < kN; ++i) x[i] = __uint_as_float(bits[i]);
+      float* row = s + (threadIdx.x / kLanes) * kLdV + kN * (threadIdx.x % kLanes);
+#pragma unroll
+      for (int i = 0; i < kN; i += 4)
+        *reinterpret_cast<float4*>(row + i) = make_float4(fin(x[i]), fin(x[i + 1]), fin(x[i + 2]), fin(x[i + 3]));
+      return;
+    }
 #pragma unroll
     for (int u = 0; u < kN; ++u) {
       const int idx = threadIdx.x + u * NT;
-      const float x = bits_to_float(bits[u], dt);
-      s[(idx / kSlab) * kLdV + idx % kSlab] = kRound ? tf32_round(x) : x;
+      s[(idx / kSlab) * kLdV + idx % kSlab] = fin(bits_to_float(bits[u], dt));
     }
   }
 };
