@@ -4,9 +4,10 @@
 // threads per (chunk, value head) item: half z owns key rows [64 z, 64 z + KW) of h,
 // dh (KW = min(K, 64); with K <= 64 half 1 owns none and only forms W1; gla with K <= 64 has no half 1).
 // The halves share one copy of P, do, vnew, dvnew and dXu (two blocks used to load and form each
-// twice). gla shares nothing costly between them: with K = 128 its halves are two blocks of 256, adjacent
-// in the grid, two per multiprocessor (HvShape::kKeyBlocks). V streams in slabs of 32 columns, double-buffered: slab j + 1 is copied (cp.async; do, and
-// gla's v, into registers) while slab j is computed. Per chunk:
+// twice). gla shares nothing costly between them: with K = 128 its halves are two blocks of 256,
+// adjacent in the grid, two per multiprocessor (HvShape::kKeyBlocks). V streams in slabs of 32
+// columns, double-buffered: slab j + 1 is copied (cp.async; do, and gla's v, into registers) while
+// slab j is computed. Per chunk:
 //   dXu = P^T dvnew                               [L,V]   (P unit lower triangular)
 //   dv  = beta dXu,  dbeta += v . dXu             (gla: dv = dXu = dvnew, P = I, u = v)
 //   doh = do h^T,  xw = -dXu h^T,  vdh = vnew dh^T   [L,KW]   (per half)
