@@ -98,7 +98,7 @@ __device__ __forceinline__ void load_bits_all(uint32_t (&bits)[N], const RowsVie
 // the loads, issued a slab ahead, and the store into the slab that is computed next.
 // Vector form (vec: float32, bfloat16 or float16 rows whose slab starts and row stride are aligned to
 // the thread's bytes; uniform per block): thread t holds row t / kLanes, its kN adjacent columns, by
-// one or two 8- or 16-byte loads and stored as float4s (ncu, gla's hv: the element form's address
+// load_row_words (chunk_bwd_tiles.cuh, as q / k groups) and stores them as float4s (ncu, gla's hv: the element form's address
 // arithmetic and per-element dtype switch were ~30% of the kernel's instructions). Element form
 // otherwise (float64, unaligned views): element idx = t + u NT, raw bits (load_bits), the dtype switch
 // outside the loads where kHoist (load_bits_all); off for the split products, whose kernels spill ~50
@@ -121,16 +121,11 @@ struct SlabPrefetch {
           ((reinterpret_cast<uintptr_t>(v.p) + uintptr_t(o * es)) % al == 0) && (v.st * es) % al == 0;
     if (vec) {
       const int r = threadIdx.x / kLanes;
-      const char* src = static_cast<const char*>(v.p) + (o + int64_t(r) * v.st + kN * (threadIdx.x % kLanes)) * es;
-      if (es * kN == 8) {  // 16-bit, kN = 4
-        const uint2 y = r < L ? *reinterpret_cast<const uint2*>(src) : make_uint2(0u, 0u);
-        bits[0] = y.x, bits[1] = y.y;
+      if (r < L) {
+        load_row_words(bits, v.p, v.dt, o + int64_t(r) * v.st + kN * (threadIdx.x % kLanes));
       } else {
 #pragma unroll
-        for (int i = 0; i < es * kN / 16; ++i) {
-          const uint4 y = r < L ? reinterpret_cast<const uint4*>(src)[i] : make_uint4(0u, 0u, 0u, 0u);
-          bits[4 * i] = y.x, bits[4 * i + 1] = y.y, bits[4 * i + 2] = y.z, bits[4 * i + 3] = y.w;
-        }
+        for (int u = 0; u < kN; ++u) bits[u] = 0u;
       }
     } else if constexpr (kHoist) {
       load_bits_all(bits, v, [&](int u) { const int idx = threadIdx.x + u * NT; return o + (idx / kSlab) * v.st + idx % kSlab; },
@@ -148,15 +143,7 @@ struct SlabPrefetch {
     auto fin = [](float x) { return kRound ? tf32_round(x) : x; };
     if (vec) {
       float x[kN];
-#pragma unroll
-      for (int i = 0; i < kN / 2; ++i) {  // 16-bit pairs: element 2i in the low half
-        const uint32_t b = bits[i];
-        if (dt == kBF16) x[2 * i] = __uint_as_float(b << 16), x[2 * i + 1] = __uint_as_float(b & 0xffff0000u);
-        else if (dt == kF16) x[2 * i] = __half2float(__ushort_as_half(uint16_t(b))), x[2 * i + 1] = __half2float(__ushort_as_half(uint16_t(b >> 16)));
-      }
-      if (dt == kF32)
-#pragma unroll
-        for (int i = 0; i < kN; ++i) x[i] = __uint_as_float(bits[i]);
+      row_words_values(bits, dt, x);
       float* row = s + (threadIdx.x / kLanes) * kLdV + kN * (threadIdx.x % kLanes);
 #pragma unroll
       for (int i = 0; i < kN; i += 4)

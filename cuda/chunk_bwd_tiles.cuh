@@ -167,41 +167,59 @@ __device__ __forceinline__ bool rows_vec16(const RowsView& v, int E) {
   return (reinterpret_cast<uintptr_t>(v.p) & 15) == 0 && v.st % E == 0 && v.sx % E == 0;
 }
 
-// One thread's 8 keys of one row of q or k, loaded (16 bytes of 16-bit inputs, 32 of float32) and
-// then converted, so that a caller can issue all its loads before any store.
+// N consecutive elements of one row of a float32, bfloat16 or float16 view at element off, loaded as
+// raw words by 16-byte loads (one 8-byte load for four 16-bit ones) and converted after, so that a
+// caller issues every load before any use: q / k groups (QkGroup) and kernel hv's do / v slabs
+// (chunk_bwd_hv_tiles.cuh SlabPrefetch). The caller checks the alignment (rows_vec16, or its own).
+// 16-bit words hold two elements, the lower one in the low half.
+template <int N>
+__device__ __forceinline__ void load_row_words(uint32_t (&w)[N], const void* p, int dt, int64_t off) {
+  static_assert(N == 4 || N == 8, "one or two 16-byte loads of float32");
+  if (dt == kF32) {
+    const uint4* s = reinterpret_cast<const uint4*>(static_cast<const float*>(p) + off);
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const uint4 y = s[i];
+      w[4 * i] = y.x, w[4 * i + 1] = y.y, w[4 * i + 2] = y.z, w[4 * i + 3] = y.w;
+    }
+  } else if constexpr (N == 4) {
+    const uint2 y = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p) + off);
+    w[0] = y.x, w[1] = y.y;
+  } else {
+    const uint4 y = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + off);
+    w[0] = y.x, w[1] = y.y, w[2] = y.z, w[3] = y.w;
+  }
+}
+template <int N>
+__device__ __forceinline__ void row_words_values(const uint32_t (&w)[N], int dt, float (&y)[N]) {
+  if (dt == kF32) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) y[e] = __uint_as_float(w[e]);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < N / 2; ++e) {
+    const uint16_t lo = uint16_t(w[e] & 0xffffu), hi = uint16_t(w[e] >> 16);
+    if (dt == kBF16) {
+      y[2 * e] = __uint_as_float(uint32_t(lo) << 16), y[2 * e + 1] = __uint_as_float(uint32_t(hi) << 16);
+    } else {
+      y[2 * e] = __half2float(__ushort_as_half(lo)), y[2 * e + 1] = __half2float(__ushort_as_half(hi));
+    }
+  }
+}
+
+// One thread's 8 keys of one row of q or k (load_row_words), with the row's rstd where the norm is fused.
 struct QkGroup {
-  uint4 raw[2] = {};
+  uint32_t raw[8] = {};
   float sc = 1.0f;
 };
 __device__ __forceinline__ void qk_group_load(QkGroup& g, const QkRows& x, int H, int64_t tt, int h, int d) {
-  const RowsView& v = x.v;
-  const int64_t off = row_off(v, tt, h) + d;
-  if (v.dt == kF32) {
-    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const float*>(v.p) + off);
-    g.raw[0] = p[0], g.raw[1] = p[1];
-  } else {
-    g.raw[0] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(v.p) + off);
-  }
+  load_row_words(g.raw, x.v.p, x.v.dt, row_off(x.v, tt, h) + d);
   if (x.rstd) g.sc = x.rstd[tt * H + h];
 }
 __device__ __forceinline__ void qk_group_store(const QkGroup& g, int dt, float* o) {
   float y[8];
-  if (dt == kF32) {
-    const float* f = reinterpret_cast<const float*>(g.raw);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) y[e] = f[e];
-  } else {
-    const uint32_t w[4] = {g.raw[0].x, g.raw[0].y, g.raw[0].z, g.raw[0].w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const uint16_t lo = uint16_t(w[e] & 0xffffu), hi = uint16_t(w[e] >> 16);
-      if (dt == kBF16) {
-        y[2 * e] = __uint_as_float(uint32_t(lo) << 16), y[2 * e + 1] = __uint_as_float(uint32_t(hi) << 16);
-      } else {
-        y[2 * e] = __half2float(__ushort_as_half(lo)), y[2 * e + 1] = __half2float(__ushort_as_half(hi));
-      }
-    }
-  }
+  row_words_values(g.raw, dt, y);
   *reinterpret_cast<float4*>(o) = make_float4(y[0] * g.sc, y[1] * g.sc, y[2] * g.sc, y[3] * g.sc);
   *reinterpret_cast<float4*>(o + 4) = make_float4(y[4] * g.sc, y[5] * g.sc, y[6] * g.sc, y[7] * g.sc);
 }
