@@ -116,12 +116,11 @@ template <int NS>
 __device__ __forceinline__ void weighted_rows(const float (&acc)[GlaShape<NS>::NTW][4], const float* w, int m0, int n0,
                                               float* out) {
   using Sh = GlaShape<NS>;
-  const int g = lane_g(), t = lane_t();
 #pragma unroll
   for (int j = 0; j < Sh::NTW; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = m0 + g + 8 * (e >> 1), c = n0 + 8 * j + 2 * t + (e & 1);
+      const int r = acc_row(m0, e), c = acc_col(n0 + 8 * j, e);
       out[r * Sh::ldO + c] = w[r * Sh::ldB + c] * acc[j][e];
     }
 }
@@ -165,14 +164,14 @@ template <int NS, bool S>
 __device__ void intra_dq_dk(const GlaIntraSmem<NS>& s, const BwdParams& bp, const ChunkInfo& ck, int hv, int d0) {
   using Sh = GlaShape<NS>;
   const ChunkParams& p = bp.c;
-  const int L = ck.len, w = threadIdx.x >> 5, J = w & 3, n0 = (w >> 2) * (Sh::W / 2), g = lane_g(), t = lane_t();
+  const int L = ck.len, w = threadIdx.x >> 5, J = w & 3, n0 = (w >> 2) * (Sh::W / 2);
   const int64_t rs = int64_t(p.HV) * p.K, o0 = (int64_t(ck.t0) * p.HV + hv) * p.K + d0 + n0;
   float ax[Sh::NTW][4], ay[Sh::NTW][4];
 #pragma unroll
   for (int j = 0; j < Sh::NTW; ++j)
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {
-      const int64_t o = o0 + min(16 * J + g + 4 * e, L - 1) * rs + 8 * j + 2 * t;  // rows >= L: not stored
+      const int64_t o = o0 + min(acc_row(16 * J, e), L - 1) * rs + acc_col(8 * j, e);  // rows >= L: not stored
       const float2 q2 = *reinterpret_cast<const float2*>(bp.dqv + o), k2 = *reinterpret_cast<const float2*>(bp.dkv + o);
       ax[j][e] = q2.x, ax[j][e + 1] = q2.y, ay[j][e] = k2.x, ay[j][e + 1] = k2.y;
     }
@@ -189,7 +188,7 @@ __device__ void intra_dq_dk(const GlaIntraSmem<NS>& s, const BwdParams& bp, cons
   for (int j = 0; j < Sh::NTW; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int r = 16 * J + g + 4 * (e & 2), c = n0 + 8 * j + 2 * t + (e & 1);
+      const int r = acc_row(16 * J, e), c = acc_col(n0 + 8 * j, e);
       const float d = s.g[r * Sh::ldG + c] - s.g[(kChunk - 1) * Sh::ldG + c];  // b_r - b_end (row 63 repeats L - 1)
       ax[j][e] = fmaf(exp2_approx<S>(d), px[j][e], ax[j][e]), ay[j][e] = fmaf(exp2_approx<S>(-d), py[j][e], ay[j][e]);
     }
