@@ -24,6 +24,9 @@
 // scan 101 us, dvnew 111 us).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, end to end, the
 // transitions).
+#include <cstdlib>
+#include <string>
+
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
 #include "cuda/chunk_state_gla.cuh"
@@ -92,50 +95,86 @@ __global__ void __launch_bounds__(kScanThreads) gla_dh_scan_kernel(const BwdPara
 
 constexpr int kDvThreads = 256;
 
-template <int KD, int BV>
+// KH: keys per stage. KH = KD: one stage, every tile loaded at once (107.5 KB for K = 128, BV = 64:
+// 2 blocks per multiprocessor). KH = 64 < KD (KCP_CUDA_GLA_DV_KEY_HALVES=1, a study): kg and dh[c] in
+// key halves through the same tiles (71 KB: 3 blocks per multiprocessor), the second half's copies in
+// flight during A_c = Aqk^T do; the sum's order differs (kg dh of keys 0..63, then A_c, then the rest).
+template <int KD, int BV, int KH = KD>
 struct DvSmem {
   // kg: row-major A by ldmatrix (4 mod 32); dh[c]: k-major B (8 mod 32); Aqk [t][r], read as the
   // transposed A (element (r, t) at t * lda + r: 8 mod 32, as dhu_local reads it); do: k-major B (8 mod 32)
-  static constexpr int ldk = KD + 4, ldh = BV + 8, lda = kChunk + 8, ldd = BV + 8;
-  static constexpr size_t bytes = 4 * (size_t(kChunk) * ldk + size_t(KD) * ldh + size_t(kChunk) * (lda + ldd));
+  static constexpr int ldk = KH + 4, ldh = BV + 8, lda = kChunk + 8, ldd = BV + 8;
+  static constexpr size_t bytes = 4 * (size_t(kChunk) * ldk + size_t(KH) * ldh + size_t(kChunk) * (lda + ldd));
 };
 
 // Warp w: rows 16 (w % 4), columns [c0, c0 + BV/2) with c0 = (w / 4) BV/2. dvnew is gla's dv (P = I,
 // u = v, no beta), its only use: written in dv's dtype here (kernel hv neither reads dvnew nor
 // copies it out; the dvnew buffer is not used for gla).
-template <int KD, int BV, bool kSplit>
-__global__ void __launch_bounds__(kDvThreads) gla_dvnew_kernel(const BwdParams bp) {
-  using Sm = DvSmem<KD, BV>;
+template <int KD, int BV, bool kSplit, int KH = KD>
+__global__ void __launch_bounds__(kDvThreads, KH < KD ? 3 : 1) gla_dvnew_kernel(const BwdParams bp) {
+  using Sm = DvSmem<KD, BV, KH>;
   constexpr int NTW = BV / 16;
   extern __shared__ float4 smem_f4[];
   float* Ks = reinterpret_cast<float*>(smem_f4);
   float* Hs = Ks + kChunk * Sm::ldk;
-  float* As = Hs + KD * Sm::ldh;
+  float* As = Hs + KH * Sm::ldh;
   float* Ds = As + kChunk * Sm::lda;
   const ChunkParams& p = bp.c;
   const int nvt = p.V / BV, ci = blockIdx.x / nvt, j0 = (blockIdx.x % nvt) * BV, hv = blockIdx.y;
   const ChunkInfo ck = chunk_at(p, ci);
-  // dh[c] first: its address does not wait for the chunk's table entry (ck), which kg's does. (dh[c]
-  // stays float32 in memory: kernel hv's gate term 2^b_end rowsum(h dh) reads it unrounded, and with
-  // dh stored TF32-rounded dg's error against the oracle grew 2-4x: docs/BENCHMARKS.md, 24th session.)
-  copy_rows_async<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh, KD, bp.dh + (int64_t(ci) * p.HV + hv) * KD * p.V + j0, p.V);
-  copy_rows_async<kChunk, 4 * KD, kDvThreads>(Ks, Sm::ldk, ck.len, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD, p.HV * KD);
+  const int64_t t = (int64_t(ci) * p.HV + hv) * KD;  // dh[c]'s first key row
+  // keys [key0, key0 + KH) of kg and dh[c]: dh[c] first, its address does not wait for the chunk's
+  // table entry (ck), which kg's does. (dh[c] stays float32 in memory: kernel hv's gate term 2^b_end
+  // rowsum(h dh) reads it unrounded, and with dh stored TF32-rounded dg's error against the oracle grew
+  // 2-4x: docs/BENCHMARKS.md, 24th session.)
+  auto issue_keys = [&](int key0) {
+    copy_rows_async<KH, 4 * BV, kDvThreads>(Hs, Sm::ldh, KH, bp.dh + (t + key0) * p.V + j0, p.V);
+    copy_rows_async<kChunk, 4 * KH, kDvThreads>(Ks, Sm::ldk, ck.len, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD + key0,
+                                                p.HV * KD);
+  };
+  // after this thread's wait, before the barrier: its own dh rows corrected (the dh chain in halves:
+  // dh_local + D_c dh_mid, kept for hv) and TF32-rounded
+  auto ready_keys = [&](int key0) {
+    if (bp.dh_mid > 0 && ci < bp.dh_mid)
+      correct_own_rows<KH, BV, kDvThreads>(bp.dh_decay + t + key0, bp.dh_smid + (int64_t(hv) * KD + key0) * p.V + j0,
+                                           bp.dh + (t + key0) * p.V + j0, p.V, Hs, Sm::ldh);
+    if constexpr (!kSplit) round_own_rows_tf32<KH, 4 * BV, kDvThreads>(Hs, Sm::ldh);
+  };
+  issue_keys(0);
   copy_rows_async<kDvThreads>(As, Sm::lda, p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk, kChunk, ck.len, 0, kChunk);
   cp_async_commit();
   load_rows_any<BV>(Ds, Sm::ldd, bp.d_o, ck.t0, hv, ck.len, j0, BV);  // do [L, BV], zero past L, while the tiles arrive
   const int w = int(threadIdx.x >> 5), mw = 16 * (w % 4), c0 = (w / 4) * (BV / 2);
   cp_async_wait<0>();
-  if (bp.dh_mid > 0 && ci < bp.dh_mid) {  // the dh chain in halves: dh_local + D_c dh_mid, kept for hv
-    const int64_t t = (int64_t(ci) * p.HV + hv) * KD;
-    correct_own_rows<KD, BV, kDvThreads>(bp.dh_decay + t, bp.dh_smid + int64_t(hv) * KD * p.V + j0, bp.dh + t * p.V + j0,
-                                         p.V, Hs, Sm::ldh);
-  }
-  if constexpr (!kSplit) round_own_rows_tf32<KD, 4 * BV, kDvThreads>(Hs, Sm::ldh);
+  ready_keys(0);
   __syncthreads();
   float acc[NTW][4] = {};
-  transposed_product<true, kSplit>(As, Sm::lda, Ds, Sm::ldd, ck.len, mw, c0, acc);  // A_c = Aqk^T do
-  rows_times_tile<kSplit, false, KD>(Ks, Sm::ldk, Hs, Sm::ldh, mw, c0, acc);  // + kg dh[c] (kg is not stored rounded)
+  if constexpr (KH == KD) {
+    transposed_product<true, kSplit>(As, Sm::lda, Ds, Sm::ldd, ck.len, mw, c0, acc);  // A_c = Aqk^T do
+    rows_times_tile<kSplit, false, KD>(Ks, Sm::ldk, Hs, Sm::ldh, mw, c0, acc);  // + kg dh[c] (kg is not stored rounded)
+  } else {
+    rows_times_tile<kSplit, false, KH>(Ks, Sm::ldk, Hs, Sm::ldh, mw, c0, acc);  // kg dh[c], keys [0, KH)
+#pragma unroll 1
+    for (int key0 = KH; key0 < KD; key0 += KH) {
+      __syncthreads();  // Ks, Hs consumed
+      issue_keys(key0);
+      cp_async_commit();
+      if (key0 == KH) transposed_product<true, kSplit>(As, Sm::lda, Ds, Sm::ldd, ck.len, mw, c0, acc);  // + A_c meanwhile
+      cp_async_wait<0>();
+      ready_keys(key0);
+      __syncthreads();
+      rows_times_tile<kSplit, false, KH>(Ks, Sm::ldk, Hs, Sm::ldh, mw, c0, acc);
+    }
+  }
   store_acc_rows(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0, hv) + j0 + c0, bp.dv.st, ck.len, mw, acc);
+}
+
+bool dv_key_halves_on() {  // KCP_CUDA_GLA_DV_KEY_HALVES=1 (study, off by default)
+  static const bool on = [] {
+    const char* e = std::getenv("KCP_CUDA_GLA_DV_KEY_HALVES");
+    return e && std::string(e) == "1";
+  }();
+  return on;
 }
 
 // dh by the forward's chain walked backwards (chunk_state_gla.cu): qg for kg, do for v, dht for h0,
@@ -176,8 +215,14 @@ void launch_bwd_dhu_gla(const BwdParams& bp, cudaStream_t stream) {
     constexpr bool kS = decltype(split)::value;
     auto run = [&](auto bv) {
       constexpr int BV = decltype(bv)::value;
-      launch_kernel(gla_dvnew_kernel<KD, BV, kS>, dim3(p.NT * (p.V / BV), p.HV), dim3(kDvThreads), DvSmem<KD, BV>::bytes,
-                    stream, bp);
+      const dim3 grid(p.NT * (p.V / BV), p.HV);
+      if constexpr (KD > 64) {
+        if (dv_key_halves_on()) {
+          launch_kernel(gla_dvnew_kernel<KD, BV, kS, 64>, grid, dim3(kDvThreads), DvSmem<KD, BV, 64>::bytes, stream, bp);
+          return;
+        }
+      }
+      launch_kernel(gla_dvnew_kernel<KD, BV, kS>, grid, dim3(kDvThreads), DvSmem<KD, BV>::bytes, stream, bp);
     };
     if (p.V % 64 == 0) run(std::integral_constant<int, 64>{});
     else run(std::integral_constant<int, 32>{});
