@@ -154,7 +154,8 @@ __device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, cons
   __syncthreads();
   if constexpr (kKDA)
     if (has_h) hv_key_da<KD, S::NTW, S::KW>(bp, s, ks, ck, hv, d0, th);
-  if (has_h) hv_gate_partials<KD, kKDA, kDelta>(bp, s, ck, hv, th, vsum);
+  if constexpr (kDelta)  // gla: no dbeta partials (chunk_sum does not run for gla)
+    if (has_h) hv_gate_partials<KD, kKDA, kDelta>(bp, s, ck, hv, th, vsum);
 }
 
 // The slab loop of one item (hv_start done): slab j + 1's copies issued while slab j is computed.

@@ -164,15 +164,21 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
       const int r = acc_row(m0, e);
       float x1 = 0.0f, x2 = 0.0f, bk = 0.0f;
       if (r < L) {
-        const float gam = exp2_approx<kSplit>(gr[e]), ex = exp2_approx<kSplit>(ge[e] - gr[e]), xwn = -a.xw[nt][e], b = s.bet[r];
+        const float gam = exp2_approx<kSplit>(gr[e]), ex = exp2_approx<kSplit>(ge[e] - gr[e]);
         const float dq = gam * p.scale * a.doh[nt][e], dki = ex * a.vdh[nt][e];
-        dqk[e] = dq, dkk[e] = dki + b * gam * xwn;
-        bk = kv[e] * gam * xwn;
-        x1 = qv[e] * dq + b * bk, x2 = kv[e] * dki;
+        if constexpr (kDelta) {
+          const float xwn = -a.xw[nt][e], b = s.bet[r];
+          dqk[e] = dq, dkk[e] = dki + b * gam * xwn;
+          bk = kv[e] * gam * xwn;
+          x1 = qv[e] * dq + b * bk;
+        } else {  // gla: beta_e = 0 and no xw = -dXu h^T: no beta terms, no dbeta partials (nothing sums them)
+          dqk[e] = dq, dkk[e] = dki, x1 = qv[e] * dq;
+        }
+        x2 = kv[e] * dki;
       }
       if constexpr (kKDA) ks.s1[nt][e] = x1, ks.p2[nt][e] = x2;
       else rs[0][e >> 1] += x1, rs[1][e >> 1] += x2;
-      rs[2][e >> 1] += bk;
+      if constexpr (kDelta) rs[2][e >> 1] += bk;
     }
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // keys d, d + 1 of row r: one 8-byte store each
@@ -184,7 +190,7 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
       }
     }
   }
-  hv_row_sums<kKDA ? 2 : 0>(s, rs, th);
+  if constexpr (kDelta) hv_row_sums<kKDA ? 2 : 0>(s, rs, th);  // gla: no row sums (gdn, kda: x1, x2 or bk)
   if constexpr (kKDA) hv_key_scans<S::NTW, S::KW>(s, ks, th);
   if (th.t < S::KW)  // dB_all (gdn: the end gate from the staged gates, no global load)
     s.hdh[th.t] *= exp2f(kKDA ? p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d0 + th.t] : s.gsc[L - 1]);
