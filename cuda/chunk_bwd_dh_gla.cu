@@ -24,9 +24,6 @@
 // scan 101 us, dvnew 111 us).
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, end to end, the
 // transitions).
-#include <cstdlib>
-#include <string>
-
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
 #include "cuda/chunk_state_gla.cuh"
@@ -95,10 +92,11 @@ __global__ void __launch_bounds__(kScanThreads) gla_dh_scan_kernel(const BwdPara
 
 constexpr int kDvThreads = 256;
 
-// KH: keys per stage. KH = KD: one stage, every tile loaded at once (107.5 KB for K = 128, BV = 64:
-// 2 blocks per multiprocessor). KH = 64 < KD (KCP_CUDA_GLA_DV_KEY_HALVES=1, a study): kg and dh[c] in
-// key halves through the same tiles (71 KB: 3 blocks per multiprocessor), the second half's copies in
-// flight during A_c = Aqk^T do; the sum's order differs (kg dh of keys 0..63, then A_c, then the rest).
+// KH: keys per stage. KH = KD (K <= 64): one stage, every tile loaded at once. K = 128 runs KH = 64:
+// kg and dh[c] in key halves through the same tiles (71 KB: 3 blocks per multiprocessor, where one
+// stage of 128 keys took 107.5 KB and 2), the second half's copies in flight during A_c = Aqk^T do;
+// the sum's order: kg dh of keys 0..63, then A_c, then the rest. H200, T = 32768: the dhu stage
+// 1.05 -> 0.99 ms (docs/BENCHMARKS.md, twenty-ninth session).
 template <int KD, int BV, int KH = KD>
 struct DvSmem {
   // kg: row-major A by ldmatrix (4 mod 32); dh[c]: k-major B (8 mod 32); Aqk [t][r], read as the
@@ -169,14 +167,6 @@ __global__ void __launch_bounds__(kDvThreads, KH < KD ? 3 : 1) gla_dvnew_kernel(
   store_acc_rows(bp.dv.p, bp.dv.dt, row_off(bp.dv, ck.t0, hv) + j0 + c0, bp.dv.st, ck.len, mw, acc);
 }
 
-bool dv_key_halves_on() {  // KCP_CUDA_GLA_DV_KEY_HALVES=1 (study, off by default)
-  static const bool on = [] {
-    const char* e = std::getenv("KCP_CUDA_GLA_DV_KEY_HALVES");
-    return e && std::string(e) == "1";
-  }();
-  return on;
-}
-
 // dh by the forward's chain walked backwards (chunk_state_gla.cu): qg for kg, do for v, dht for h0,
 // dh0 for the final state.
 void launch_dh_chain(const BwdParams& bp, cudaStream_t stream) {
@@ -216,13 +206,8 @@ void launch_bwd_dhu_gla(const BwdParams& bp, cudaStream_t stream) {
     auto run = [&](auto bv) {
       constexpr int BV = decltype(bv)::value;
       const dim3 grid(p.NT * (p.V / BV), p.HV);
-      if constexpr (KD > 64) {
-        if (dv_key_halves_on()) {
-          launch_kernel(gla_dvnew_kernel<KD, BV, kS, 64>, grid, dim3(kDvThreads), DvSmem<KD, BV, 64>::bytes, stream, bp);
-          return;
-        }
-      }
-      launch_kernel(gla_dvnew_kernel<KD, BV, kS>, grid, dim3(kDvThreads), DvSmem<KD, BV>::bytes, stream, bp);
+      constexpr int KH = KD > 64 ? 64 : KD;
+      launch_kernel(gla_dvnew_kernel<KD, BV, kS, KH>, grid, dim3(kDvThreads), DvSmem<KD, BV, KH>::bytes, stream, bp);
     };
     if (p.V % 64 == 0) run(std::integral_constant<int, 64>{});
     else run(std::integral_constant<int, 32>{});
