@@ -1,12 +1,43 @@
 #!/usr/bin/env bash
-# Forward+backward of cuda-chunkwise and of FLA in the same call on the GPU machine, one table with
-# the ratio (issue 11's speed targets): kcp bench --backward 1, then scripts/bench_fla_backward.py.
-#   scripts/bench_backward.sh KCP_BINARY     (logs to $OUT or .; FLA from FLA_PATH or /work/main/.fla carried)
+# cuda-chunkwise against FLA in the same call on the GPU machine (issues 11, 12 and 16's speed bars):
+# for each shape of FLA_SHAPES (variant:T:H; K = V = 128, bf16 inputs as scripts/bench_fla_backward.py
+# makes them), kcp's forward and forward+backward (--keep 1: the kept forward, as docs/BENCHMARKS.md's
+# bars table times it), then FLA's same two, one table each with the ratio FLA / kcp.
+# Order, so that nothing else runs on the GPU while anything is timed: FLA's untimed warm-up (Triton's
+# compile and autotuning, shortened by a carried .fla-autotune.tgz: scripts/gpu_fla_timing.sh), kcp's
+# runs (REPS rows per shape, each the median of 20 forwards / 10 forward+backwards), FLA's timed runs
+# (the ratio takes kcp's last row of the shape). Summary in $OUT/summary.txt, logs in $OUT/logs/.
+#   FLA_SHAPES="gla:8192:16,gla:32768:16" [REPS=2] scripts/bench_backward.sh KCP_BINARY
+# (carry .fla, and .fla-autotune.tgz if a former call returned one; KCP_BINARY as scripts/gpu_pack.sh
+# packs it: LD_LIBRARY_PATH is set for .gpu/lib). About 2-7 minutes, most of it FLA's warm-up.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-KCP=${1:-build-gpu/kcp}
-LOG=${OUT:-.}
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
-"$KCP" bench --backward 1 --variant gdn --T 8192,32768 --H 16 --repeat 20 | tee "$LOG/kcp_bwd.txt"
-"$KCP" bench --backward 1 --variant kda --T 8192 --H 16 --repeat 20 | tee -a "$LOG/kcp_bwd.txt"
-python3 scripts/bench_fla_backward.py --kcp "$LOG/kcp_bwd.txt" | tee "$LOG/fla_bwd.txt"
+KCP=${1:-.gpu/kcp}
+OUT=${OUT:-gpu-logs}; mkdir -p "$OUT"
+S=$OUT/summary.txt; L=$OUT/logs; mkdir -p $L
+export FLA_SHAPES=${FLA_SHAPES:-gdn:8192:16,gdn:32768:16,kda:8192:16}
+export LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}
+t0=$(date +%s)
+{ date; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git log --oneline -1 2>/dev/null; } >> $S
+. scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_autotune_out
+fla_warm_up
+echo "fla warm-up $(( $(date +%s) - t0 )) s" >> $S
+: > $L/kcp_fwd.txt; : > $L/kcp_bwd.txt
+for rep in $(seq 1 ${REPS:-2}); do
+  for s in ${FLA_SHAPES//,/ }; do
+    IFS=: read -r v T H <<< "$s"
+    A=(bench --backend cuda-chunkwise --variant $v --H $H --T $T --check 0)
+    timeout 120 $KCP "${A[@]}" --backward 0 --warmup 3 --repeat 20 > $L/k.log 2>&1
+    grep -E "^\| $v \| $T " $L/k.log | head -1 | tee -a $L/kcp_fwd.txt | sed 's/^/kcp fwd: /' >> $S
+    timeout 120 $KCP "${A[@]}" --backward 1 --keep 1 --warmup 2 --repeat 10 > $L/k.log 2>&1
+    grep -E "^\| $v \| $T " $L/k.log | head -1 | tee -a $L/kcp_bwd.txt | sed 's/^/kcp fwd+bwd: /' >> $S
+  done
+done
+fla 150 fla_fwd.log --forward --kcp $L/kcp_fwd.txt; grep -E "^\| (gdn|kda|gla) " $L/fla_fwd.log | sed 's/^/FLA fwd: /' >> $S
+if [ -e $L/fla_warm.ok ]; then
+  fla 200 fla_bwd.log --kcp $L/kcp_bwd.txt; grep -E "^\| (gdn|kda|gla) " $L/fla_bwd.log | sed 's/^/FLA fwd+bwd: /' >> $S
+  fla_autotune_out
+else
+  echo "FLA fwd+bwd: not timed (the warm-up did not finish)" >> $S
+fi
+echo "done $(( $(date +%s) - t0 )) s (columns of the FLA rows: FLA ms, FLA peak MiB, kcp ms, kcp MiB held, FLA / kcp)" >> $S
