@@ -18,7 +18,7 @@ S=$OUT/summary.txt; L=$OUT/logs; mkdir -p $L
 export FLA_SHAPES=${FLA_SHAPES:-gdn:8192:16,gdn:32768:16,kda:8192:16}
 export LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}
 t0=$(date +%s)
-{ date; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git log --oneline -1 2>/dev/null; } >> $S
+{ date; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >> $S  # (the device copy's git metadata may be stale: name the binary's commit in the notes)
 . scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_autotune_out
 fla_warm_up
 echo "fla warm-up $(( $(date +%s) - t0 )) s" >> $S
