@@ -5,9 +5,11 @@
 # bars table times it), then FLA's same two, one table each with the ratio FLA / kcp.
 # Order, so that nothing else runs on the GPU while anything is timed: FLA's untimed warm-up (Triton's
 # compile and autotuning, shortened by a carried .fla-autotune.tgz: scripts/gpu_fla_timing.sh), kcp's
-# runs (REPS rows per shape, each the median of 20 forwards / 10 forward+backwards), FLA's timed runs
-# (the ratio takes kcp's last row of the shape). Summary in $OUT/summary.txt, logs in $OUT/logs/.
-#   FLA_SHAPES="gla:8192:16,gla:32768:16" [REPS=2] scripts/bench_backward.sh KCP_BINARY
+# runs (one row per shape, each the median of 20 forwards / 10 forward+backwards), FLA's timed runs,
+# kcp's runs again: the FLA rows' ratio is against kcp's rows before them, the "after" lines against
+# those after (a GPU that warms under the load shows as a difference). Summary in $OUT/summary.txt,
+# logs in $OUT/logs/.
+#   FLA_SHAPES="gla:8192:16,gla:32768:16" scripts/bench_backward.sh KCP_BINARY
 # (carry .fla, and .fla-autotune.tgz if a former call returned one; KCP_BINARY as scripts/gpu_pack.sh
 # packs it: LD_LIBRARY_PATH is set for .gpu/lib). About 2-7 minutes, most of it FLA's warm-up.
 set -uo pipefail
@@ -22,22 +24,36 @@ t0=$(date +%s)
 . scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_autotune_out
 fla_warm_up
 echo "fla warm-up $(( $(date +%s) - t0 )) s" >> $S
-: > $L/kcp_fwd.txt; : > $L/kcp_bwd.txt
-for rep in $(seq 1 ${REPS:-2}); do
+# kcp_rows REP: kcp's forward and forward+backward of every shape, rows into kcp_{fwd,bwd}_REP.txt.
+kcp_rows() {
+  local v T H
+  : > $L/kcp_fwd_$1.txt; : > $L/kcp_bwd_$1.txt
   for s in ${FLA_SHAPES//,/ }; do
     IFS=: read -r v T H <<< "$s"
     A=(bench --backend cuda-chunkwise --variant $v --H $H --T $T --check 0)
     timeout 120 $KCP "${A[@]}" --backward 0 --warmup 3 --repeat 20 > $L/k.log 2>&1
-    grep -E "^\| $v \| $T " $L/k.log | head -1 | tee -a $L/kcp_fwd.txt | sed 's/^/kcp fwd: /' >> $S
+    grep -E "^\| $v \| $T " $L/k.log | head -1 | tee -a $L/kcp_fwd_$1.txt | sed "s/^/kcp fwd ($1): /" >> $S
     timeout 120 $KCP "${A[@]}" --backward 1 --keep 1 --warmup 2 --repeat 10 > $L/k.log 2>&1
-    grep -E "^\| $v \| $T " $L/k.log | head -1 | tee -a $L/kcp_bwd.txt | sed 's/^/kcp fwd+bwd: /' >> $S
+    grep -E "^\| $v \| $T " $L/k.log | head -1 | tee -a $L/kcp_bwd_$1.txt | sed "s/^/kcp fwd+bwd ($1): /" >> $S
   done
-done
-fla 150 fla_fwd.log --forward --kcp $L/kcp_fwd.txt; grep -E "^\| (gdn|kda|gla) " $L/fla_fwd.log | sed 's/^/FLA fwd: /' >> $S
+}
+# ratio_after WHAT FLA_LOG KCP_ROWS: FLA's median over kcp's in the rows taken after FLA's runs.
+ratio_after() {
+  awk -F'|' -v what="$1" 'NR == FNR { if ($2 ~ /[a-z]/) k[$2 $3 $4] = $5; next }
+    $2 ~ /[a-z]/ && (($2 $3 $4) in k) { printf "FLA %s / kcp after:%s|%s|%s: %.3f / %.3f = %.2fx\n", what, $2, $3, $4, $5, k[$2 $3 $4], $5 / k[$2 $3 $4] }' \
+    "$3" "$2" >> $S
+}
+# kcp before and after FLA's timed runs, so that a GPU warming under the load shows as a difference
+# between the two (the FLA rows' ratio is against the rows before, the "after" lines against those after)
+kcp_rows before
+fla 150 fla_fwd.log --forward --kcp $L/kcp_fwd_before.txt; grep -E "^\| (gdn|kda|gla) " $L/fla_fwd.log | sed 's/^/FLA fwd: /' >> $S
 if [ -e $L/fla_warm.ok ]; then
-  fla 200 fla_bwd.log --kcp $L/kcp_bwd.txt; grep -E "^\| (gdn|kda|gla) " $L/fla_bwd.log | sed 's/^/FLA fwd+bwd: /' >> $S
+  fla 200 fla_bwd.log --kcp $L/kcp_bwd_before.txt; grep -E "^\| (gdn|kda|gla) " $L/fla_bwd.log | sed 's/^/FLA fwd+bwd: /' >> $S
   fla_autotune_out
 else
   echo "FLA fwd+bwd: not timed (the warm-up did not finish)" >> $S
 fi
+kcp_rows after
+ratio_after fwd $L/fla_fwd.log $L/kcp_fwd_after.txt
+[ -e $L/fla_bwd.log ] && ratio_after fwd+bwd $L/fla_bwd.log $L/kcp_bwd_after.txt
 echo "done $(( $(date +%s) - t0 )) s (columns of the FLA rows: FLA ms, FLA peak MiB, kcp ms, kcp MiB held, FLA / kcp)" >> $S
