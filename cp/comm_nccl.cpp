@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "cp/comm_device.h"
+#include "cp/comm_host_controlled.h"
 #include "cp/comm_mpi.h"
 #include "cp/watchdog.h"
 
@@ -100,9 +101,9 @@ ncclDataType_t nccl_type(DType t) {
 std::mutex g_live_mutex;
 std::vector<ncclComm_t> g_live;
 
-class NcclComm final : public Comm {
+class NcclComm final : public HostControlledComm<NcclComm> {
  public:
-  NcclComm(Comm& host, Queue& q) : host_(host), q_(q), stream_(static_cast<cudaStream_t>(q.native_stream())) {
+  NcclComm(Comm& host, Queue& q) : HostControlledComm(host, q), stream_(static_cast<cudaStream_t>(q.native_stream())) {
     KCP_CHECK(q.device() == Device::cuda, "nccl comm: the backend's queue must be a CUDA device, got ", q.describe());
     ncclUniqueId id{};
     if (host.rank() == 0) nccl_check(nccl().ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -129,10 +130,7 @@ class NcclComm final : public Comm {
     nccl().ncclCommDestroy(comm_);  // destructor: nothing to report to
   }
   std::string_view name() const override { return "nccl"; }
-  int rank() const override { return host_.rank(); }
-  int size() const override { return host_.size(); }
   Device device() const override { return Device::cuda; }
-  Comm& control() override { return host_; }
 
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
     nccl_check(nccl().ncclAllGather(send, recv, size_t(count), nccl_type(dtype), comm_, stream_), "ncclAllGather");
@@ -159,20 +157,6 @@ class NcclComm final : public Comm {
     nccl_check(nccl().ncclGroupEnd(), "ncclGroupEnd");
     wait("ncclSend/ncclRecv");
   }
-  void barrier() override {
-    q_.synchronize();
-    host_.barrier();
-  }
-  [[noreturn]] void abort(int code, std::string_view message) override {
-    host_.abort(code, message);
-    std::_Exit(code);  // not reached: keeps [[noreturn]] honest through the virtual call
-  }
-  std::unique_ptr<Comm> split(int color) override {
-    auto sub = host_.split(color);
-    auto c = std::make_unique<NcclComm>(*sub, q_);
-    c->owned_host_ = std::move(sub);
-    return c;
-  }
 
  private:
   // Waits for the stream (where the collective runs) under the watchdog; polls so a stopped peer
@@ -191,9 +175,6 @@ class NcclComm final : public Comm {
     }
   }
 
-  std::unique_ptr<Comm> owned_host_;
-  Comm& host_;
-  Queue& q_;
   cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
 };

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "cp/comm_device.h"
+#include "cp/comm_host_controlled.h"
 #include "cp/comm_mpi.h"
 
 namespace kcp::cp {
@@ -37,14 +38,11 @@ class Staging {
   size_t bytes_ = 0;
 };
 
-class StagedComm final : public Comm {
+class StagedComm final : public HostControlledComm<StagedComm> {
  public:
-  StagedComm(Comm& host, Queue& q) : host_(host), q_(q), a_(q), b_(q) {}
+  StagedComm(Comm& host, Queue& q) : HostControlledComm(host, q), a_(q), b_(q) {}
   std::string_view name() const override { return "mpi-staged"; }
-  int rank() const override { return host_.rank(); }
-  int size() const override { return host_.size(); }
   Device device() const override { return q_.device(); }
-  Comm& control() override { return host_; }
 
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
     const size_t n = bytes(count, dtype);
@@ -80,20 +78,6 @@ class StagedComm final : public Comm {
     q_.copy(recv, hr, n, CopyKind::host_to_device);
     q_.synchronize();
   }
-  void barrier() override {
-    q_.synchronize();
-    host_.barrier();
-  }
-  [[noreturn]] void abort(int code, std::string_view message) override {
-    host_.abort(code, message);
-    std::_Exit(code);  // not reached: keeps [[noreturn]] honest through the virtual call
-  }
-  std::unique_ptr<Comm> split(int color) override {
-    auto sub = host_.split(color);
-    auto staged = std::make_unique<StagedComm>(*sub, q_);
-    staged->owned_host_ = std::move(sub);
-    return staged;
-  }
 
  private:
   static size_t bytes(int64_t count, DType dt) {
@@ -106,9 +90,6 @@ class StagedComm final : public Comm {
     q_.synchronize();
     return h;
   }
-  std::unique_ptr<Comm> owned_host_;  // set for communicators made by split()
-  Comm& host_;
-  Queue& q_;
   Staging a_, b_;
 };
 

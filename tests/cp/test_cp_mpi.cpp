@@ -103,6 +103,29 @@ TEST_CASE("mpi comm: all_gather, all_reduce, send_recv ring and split") {
   w.barrier();
 }
 
+// The staged communicator's host-controlled part (cp/comm_host_controlled.h, shared with the NCCL
+// one): rank, size and control() are the host communicator's; a split is a staged communicator over
+// the host's split (reducing over its own ranks alone) that owns that split; barriers pass.
+TEST_CASE("staged comm: rank, size, control and split forward to the host communicator") {
+  cp::Comm& w = test::world();
+  const int r = w.rank(), P = w.size();
+  const std::unique_ptr<cp::Comm> staged = cp::make_staged_comm(w, host_queue());
+  CHECK(staged->rank() == r);
+  CHECK(staged->size() == P);
+  CHECK(&staged->control() == &w);
+  const std::unique_ptr<cp::Comm> half = staged->split(r % 2);
+  CHECK(half->name() == staged->name());
+  CHECK(half->size() == (P + 1 - r % 2) / 2);
+  CHECK(half->rank() == r / 2);
+  CHECK(&half->control() != &w);
+  double x = 1.0 + r, want = 0;
+  for (int j = r % 2; j < P; j += 2) want += 1.0 + j;
+  cp::all_reduce_sum(*half, &x, 1);
+  CHECK(x == want);
+  half->barrier();
+  staged->barrier();
+}
+
 // Both merges through a communicator: plain MPI, and MPI staged through the queue's host buffers
 // (cp/comm_device.h; on the host queue, so the staging logic runs in CI without a GPU).
 TEST_CASE("log-depth scan equals the linear fold, forward and backward, with resets and identities") {
