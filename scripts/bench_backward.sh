@@ -21,7 +21,7 @@ export FLA_SHAPES=${FLA_SHAPES:-gdn:8192:16,gdn:32768:16,kda:8192:16}
 export LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}
 t0=$(date +%s)
 { date; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; } >> $S  # (the device copy's git metadata may be stale: name the binary's commit in the notes)
-. scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_autotune_out
+. scripts/gpu_fla_timing.sh  # fla_warm_up, fla_tables
 fla_warm_up
 echo "fla warm-up $(( $(date +%s) - t0 )) s" >> $S
 # kcp_rows REP: kcp's forward and forward+backward of every shape, rows into kcp_{fwd,bwd}_REP.txt.
@@ -46,13 +46,7 @@ ratio_after() {
 # kcp before and after FLA's timed runs, so that a GPU warming under the load shows as a difference
 # between the two (the FLA rows' ratio is against the rows before, the "after" lines against those after)
 kcp_rows before
-fla 150 fla_fwd.log --forward --kcp $L/kcp_fwd_before.txt; grep -E "^\| (gdn|kda|gla) " $L/fla_fwd.log | sed 's/^/FLA fwd: /' >> $S
-if [ -e $L/fla_warm.ok ]; then
-  fla 200 fla_bwd.log --kcp $L/kcp_bwd_before.txt; grep -E "^\| (gdn|kda|gla) " $L/fla_bwd.log | sed 's/^/FLA fwd+bwd: /' >> $S
-  fla_autotune_out
-else
-  echo "FLA fwd+bwd: not timed (the warm-up did not finish)" >> $S
-fi
+fla_tables $L/kcp_fwd_before.txt $L/kcp_bwd_before.txt
 kcp_rows after
 ratio_after fwd $L/fla_fwd.log $L/kcp_fwd_after.txt
 [ -e $L/fla_bwd.log ] && ratio_after fwd+bwd $L/fla_bwd.log $L/kcp_bwd_after.txt

@@ -24,14 +24,19 @@ fla_warm_up() {
   [ -z "${FLA_SHAPES:-}" ] && return 0
   fla 300 fla_warm.log --repeat 2 --warmup 1 && touch $L/fla_warm.ok
 }
-# The timed forward and forward+backward, their table lines into the summary. Without a finished
-# warm-up the forward+backward would compile again inside its own limit (on 2026-11-29 that ran the
-# call past the device tool's 600 s): it is left out, and the summary says so.
+# The timed forward and forward+backward, their table lines into the summary; with files of kcp's
+# `kcp bench` rows ($1 forward, $2 forward+backward: scripts/bench_backward.sh) the tables carry kcp's
+# medians and the ratio FLA / kcp. Without a finished warm-up the forward+backward would compile again
+# inside its own limit (on 2026-11-29 that ran the call past the device tool's 600 s): it is left out,
+# and the summary says so.
 fla_tables() {
   [ -n "${FLA_SHAPES:-}" ] || return 0
-  fla 150 fla_fwd.log --forward; grep -E "^\| (gdn|kda|gla) " $L/fla_fwd.log | sed 's/^/FLA fwd: /' >> $S
+  local kf=() kb=()
+  [ -n "${1:-}" ] && kf=(--kcp "$1")
+  [ -n "${2:-}" ] && kb=(--kcp "$2")
+  fla 150 fla_fwd.log --forward "${kf[@]}"; grep -E "^\| (gdn|kda|gla) " $L/fla_fwd.log | sed 's/^/FLA fwd: /' >> $S
   if [ ! -e $L/fla_warm.ok ]; then echo "FLA fwd+bwd: not timed (the warm-up did not finish)" >> $S; return 0; fi
-  fla 200 fla_bwd.log; grep -E "^\| (gdn|kda|gla) " $L/fla_bwd.log | sed 's/^/FLA fwd+bwd: /' >> $S
+  fla 200 fla_bwd.log "${kb[@]}"; grep -E "^\| (gdn|kda|gla) " $L/fla_bwd.log | sed 's/^/FLA fwd+bwd: /' >> $S
   fla_autotune_out
 }
 # The warm-up's autotuning timings into $OUT (see the top of this file).
