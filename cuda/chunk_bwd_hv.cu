@@ -146,7 +146,7 @@ __device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, cons
   KeyScans<S::NTW> ks;  // kda, gla
   if (has_h) {
     hv_epilogue<KD, kKDA, kDelta, kSplit>(bp, s, a, ck, hv, d0, th, ks);
-  } else if (th.t < L) {  // no key rows (K <= 64, half 1): zero partials
+  } else if (kDelta && th.t < L) {  // no key rows (K <= 64, half 1): zero partials (gla has none: chunk_sum skips it)
     float* pt = bp.part + (int64_t(ck.t0 + th.t) * p.HV + hv) * kPartSlots;
     pt[kPartDbetaHv + th.z] = 0.0f;
     if constexpr (!kKDA) pt[kPartDaHv + th.z] = 0.0f;
