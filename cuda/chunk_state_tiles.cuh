@@ -64,7 +64,8 @@ struct StateSmem {
 // 16-byte copies of 64 rows x kBytes by the block's threads (tile_mma.cuh copy_rows_async); a full
 // chunk (every chunk of a sequence but its last) takes the form without the row test and the
 // zero-fill address select (ncu, kda T = 32768: the two copy groups were 38% of the chain's warp
-// instructions, ~8.7 per 16-byte copy, with 13% of its stall samples on long scoreboard there).
+// instructions, ~8.7 per 16-byte copy, with 13% of its stall samples on long scoreboard there;
+// halved by this form, the chain's time did not move: its step is latency-bound, BENCHMARKS.md, 31st).
 template <int kBytes, class T>
 __device__ __forceinline__ void copy_rows(T* dst, int ld, int L, const T* src, int stride) {
   if (L == kChunk) copy_rows_async<kChunk, kBytes, kThreads, true>(dst, ld, L, src, stride);
