@@ -109,6 +109,10 @@ struct ChunkParams {
   float* w = nullptr;
   float* u = nullptr;
   float* kg = nullptr;
+  // kda's plain forward with the transposed chain (chunk_state_kda.cu): kg per chunk transposed,
+  // [NT,HV,K,64] (columns >= L zero), which the WY stage writes instead of kg.
+  float* kg_t = nullptr;
+  float* kg_decay = nullptr;  // with kg_t: 2^(b_end) per chunk and key, [NT,HV,K] (kda_decay_pos order)
   float* qg = nullptr;
 };
 

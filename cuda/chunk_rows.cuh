@@ -30,19 +30,12 @@ __device__ __forceinline__ void load_chunk_row_scalars(const ChunkParams& p, con
 }
 
 // One element (channel gate b, the chunk's last gate b_end) of kg = k rk 2^(b_end - b) and
-// qg = q rq 2^b, TF32-rounded unless products are split (S; exp2_approx); store_gated_kq writes them at row r's
-// offset `out` in [TT,HV,K].
+// qg = q rq 2^b, TF32-rounded unless products are split (S; exp2_approx).
 template <bool S>
 __device__ __forceinline__ float gated_q(float q, float rq, float b) { return operand_store<S>(q * rq * exp2_approx<S>(b)); }
 template <bool S>
 __device__ __forceinline__ float2 gated_kq(float k, float q, float rk, float rq, float b, float b_end) {
   return make_float2(operand_store<S>(k * rk * exp2_approx<S>(b_end - b)), gated_q<S>(q, rq, b));
-}
-template <bool S>
-__device__ __forceinline__ void store_gated_kq(const ChunkParams& p, int64_t out, float k, float q, float rk, float rq,
-                                               float b, float b_end) {
-  const float2 x = gated_kq<S>(k, q, rk, rq, b, b_end);
-  p.kg[out] = x.x, p.qg[out] = x.y;
 }
 
 }  // namespace kcp::cuda

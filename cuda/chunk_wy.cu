@@ -3,6 +3,7 @@
 //   w = P @ (beta * k * Gamma)    [L,K]   Gamma_s = 2^(b_s) (gdn: scalar per row, kda: per channel)
 //   u = P @ (beta * v)            [L,V]
 //   kda only, on the w slabs:  kg_r = k_r * 2^(b_end - b_r),  qg_r = q_r * 2^(b_r)   [L,K]
+//         (kg transposed per chunk into ChunkParams::kg_t instead, where set: the transposed chain's)
 //   gla (ChunkParams::gla): not run. w = 0 and u = v are never formed (the state kernel reads v),
 //   and kg, qg are written by the kkt stage, which has the k, q and gate tiles loaded already.
 // k and q carry the fused L2 norm (rstd per row). Unlike FLA, w, u, kg, qg stay float32 (FLA stores
@@ -16,6 +17,7 @@
 // (chunk_state_fold.cu). Covered by tests/cuda/test_cuda_stages.cpp ("wy").
 #include "cuda/chunk_wy.cuh"
 #include "cuda/chunk_rows.cuh"
+#include "cuda/chunk_state_kda.cuh"
 
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
@@ -102,19 +104,44 @@ __device__ void build_rhs(const ChunkParams& p, const ChunkInfo& ck, int hv, con
   const float b_end = per_elem ? s.be[d] : 0.0f;
 #pragma unroll 4
   for (int r = int(threadIdx.x) / kSlab; r < kChunk; r += kThreads / kSlab) {
-    float y = 0.0f;
+    float y = 0.0f, kg = 0.0f;
     if (r < L) {
       const float x = to_float(s.Xr[r * ldx + d]);
       float f = s.fr[r];
       if (per_elem) {
         const float b = s.F[r * kLdF + d];
-        store_gated_kq<S>(p, (int64_t(ck.t0 + r) * p.HV + hv) * p.K + sl.c0 + d, x, to_float(s.Qr[r * ldx + d]), s.rk[r],
-                          s.rq[r], b, b_end);
+        const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * p.K + sl.c0 + d;
+        const float2 g = gated_kq<S>(x, to_float(s.Qr[r * ldx + d]), s.rk[r], s.rq[r], b, b_end);
+        kg = g.x, p.qg[o] = g.y;
+        if (!p.kg_t) p.kg[o] = g.x;
         f = s.bet[r] * s.rk[r] * exp2_approx<S>(b);
       }
       y = operand_store<S>(x * f);
     }
+    if constexpr (sizeof(Tin) == 2)  // kg's bits over this thread's own (r, d) of Xr, Qr: read just above
+      if (per_elem && p.kg_t) {      // by this thread only (0 past L); store_kg_t reads them
+        reinterpret_cast<uint16_t*>(s.Xr)[r * ldx + d] = uint16_t(__float_as_uint(kg) >> 16);
+        reinterpret_cast<uint16_t*>(s.Qr)[r * ldx + d] = uint16_t(__float_as_uint(kg));
+      }
     s.F[r * kLdF + d] = y;
+  }
+}
+
+// kg^T of the slab's channels (bits left in Xr, Qr by build_rhs) into kg_t [NT,HV,K,64], 64 contiguous
+// floats per channel (a warp per channel: whole 128-byte lines), and 2^(b_end) of each channel into
+// kg_decay at the transposed chain's position (chunk_state_kda.cuh kda_decay_pos).
+template <class Tin, bool kKDA>
+__device__ void store_kg_t(const ChunkParams& p, int ci, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
+  constexpr int ldx = WySmem<Tin, kKDA>::ldx;
+  const int lane = int(threadIdx.x & 31);
+  float* out = p.kg_t + ((int64_t(ci) * p.HV + hv) * p.K + sl.c0) * kChunk;
+  const uint16_t* hi = reinterpret_cast<const uint16_t*>(s.Xr);
+  const uint16_t* lo = reinterpret_cast<const uint16_t*>(s.Qr);
+  for (int d = int(threadIdx.x >> 5); d < sl.W; d += kThreads / 32) {
+#pragma unroll
+    for (int r = lane; r < kChunk; r += 32)
+      out[d * kChunk + r] = __uint_as_float(uint32_t(hi[r * ldx + d]) << 16 | lo[r * ldx + d]);
+    if (lane == 0) p.kg_decay[(int64_t(ci) * p.HV + hv) * p.K + kda_decay_pos(sl.c0 + d, p.K)] = exp2f(s.be[d]);
   }
 }
 
@@ -131,6 +158,8 @@ __global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p)
   __syncthreads();
   build_rhs<S>(p, ck, hv, sl, s);
   __syncthreads();
+  if constexpr (kKDA && sizeof(Tin) == 2)
+    if (sl.is_w && p.kg_t) store_kg_t(p, ci, hv, sl, s);
   float acc[kSlab / 8][4] = {};
 #pragma unroll 2
   for (int k0 = 0; k0 < ck.len; k0 += 8) {

@@ -4,9 +4,11 @@
 // Workspace per call, float32: gcum TT*HV*Kg, beta TT*HV, rstd 2*TT*H (l2norm), P and Aqk
 // 2*NT*HV*64*64 (gla: Aqk only), kda's gram G NT*HV*64*64 (kkt writes it for the backward's WY
 // kernel; not in a forward without keep), w TT*HV*K and u TT*HV*V (not for the folded gdn forward with 16-bit
-// inputs, nor gla), kg and qg 2*TT*HV*K (kda, gla), h NT*HV*K*V (gla's output reads it; the stage
-// tests) and vnew TT*HV*V (the stage tests).
-// Covered by tests/cuda/test_cuda_forward.cpp, test_cuda_stages.cpp, test_cuda_transition.cpp.
+// inputs, nor gla), kg and qg 2*TT*HV*K (kda, gla; kda's plain forward with 16-bit inputs: kg^T
+// NT*HV*K*64 and 2^(b_end) NT*HV*K instead of kg, for the transposed chain), h NT*HV*K*V (gla's output
+// reads it; the stage tests) and vnew TT*HV*V (the stage tests).
+// Covered by tests/cuda/test_cuda_forward.cpp, test_cuda_stages.cpp, test_cuda_transition.cpp,
+// test_cuda_kda_chain.cpp.
 #include "cuda/chunkwise.h"
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include "cuda/chunk_state.cuh"
 #include "cuda/chunk_state_fold.cuh"
 #include "cuda/chunk_state_gla.cuh"
+#include "cuda/chunk_state_kda.cuh"
 #include "cuda/chunk_wy.cuh"
 #include "core/transition.h"
 #include "cuda/cuda_check.cuh"
@@ -32,7 +35,7 @@
 namespace kcp::cuda {
 
 Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count,
-                                             bool stages) {
+                                             bool stages, bool kgt) {
   KCP_CHECK(p.chunk_size == kChunk && key_dim_supported(p.K) && p.V % kValueTile == 0,
             "cuda-chunkwise: unsupported problem ", p.describe(), " (see supports())");
   Setup st;
@@ -64,7 +67,8 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   c.lower_bound = p.flags.lower_bound ? float(*p.flags.lower_bound) : 0.0f;
   c.sms = sms_assumed > 0 ? sms_assumed : sms;
   build_table(p, seq_first, seq_count);
-  size_workspace(p, stages, stages || seq_count >= 0 || !state_fold_applies(c, st.dtype));
+  kgt = kgt && kda_chain_shape(c, st.dtype);
+  size_workspace(p, stages, stages || seq_count >= 0 || !state_fold_applies(c, st.dtype), kgt);
   c.N = N, c.NT = NT;
   c.chunks = static_cast<const ChunkInfo*>(d_table);
   c.seq_chunk0 = reinterpret_cast<const int*>(static_cast<const char*>(d_table) + sizeof(ChunkInfo) * NT);
@@ -72,6 +76,7 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   auto f = [](const TensorView& t) { return static_cast<float*>(t.data); };
   c.gcum = f(buf.gcum), c.beta_e = f(buf.beta), c.rstd_q = f(buf.rstd_q), c.rstd_k = f(buf.rstd_k);
   c.P = f(buf.P), c.Aqk = f(buf.Aqk), c.Gk = f(buf.Gk), c.w = f(buf.w), c.u = f(buf.u), c.kg = f(buf.kg), c.qg = f(buf.qg);
+  c.kg_t = f(buf.kgt), c.kg_decay = f(buf.kg_decay);
   return st;
 }
 
@@ -98,9 +103,13 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   check_outputs(p, out);
   DeviceGuard guard(impl_->device);
   impl_->kept.valid = false;
+  impl_->kda_chain_last = false;
   if (impl_->keep_forward) return impl_->forward_kept(p, in, out);  // which uses or drops impl_->front
   impl_->front.valid = false;
-  Impl::Setup st = impl_->setup(p, in, 0, -1, false);
+  // kda with 16-bit inputs: the transposed chain where its shape rule holds (setup sets c.kg_t then;
+  // the WY stage writes kg^T for it instead of kg).
+  Impl::Setup st = impl_->setup(p, in, 0, -1, false, impl_->kda_chain);
+  impl_->kda_chain_last = st.c.kg_t != nullptr;
   st.c.Gk = nullptr;  // kda's gram is for a backward's WY kernel: none reads this forward's (front.valid is false)
   st.c.forward_only = st.c.gla;  // gla: kkt writes each chunk's b_end row of gcum only (the chain reads no more)
   const cudaStream_t stream = impl_->stream;
@@ -129,6 +138,9 @@ void Pipeline::set_keep_forward(bool on) {
   impl_->keep_forward = on;
   impl_->kept.valid = impl_->front.valid = false;
 }
+
+void Pipeline::set_kda_chain(bool on) { impl_->kda_chain = on; }
+bool Pipeline::kda_chain_used() const { return impl_->kda_chain_last; }
 
 void Pipeline::set_state_groups(int groups) {
   KCP_CHECK(groups >= 0 && groups <= 2, "set_state_groups: expected 0 (automatic), 1 or 2, got ", groups);

@@ -32,7 +32,9 @@ struct StageBuffers {
                               // backward's WY kernel reads it instead of forming it again); else empty
   TensorView w;               // [TT,HV,K]
   TensorView u;               // [TT,HV,V]
-  TensorView kg, qg;          // [TT,HV,K] (kda only, else empty)
+  TensorView kg, qg;          // [TT,HV,K] (kda only, else empty; kg not in a forward with the transposed chain)
+  TensorView kgt;             // [NT,HV,K,64] kg transposed per chunk (kda's forward with the transposed chain)
+  TensorView kg_decay;        // [NT,HV,K] 2^(b_end) per chunk and key for that chain (chunk_state_kda.cuh)
   TensorView h;               // [NT,HV,K,V] state entering each chunk
   TensorView vnew;            // [TT,HV,V]
 };
@@ -78,6 +80,14 @@ class Pipeline {
   // returning (kept_redos). No memory beyond the workspace the backward allocates anyway. Covered by
   // tests/cuda/test_cuda_keep.cpp.
   void set_keep_forward(bool on);
+
+  // kda's plain forward with 16-bit inputs runs its state chain transposed (chunk_state_kda.cu: 64
+  // value columns per block, the state in wgmma accumulators) where the shape allows it: 1 (default,
+  // also KCP_CUDA_KDA_CHAIN unset or 1) or 0 (chunk_state.cu's chain, KCP_CUDA_KDA_CHAIN=0). Covered
+  // by tests/cuda/test_cuda_kda_chain.cpp.
+  void set_kda_chain(bool on);
+  // Whether the last forward ran the transposed kda chain (for tests).
+  bool kda_chain_used() const;
   // Backwards on this pipeline that skipped the recompute (a kept forward's workspace used), for tests.
   int64_t kept_reuses() const;
   // With keep_forward (else nothing): the kept forward's front stages (gate cumsum, kkt + solve, WY),

@@ -16,6 +16,7 @@
 #include "cuda/chunk_kkt.cuh"
 #include "cuda/chunk_state.cuh"
 #include "cuda/chunk_state_gla.cuh"
+#include "cuda/chunk_state_kda.cuh"
 #include "cuda/chunk_state_fold.cuh"
 #include "cuda/chunk_wy.cuh"
 #include "cuda/cuda_check.cuh"
@@ -108,6 +109,11 @@ struct Pipeline::Impl {
   size_t bws_bytes = 0;
   BackwardBuffers bbuf;
   int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
+  bool kda_chain_last = false;  // kda_chain_used
+  bool kda_chain = [] {  // set_kda_chain
+    const char* e = std::getenv("KCP_CUDA_KDA_CHAIN");
+    return !(e && std::string(e) == "0");
+  }();
   // gla's chain in halves (set_gla_halves; gla_halves): s_mid, f_local [HV,K,V] and decay [NT+1,HV,K], float32
   int gla_halves_mode = -1;
   bool grid_closed_form = [] {  // set_chunk_grid
@@ -207,8 +213,9 @@ struct Pipeline::Impl {
 
   // Carves the workspace (growing it when needed) and fills buf with views of it.
   // `wy`: w and u are needed (every path but the folded forward; never gla, whose P = I, w = 0 and
-  // u = v are neither written nor read).
-  void size_workspace(const Problem& p, bool stages, bool wy) {
+  // u = v are neither written nor read). `kgt`: kg transposed per chunk instead of kg (kda's forward
+  // with the transposed chain).
+  void size_workspace(const Problem& p, bool stages, bool wy, bool kgt = false) {
     const int64_t TT = p.B * p.T, NT64 = NT, Kg = p.per_channel_gate() ? p.K : 1;
     const bool kda = p.per_channel_gate(), l2 = p.flags.use_qk_l2norm_in_kernel;  // kda and gla: kg, qg
     const bool delta = p.variant != Variant::gla;
@@ -220,7 +227,8 @@ struct Pipeline::Impl {
         {&buf.P, {NT64, p.HV, kChunk, kChunk}, delta}, {&buf.Aqk, {NT64, p.HV, kChunk, kChunk}, true},
         {&buf.Gk, {NT64, p.HV, kChunk, kChunk}, delta && kda},
         {&buf.w, {TT, p.HV, p.K}, wy},      {&buf.u, {TT, p.HV, p.V}, wy},
-        {&buf.kg, {TT, p.HV, p.K}, kda},    {&buf.qg, {TT, p.HV, p.K}, kda},
+        {&buf.kg, {TT, p.HV, p.K}, kda && !kgt}, {&buf.qg, {TT, p.HV, p.K}, kda},
+        {&buf.kgt, {NT64, p.HV, p.K, kChunk}, kgt}, {&buf.kg_decay, {NT64, p.HV, p.K}, kgt},
         {&buf.h, {NT64, p.HV, p.K, p.V}, stages || !delta},  // gla: the output reads the stored states
         {&buf.vnew, {TT, p.HV, p.V}, stages}};
     size_t total = 0;
@@ -246,7 +254,9 @@ struct Pipeline::Impl {
     int dtype = kF32;
   };
   // seq_count < 0: every sequence; else the sequences [seq_first, seq_first + seq_count).
-  Setup setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count, bool stages);
+  // kgt: kg transposed per chunk for the transposed kda chain where kda_chain_shape allows it (the
+  // plain forward asks; ChunkParams::kg_t is then set).
+  Setup setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count, bool stages, bool kgt = false);
   StateParams state_params(const Setup& st, const Problem& p, const Inputs& in, const Outputs& out) const;
   // The forward's state stage: folded for gdn with 16-bit inputs; gla's split chain, then its output
   // from the stored states (in buf.h unless the caller keeps them elsewhere); else from w and u.
@@ -274,7 +284,8 @@ struct Pipeline::Impl {
       const char* e = std::getenv("KCP_CUDA_STATE_GROUPS");
       return e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
     }();
-    if (state_fold_applies(sp.c, dtype))
+    if (sp.c.kg_t) launch_chunk_state_kda(sp, stream);
+    else if (state_fold_applies(sp.c, dtype))
       launch_chunk_state_fold(sp, dtype, state_groups ? state_groups : env_groups, stream);
     else launch_chunk_state(sp, dtype, stream, false);
   }

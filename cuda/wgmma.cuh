@@ -13,7 +13,8 @@
 // Ordering: shared-memory writes by threads (st.shared or cp.async) become visible to wgmma after
 // fence.proxy.async in each writer and a barrier; accumulators written by ordinary instructions need
 // wgmma.fence before the next wgmma; results are read after commit + wait.
-// Covered by tests/cuda/test_cuda_wgmma.cpp (each layout against a host product) and the state stage.
+// Covered by tests/cuda/test_cuda_wgmma.cpp (each shared-memory layout against a host product), the
+// state stage, and test_cuda_kda_chain.cpp (the register A operand, mma_tf32_ra, end to end).
 #pragma once
 
 #include <cstdint>
@@ -115,6 +116,65 @@ __device__ __forceinline__ void mma_tf32(float (&d)[N / 2], uint64_t da, uint64_
 #undef KCP_WG_OUT8
 #undef KCP_WG_D16
 #undef KCP_WG_D8
+
+// D (+)= A B, m64nNk8, TF32, A from registers (a0..a3: this thread's entries (g, t), (g+8, t), (g, t+4),
+// (g+8, t+4) of its warp's 16 rows, g = lane / 4, t = lane mod 4; CUTLASS's ALayout_64x8), B K-major
+// from shared memory. An accumulator fed back as A: k-block j takes {d[4j], d[4j+2], d[4j+1], d[4j+3]}
+// (ra_fragment), which puts accumulator column 8j + 2t + e at k position 8j + t + 4e.
+template <int N>
+__device__ __forceinline__ void mma_tf32_ra(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, bool accumulate);
+
+#define KCP_WG_D32 \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"  \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
+#define KCP_WG_D64 \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"  \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"  \
+  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"  \
+  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+#define KCP_WG_OUT32(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define KCP_WG_OUT64(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+  "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+  "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+  "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+template <int N>
+__device__ __forceinline__ void mma_tf32_ra(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, bool accumulate) {
+  static_assert(N == 64 || N == 128, "instantiated for N = 64, 128");
+  if constexpr (N == 64)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 " KCP_WG_D32 ", {%32,%33,%34,%35}, %36, p, 1, 1;\n}\n"
+                 : KCP_WG_OUT32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)));
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " KCP_WG_D64 ", {%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
+                 : KCP_WG_OUT64(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)));
+}
+
+#undef KCP_WG_OUT64
+#undef KCP_WG_OUT32
+#undef KCP_WG_D64
+#undef KCP_WG_D32
+
+// The register A operand of k-block j from accumulator values x (as TF32 bits), in mma_tf32_ra's order.
+template <int M>
+__device__ __forceinline__ void ra_fragment(const uint32_t (&x)[M], int j, uint32_t (&a)[4]) {
+  a[0] = x[4 * j], a[1] = x[4 * j + 2], a[2] = x[4 * j + 1], a[3] = x[4 * j + 3];
+}
+template <int M>
+__device__ __forceinline__ void pin(uint32_t (&d)[M]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
 
 // Accumulator coordinates of d[x] (m64nN) for the calling thread: row and column.
 __device__ __forceinline__ int acc_row(int x) { return 16 * ((threadIdx.x >> 5) & 3) + ((threadIdx.x & 31) >> 2) + 8 * ((x >> 1) & 1); }

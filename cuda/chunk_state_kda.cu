@@ -1,0 +1,320 @@
+// Stage "state recurrence + output" for kda's plain forward with 16-bit inputs, the state transposed:
+// one warpgroup per (sequence n, value head hv, 64 value columns [v0, v0+64)) holds S^T [64, K] as the
+// float32 accumulators of wgmma m64nK and feeds it back, rounded to TF32, as the register A operand of
+// the next chunk's products; no product reads the state from shared memory. Per chunk c, L valid rows
+// (w, u, qg from the WY stage; kg^T per chunk [K][64] and 2^(b_end) which it writes for this kernel; Aqk):
+//   X^T    = S^T w_c^T                        [64,64]   A = S^T (registers), B = the w tile
+//   Q^T    = S^T qg_c^T                       [64,64]   A = S^T, B = the qg tile
+//   vnew^T = u_c^T - X^T                                rows >= L of w and u are zero-filled: 0 there
+//   S^T    = S^T Diag(2^(b_end)) + vnew^T kg_c          A = vnew^T (registers), B = the kg^T tile
+//   o^T    = scale Q^T + vnew^T Aqk_c^T                 A = vnew^T, B = the Aqk tile; rows r < L stored
+// Register operands: ra_fragment puts accumulator column 8j + 2t + e at k position 8j + t + 4e
+// (wgmma.cuh). A loaded tile whose rows become the N of a product fed back that way (w: chunk rows;
+// kg^T: keys) stores its row l at ra_row(l), so accumulator column c holds row perm_pos(c) and the next
+// product's k runs in natural order (its B tiles, w, qg, kg^T, Aqk, are read as they are).
+// The same recurrence as chunk_state.cu's kda path (8 warps, 16 or 32 columns, mma.sync, S through
+// shared memory), operands TF32 as there. Tiles by cp.async, 128-byte-swizzled (wgmma.cuh): w, u,
+// b_end, kg^T, Aqk double-buffered (chunk c+1's issued behind chunk c's first products), qg single
+// (chunk c+1's issued once Q^T of chunk c is done); 227 KB in all at K = 128. One block barrier per
+// chunk, after which chunk c+1's operand Sa and the decay by its b_end are formed, no wgmma in flight.
+// o goes through the stage's u tile once vnew has read it and leaves in 16-byte pieces behind the next
+// chunk's first products.
+// Covered by tests/cuda/test_cuda_kda_chain.cpp (against chunk_state.cu and the float64 oracle) and,
+// through the forward, test_cuda_forward.cpp and the goldens.
+#include "cuda/chunk_state_kda.cuh"
+
+#include <type_traits>
+
+#include "cuda/cuda_check.cuh"
+#include "cuda/device_math.cuh"
+#include "cuda/tile_mma.cuh"
+#include "cuda/tile_store.cuh"
+#include "cuda/wgmma.cuh"
+
+namespace kcp::cuda {
+namespace {
+
+constexpr int kThreads = 128, BV = kKdaChainBV, NA = BV / 2, kLdU = BV + 4;  // u rows padded (2-way conflicts at most)
+
+// Tile row of true row l (8-row groups: l -> 2l for l < 4, 2(l - 4) + 1 for l >= 4); perm_pos inverts it.
+__device__ __forceinline__ int ra_row(int l) { return (l & ~7) | ((l & 3) << 1) | ((l >> 2) & 1); }
+
+template <int KD>
+struct KdaSmem {
+  static constexpr int bytes_w = 4 * kChunk * KD;        // w, qg [64][KD] float, 128B-swizzled
+  static constexpr int bytes_u = 4 * kChunk * kLdU;      // u [64][BV + 4] float, row-major
+  static constexpr int bytes_a = bytes_w + bytes_u;      // w, u: one stage of two
+  static constexpr int bytes_kt = 4 * KD * kChunk;       // kg^T [KD][64] float, 128B-swizzled
+  static constexpr int bytes_aqk = 4 * kChunk * kChunk;  // Aqk [64][64] float, 128B-swizzled
+  static constexpr int bytes_b = bytes_kt + bytes_aqk;   // kg^T, Aqk: one stage of two
+  static constexpr int bytes = 2 * bytes_a + bytes_w + 2 * bytes_b + 2 * 4 * KD;  // + qg (one) + decay (two)
+  static_assert(bytes_a % 1024 == 0 && bytes_b % 1024 == 0, "swizzled tiles need 1024-byte alignment");
+  char* base;
+  __device__ explicit KdaSmem(char* b) : base(b) {}
+  __device__ char* Ws(int st) const { return base + st * bytes_a; }
+  __device__ float* Us(int st) const { return reinterpret_cast<float*>(Ws(st) + bytes_w); }
+  __device__ char* Qs() const { return base + 2 * bytes_a; }
+  __device__ char* Kt(int st) const { return Qs() + bytes_w + st * bytes_b; }
+  __device__ char* As(int st) const { return Kt(st) + bytes_kt; }
+  __device__ float* decay(int st) const { return reinterpret_cast<float*>(Kt(2)) + st * KD; }  // kg_decay's row
+};
+
+// Start of K step ks (8 TF32 values) in a swizzled K-major tile with `rows` rows per 128-byte region.
+constexpr uint32_t k_step(int ks, int rows) { return (ks / 4) * rows * 128 + (ks % 4) * 32; }
+__device__ __forceinline__ uint64_t adv(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
+
+// 16-byte copies of a float tile of kRows rows x kCols into its swizzled layout, row r from
+// src + r * stride to tile row (kPerm ? ra_row(r) : r), rows >= L zero-filled (kFull: L >= kRows, no
+// test). Consecutive threads take consecutive 16-byte pieces of one row (whole 128-byte lines from
+// L2); a thread's source steps by a constant and its destinations are compile-time offsets of one or
+// two bases, so a copy costs a few instructions.
+template <int kRows, int kCols, bool kPerm, bool kFull>
+__device__ __forceinline__ void copy_tile_swizzled(char* dst, const float* src, int64_t stride, int L) {
+  constexpr int cpr = kCols / 4, rpp = kThreads / cpr, groups = 8 / rpp;
+  static_assert(rpp == 4 || rpp == 8, "4 or 8 rows per pass");
+  const int r0 = int(threadIdx.x) / cpr, ch = int(threadIdx.x) % cpr;
+  char* d[groups];
+#pragma unroll
+  for (int j = 0; j < groups; ++j)
+    d[j] = dst + wg::sw128_offset<float>(kPerm ? ra_row(r0 + rpp * j) : r0 + rpp * j, 4 * ch, kRows);
+  const float* s0 = src + 4 * ch;
+  const float* sr = s0 + r0 * stride;
+  const int64_t step = rpp * stride;
+#pragma unroll
+  for (int i = 0; i < kRows / rpp; ++i, sr += step) {
+    const bool valid = kFull || r0 + rpp * i < L;
+    cp_async16(d[i % groups] + 1024 * (i / groups), valid ? sr : s0, valid);
+  }
+}
+
+// The tiles of chunk ck (index ci) but qg, into stage st: w (rows at ra_row), u's columns [v0, v0 + 64),
+// 2^(b_end) (the WY stage's kg_decay row), kg^T (rows at ra_row) and the 8x8 blocks of Aqk on and below the
+// diagonal (the others stay zero from the start).
+template <int KD>
+__device__ void issue_tiles(const StateParams& sp, const ChunkInfo& ck, int ci, int hv, int v0, const KdaSmem<KD>& s,
+                            int st) {
+  const ChunkParams& p = sp.c;
+  const int64_t row0 = int64_t(ck.t0) * p.HV + hv;
+  const int uw = u_width(sp);
+  auto copy = [&](auto full) {
+    constexpr bool kFull = decltype(full)::value;
+    copy_tile_swizzled<kChunk, KD, true, kFull>(s.Ws(st), p.w + row0 * KD, int64_t(p.HV) * KD, ck.len);
+    copy_rows_async<kChunk, 4 * BV, kThreads, kFull>(s.Us(st), kLdU, ck.len, sp.u + row0 * uw + v0, p.HV * uw);
+  };
+  if (ck.len == kChunk) copy(std::true_type{});
+  else copy(std::false_type{});
+  if (int(threadIdx.x) < KD / 4)
+    cp_async16(s.decay(st) + 4 * threadIdx.x, p.kg_decay + (int64_t(ci) * p.HV + hv) * KD + 4 * threadIdx.x, true);
+  copy_tile_swizzled<KD, kChunk, true, true>(s.Kt(st), p.kg_t + (int64_t(ci) * p.HV + hv) * KD * kChunk, kChunk, KD);
+  const int r0 = int(threadIdx.x) >> 4, ch = int(threadIdx.x) & 15;
+  const float* A = p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk + r0 * kChunk + 4 * ch;
+  char* at = s.As(st) + wg::sw128_offset<float>(r0, 4 * ch, kChunk);
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (ch < 2 * (i + 1)) cp_async16(at + 1024 * i, A + 512 * i, true);
+}
+
+// qg of chunk ck (its single buffer).
+template <int KD>
+__device__ void issue_qg(const ChunkParams& p, const ChunkInfo& ck, int hv, const KdaSmem<KD>& s) {
+  const int64_t row0 = int64_t(ck.t0) * p.HV + hv;
+  if (ck.len == kChunk) copy_tile_swizzled<kChunk, KD, false, true>(s.Qs(), p.qg + row0 * KD, int64_t(p.HV) * KD, kChunk);
+  else copy_tile_swizzled<kChunk, KD, false, false>(s.Qs(), p.qg + row0 * KD, int64_t(p.HV) * KD, ck.len);
+}
+
+// S^T entering the sequence (accumulator column c is key perm_pos(c), row is value column v0 + row):
+// h0 where given, else zero.
+template <int KD>
+__device__ void load_initial_state(const StateParams& sp, int n, int hv, int v0, float (&S)[KD / 2]) {
+  const StateView& h0 = sp.h0;
+#pragma unroll
+  for (int x = 0; x < KD / 2; ++x)
+    S[x] = sp.init == kInitGiven ? load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + perm_pos(wg::acc_col(x)) * h0.si +
+                                                             (v0 + wg::acc_row(x)) * h0.sj)
+                                 : 0.0f;
+}
+template <int KD>
+__device__ void store_final_state(const StateParams& sp, int n, int hv, int v0, const float (&S)[KD / 2]) {
+  const StateView& f = sp.final_state;
+  if (!f.p) return;
+#pragma unroll
+  for (int x = 0; x < KD / 2; ++x)
+    store_any(f.p, f.dt, n * f.sn + hv * f.shv + perm_pos(wg::acc_col(x)) * f.si + (v0 + wg::acc_row(x)) * f.sj, S[x]);
+}
+
+// X^T = S^T w^T, then Q^T = S^T qg^T (two commit groups, X first).
+template <int KD>
+__device__ __forceinline__ void issue_state_products(const uint32_t (&Sa)[KD / 2], uint64_t dw, uint64_t dq, float (&X)[NA],
+                                                     float (&Q)[NA]) {
+  wg::fence();
+#pragma unroll
+  for (int j = 0; j < KD / 8; ++j) {
+    uint32_t a[4];
+    wg::ra_fragment(Sa, j, a);
+    wg::mma_tf32_ra<BV>(X, a, adv(dw, k_step(j, kChunk)), j > 0);
+  }
+  wg::commit();
+#pragma unroll
+  for (int j = 0; j < KD / 8; ++j) {
+    uint32_t a[4];
+    wg::ra_fragment(Sa, j, a);
+    wg::mma_tf32_ra<BV>(Q, a, adv(dq, k_step(j, kChunk)), j > 0);
+  }
+  wg::commit();
+}
+
+// vnew^T = u^T - X^T as TF32 bits: accumulator column c is chunk row perm_pos(c) (w's rows at ra_row).
+__device__ __forceinline__ void form_vnew(const float* us, const float (&X)[NA], uint32_t (&vn)[NA]) {
+#pragma unroll
+  for (int x = 0; x < NA; ++x) vn[x] = tf32_bits(us[perm_pos(wg::acc_col(x)) * kLdU + wg::acc_row(x)] - X[x]);
+}
+
+// Sa = S^T rounded to TF32 (the next chunk's register operand), then S^T Diag(2^(b_end)) in place
+// (the update adds to the decayed state). Column 8j + 2t + e of S^T is key 8j + t + 4e = t + 4 m,
+// m = 2j + e, whose factor kda_decay_pos places: four per 16-byte load, no bank conflicts.
+// Run where no wgmma is in flight (ptxas would otherwise wait for them before S changes).
+template <int KD>
+__device__ __forceinline__ void round_and_decay(const float* decay, float (&S)[KD / 2], uint32_t (&Sa)[KD / 2]) {
+#pragma unroll
+  for (int x = 0; x < KD / 2; ++x) Sa[x] = tf32_bits(S[x]);
+  const int t = int(threadIdx.x & 3);
+  const float4* f = reinterpret_cast<const float4*>(decay + t * (KD / 4));
+#pragma unroll
+  for (int q = 0; q < KD / 16; ++q) {  // m = 4q .. 4q + 3: j = 2q (e = 0, 1), 2q + 1 (e = 0, 1)
+    const float4 d = f[(q + t) % (KD / 16)];
+    const float g[4] = {d.x, d.y, d.z, d.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int j = 2 * q + (k >> 1), e = k & 1;
+      S[4 * j + e] *= g[k], S[4 * j + 2 + e] *= g[k];
+    }
+  }
+}
+
+// S^T += vnew^T kg and o^T = scale Q^T + vnew^T Aqk^T, both on wgmma (S^T decayed already).
+template <int KD>
+__device__ __forceinline__ void update_and_output(float scale, uint64_t dk, uint64_t da, const uint32_t (&vn)[NA],
+                                                  float (&S)[KD / 2], float (&Q)[NA]) {
+#pragma unroll
+  for (int x = 0; x < NA; ++x) Q[x] *= scale;
+  wg::pin(S), wg::pin(Q);
+  wg::fence();
+#pragma unroll
+  for (int j = 0; j < kChunk / 8; ++j) {
+    uint32_t a[4];
+    wg::ra_fragment(vn, j, a);
+    wg::mma_tf32_ra<KD>(S, a, adv(dk, k_step(j, KD)), true);
+    wg::mma_tf32_ra<BV>(Q, a, adv(da, k_step(j, kChunk)), true);
+  }
+  wg::commit();
+  wg::wait<0>();
+  wg::pin(S), wg::pin(Q);
+}
+
+// o^T (accumulator row = value column v, column = chunk row r) into the free u tile of its stage as
+// o [r][v] (row stride kLdU: conflict-free), for write_output after the next barrier.
+__device__ __forceinline__ void stage_output(float* ot, const float (&o)[NA]) {
+#pragma unroll
+  for (int x = 0; x < NA; ++x) ot[wg::acc_col(x) * kLdU + wg::acc_row(x)] = o[x];
+}
+// o rows < L from the staged tile: each thread the 16-byte pieces that its u copies of copy_rows_async
+// fill (so the next copies into the tile need no barrier after this), 4 consecutive columns per store.
+__device__ __forceinline__ void write_output(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, const float* ot) {
+  constexpr int segs = BV / 4, rpp = kThreads / segs;
+  const int r0 = int(threadIdx.x) / segs, sg = int(threadIdx.x) % segs;
+  const int64_t st = sp.o.st;
+  with_element_type(sp.o.dt, [&](auto tag) {
+    using To = typename decltype(tag)::type;
+    To* y = static_cast<To*>(sp.o.p) + (int64_t(ck.t0) + r0) * st + int64_t(hv) * sp.o.sx + v0 + 4 * sg;
+    const bool grouped = st % 4 == 0 && reinterpret_cast<uintptr_t>(y) % (4 * sizeof(To)) == 0;  // warp-uniform
+#pragma unroll
+    for (int i = 0; i < kChunk / rpp; ++i, y += rpp * st) {
+      if (r0 + rpp * i >= ck.len) break;
+      const float4 x = *reinterpret_cast<const float4*>(ot + (r0 + rpp * i) * kLdU + 4 * sg);
+      if (grouped) store4(y, x.x, x.y, x.z, x.w);
+      else y[0] = from_float<To>(x.x), y[1] = from_float<To>(x.y), y[2] = from_float<To>(x.z), y[3] = from_float<To>(x.w);
+    }
+  });
+}
+
+template <int KD>
+__global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const StateParams sp) {
+  using Sm = KdaSmem<KD>;
+  extern __shared__ float4 smem_f4[];
+  const Sm s(reinterpret_cast<char*>(smem_f4));
+  const ChunkParams& p = sp.c;
+  const int v0 = blockIdx.x * BV, n = blockIdx.y / p.HV, hv = blockIdx.y % p.HV;
+  const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
+  if (static_cast<uint32_t>(__cvta_generic_to_shared(smem_f4)) % 1024 != 0) __trap();  // swizzle atoms need it
+  for (int st = 0; st < 2; ++st)  // Aqk's upper blocks: never copied
+    for (int i = threadIdx.x; i < Sm::bytes_aqk / 16; i += kThreads)
+      reinterpret_cast<float4*>(s.As(st))[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  __syncthreads();  // the zeros land before any copy into the tile
+  float S[KD / 2];
+  load_initial_state<KD>(sp, n, hv, v0, S);
+  const uint64_t dw = wg::desc(s.Ws(0), 16, 1024, true), dq = wg::desc(s.Qs(), 16, 1024, true);
+  const uint64_t dk = wg::desc(s.Kt(0), 16, 1024, true), da = wg::desc(s.As(0), 16, 1024, true);
+  ChunkInfo ck = c_begin < c_end ? p.chunks[c_begin] : ChunkInfo{};
+  ChunkInfo next = c_begin + 1 < c_end ? p.chunks[c_begin + 1] : ck;  // the chunk table runs two ahead
+  ChunkInfo prev = ck;  // the chunk whose o is staged
+  uint32_t Sa[KD / 2];  // S^T entering chunk c, TF32, for its products; S then holds S^T Diag(2^(b_end))
+  if (c_begin < c_end) {
+    issue_tiles(sp, ck, c_begin, hv, v0, s, 0);
+    issue_qg(p, ck, hv, s);
+    cp_async_commit();
+    cp_async_wait<0>();
+    wg::fence_proxy_async();
+    __syncthreads();
+    round_and_decay<KD>(s.decay(0), S, Sa);
+  }
+  for (int c = c_begin; c < c_end; ++c) {  // chunk c's tiles landed and visible; nothing in flight
+    const int st = (c - c_begin) & 1;
+    const uint64_t so = st ? uint64_t(Sm::bytes_a >> 4) : 0, sb = st ? uint64_t(Sm::bytes_b >> 4) : 0;
+    const ChunkInfo after = c + 2 < c_end ? p.chunks[c + 2] : next;
+    float X[NA], Q[NA];
+    issue_state_products<KD>(Sa, dw + so, dq, X, Q);
+    if (c > c_begin && sp.o.p) write_output(sp, prev, hv, v0, s.Us(st ^ 1));  // chunk c-1's o, staged there
+    if (c + 1 < c_end) issue_tiles(sp, next, c + 1, hv, v0, s, st ^ 1);  // into the stage chunk c-1 used
+    wg::wait<1>();  // X
+    wg::pin(X);
+    uint32_t vn[NA];
+    form_vnew(s.Us(st), X, vn);
+    wg::wait<0>();  // Q; Sa and the qg tile no longer read
+    wg::pin(Q), wg::pin(Sa);
+    if (c + 1 < c_end) issue_qg(p, next, hv, s);
+    cp_async_commit();
+    update_and_output<KD>(p.scale, dk + sb, da + sb, vn, S, Q);
+    wg::pin(vn);
+    __syncwarp();  // u's columns 16w .. 16w+15 are read (form_vnew) and o's written by warp w alone
+    stage_output(s.Us(st), Q);
+    cp_async_wait<0>();  // chunk c+1's tiles
+    wg::fence_proxy_async();
+    __syncthreads();  // ... visible to wgmma and every thread; chunk c's tiles read by every wgmma
+    if (c + 1 < c_end) round_and_decay<KD>(s.decay(st ^ 1), S, Sa);  // no wgmma in flight: S may change
+    prev = ck, ck = next, next = after;
+  }
+  if (c_begin < c_end && sp.o.p) write_output(sp, prev, hv, v0, s.Us((c_end - 1 - c_begin) & 1));
+  store_final_state<KD>(sp, n, hv, v0, S);
+}
+
+template <int KD>
+void launch(const StateParams& sp, cudaStream_t stream) {
+  using Sm = KdaSmem<KD>;
+  static_assert(Sm::bytes <= 227 * 1024, "kda chain tiles exceed shared memory");
+  launch_kernel(chunk_state_kda_kernel<KD>, dim3(sp.Vw / BV, sp.c.N * sp.c.HV), kThreads, Sm::bytes, stream, sp);
+}
+
+}  // namespace
+
+void launch_chunk_state_kda(const StateParams& sp, cudaStream_t stream) {
+  const ChunkParams& p = sp.c;
+  KCP_CHECK(p.kda && !p.gla && (p.K == 64 || p.K == 128) && p.kg_t && sp.Vw == p.V && p.V % BV == 0 && sp.u == p.u &&
+                (sp.init == kInitZero || sp.init == kInitGiven) && !sp.h && !sp.vnew,
+            "cuda-chunkwise: the transposed kda chain serves kda's forward (K = 64 or 128, V a multiple of 64, kg^T "
+            "written by the WY stage) without h, vnew or M columns");
+  if (p.N * p.HV == 0) return;
+  if (p.K == 64) launch<64>(sp, stream);
+  else launch<128>(sp, stream);
+}
+
+}  // namespace kcp::cuda

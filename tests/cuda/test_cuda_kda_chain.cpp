@@ -1,0 +1,101 @@
+// kda's plain forward with its state chain transposed (cuda/chunk_state_kda.cu, Pipeline::set_kda_chain):
+// the state in wgmma accumulators, 64 value columns per block, against the float64 oracle under the
+// forward test's bars (validation/tolerance.h: kCudaTf32 for o and the final state in float32,
+// kFlaChunkOutput for o in 16 bits), and chunk_state.cu's chain (set_kda_chain(false)) held to the same
+// bars on the same inputs, so a failure says which chain lost. Cases: bf16 / f16 inputs, o in both
+// dtypes, K = 64 and 128, V = 64 and 128, short last chunks, sequences of one chunk and of 72 (both
+// buffers of the chain's copies in turn), with and without h0 and the final state, state_v_first, the
+// fused gate, L2 norm and beta sigmoid with negative eigenvalues, grouped value heads, and a packed
+// batch with empty and one-token sequences. Shapes the chain does not take (V = 96, K = 32, float32
+// inputs) run chunk_state.cu's: kda_chain_used() says which ran, so no case passes by never taking
+// the new chain. Outputs NaN-poisoned first. Skipped where no CUDA device is present.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda/backend_cuda.h"
+#include "cuda/chunkwise.h"
+#include "reference/backend_cpu.h"
+#include "tests/cuda/cuda_support.h"
+#include "validation/run_case.h"
+#include "validation/tolerance.h"
+
+using namespace kcp;
+
+namespace {
+
+struct ChainCase {
+  test::DtypeOCase dc;
+  bool chain = true;  // whether the shape takes the transposed chain
+};
+
+std::vector<ChainCase> cases(uint64_t seed) {
+  struct Shape { int64_t T, K, V; };
+  const Shape shapes[] = {{128, 64, 64}, {64 * 9 + 17, 128, 128}, {64 * 72 - 5, 128, 128}, {300, 64, 128},
+                          {65, 128, 64},  {40, 128, 128},         {200, 128, 96},          {130, 32, 64}};
+  std::vector<ChainCase> out;
+  int i = 0;
+  for (const Shape& sh : shapes) {
+    ChainCase c;
+    val::CaseSpec& s = c.dc.spec;
+    s.variant = Variant::kda;
+    s.B = 1, s.H = 2, s.HV = i == 3 ? 4 : 2, s.T = sh.T, s.K = sh.K, s.V = sh.V;
+    s.initial_state = i != 1, s.final_state = i != 2;
+    s.flags.state_v_first = i == 3;
+    if (i == 4) {
+      s.flags.use_gate_in_kernel = s.flags.use_qk_l2norm_in_kernel = true;
+      s.flags.use_beta_sigmoid_in_kernel = s.flags.allow_neg_eigval = true;
+    }
+    s.seed = seed + uint64_t(i);
+    c.dc.qkv = i % 2 ? DType::f16 : DType::bf16;
+    c.dc.o = i % 3 == 2 ? c.dc.qkv : DType::f32;
+    c.chain = sh.V % 64 == 0 && (sh.K == 64 || sh.K == 128);
+    out.push_back(c);
+    ++i;
+  }
+  ChainCase packed;
+  packed.dc.spec.variant = Variant::kda;
+  packed.dc.spec.B = 1, packed.dc.spec.T = 0, packed.dc.spec.seqlens = {200, 1, 0, 130};
+  packed.dc.spec.H = packed.dc.spec.HV = 2, packed.dc.spec.K = packed.dc.spec.V = 64, packed.dc.spec.seed = seed + 20;
+  out.push_back(packed);
+  ChainCase f32 = packed;
+  f32.dc.spec.seqlens = {}, f32.dc.spec.T = 333, f32.dc.spec.seed = seed + 21, f32.dc.qkv = DType::f32, f32.chain = false;
+  out.push_back(f32);
+  return out;
+}
+
+void check_forward(Backend& gpu, cuda::Pipeline& pipe, const val::CaseData& c, const ChainCase& cc,
+                   const val::OutputSet<double>& ref, bool chain, const std::string& label) {
+  const Problem p = c.problem(DType::f32);
+  const test::DeviceInputs din = test::upload_inputs(gpu, c, cc.dc.qkv);
+  test::DeviceTensor o = test::poisoned(gpu, cc.dc.o, shape_v(p)), ht;
+  if (cc.dc.spec.final_state) ht = test::poisoned(gpu, DType::f32, shape_state(p));
+  pipe.forward(p, din.views, {o.view, ht.view});
+  CHECK_MESSAGE(pipe.kda_chain_used() == chain, cc.dc.name(), label);
+  // float32 inputs: split products, the float32 rule
+  const double bar_f = cc.dc.qkv == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
+  const double bar_o = cc.dc.o == DType::f32 ? bar_f : val::tol::kFlaChunkOutput;
+  test::check_rel_l2("o", cc.dc.name() + label, test::to_host(gpu, o.view), ref.o.view(), bar_o);
+  if (cc.dc.spec.final_state)
+    test::check_rel_l2("final_state", cc.dc.name() + label, test::to_host(gpu, ht.view), ref.final_state.view(), bar_f);
+}
+
+}  // namespace
+
+TEST_CASE("kda forward, transposed chain: the oracle's o and final state" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  for (const ChainCase& cc : cases(val::seed_from_env(1900))) {
+    SUBCASE(cc.dc.name().c_str()) {
+      const val::CaseData c = test::round_case(val::make_case(cc.dc.spec), cc.dc.qkv);
+      const auto ref = val::run_case<double>(*oracle, c, false);
+      cuda::Pipeline chain(gpu->queue()), plain(gpu->queue());
+      chain.set_kda_chain(true);
+      plain.set_kda_chain(false);
+      check_forward(*gpu, chain, c, cc, ref.out, cc.chain, " transposed chain");
+      check_forward(*gpu, plain, c, cc, ref.out, false, " chunk_state chain");
+      check_forward(*gpu, chain, c, cc, ref.out, cc.chain, " transposed chain again");  // workspace reused
+    }
+  }
+}
