@@ -191,6 +191,21 @@ __device__ __forceinline__ SeqTokens seq_tokens(const ChunkParams& p, int c_begi
 }
 
 // u's row width, and whether the state columns from v0 take u (false: the M columns, u = 0).
+// The work of a state chain's block on the grid (Vw / BV, N * HV): the value columns [v0, v0 + BV) of
+// sequence n and value head hv, over its chunks [c_begin, c_end).
+struct ChainBlock {
+  int v0, n, hv, c_begin, c_end;
+};
+__device__ __forceinline__ ChainBlock chain_block(const ChunkParams& p, int BV) {
+  const int n = blockIdx.y / p.HV;
+  return {int(blockIdx.x) * BV, n, int(blockIdx.y % p.HV), p.seq_chunk0[n], p.seq_chunk0[n + 1]};
+}
+// Swizzled tiles (wgmma.cuh sw128_offset) need their 1024-byte atoms aligned: dynamic shared memory
+// starts there on Hopper; a block whose does not stops rather than compute from misplaced rows.
+__device__ __forceinline__ void expect_swizzle_aligned(const void* smem) {
+  if (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) % 1024 != 0) __trap();
+}
+
 __host__ __device__ __forceinline__ int u_width(const StateParams& sp) { return sp.Vu > 0 ? sp.Vu : sp.Vw; }
 __device__ __forceinline__ bool takes_u(const StateParams& sp, int v0) { return sp.u != nullptr && v0 < u_width(sp); }
 

@@ -184,8 +184,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kernel(const StatePar
   extern __shared__ float4 smem_f4[];
   const Sm s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
-  const int v0 = blockIdx.x * BV, n = blockIdx.y / p.HV, hv = blockIdx.y % p.HV;
-  const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
+  const ChainBlock b = chain_block(p, BV);
+  const int v0 = b.v0, n = b.n, hv = b.hv, c_begin = b.c_begin, c_end = b.c_end;
   const StateView& h0 = sp.h0;
   StateRegs<KD, BV> Sr;
   for_state_elems<KD, BV>([&](int i, int j, int e, int row, int col) {

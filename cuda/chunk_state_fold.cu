@@ -299,9 +299,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_fold_kernel(const Sta
   extern __shared__ float4 smem_f4[];
   const Sm s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
-  const int v0 = blockIdx.x * BV, n = blockIdx.y / p.HV, hv = blockIdx.y % p.HV;
-  const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
-  if (static_cast<uint32_t>(__cvta_generic_to_shared(smem_f4)) % 1024 != 0) __trap();  // swizzle atoms need it
+  const ChainBlock b = chain_block(p, BV);
+  const int v0 = b.v0, n = b.n, hv = b.hv, c_begin = b.c_begin, c_end = b.c_end;
+  expect_swizzle_aligned(smem_f4);
   for (int i = threadIdx.x; i < int(2 * Sm::bytes_stage / 16); i += kThreads)  // never-copied parts stay 0
     smem_f4[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);                          // (P, Aqk upper blocks; K = 32 pad)
   __syncthreads();  // the zeros land before any copy into the same tiles

@@ -142,25 +142,24 @@ __device__ void store_final_state(const StateParams& sp, int n, int hv, int v0, 
     store_any(f.p, f.dt, n * f.sn + hv * f.shv + perm_pos(wg::acc_col(x)) * f.si + (v0 + wg::acc_row(x)) * f.sj, S[x]);
 }
 
+// acc = S^T B^T over the K keys, B a swizzled [64][KD] tile (w or qg), one commit group.
+template <int KD>
+__device__ __forceinline__ void state_product(const uint32_t (&Sa)[KD / 2], uint64_t db, float (&acc)[NA]) {
+#pragma unroll
+  for (int j = 0; j < KD / 8; ++j) {
+    uint32_t a[4];
+    wg::ra_fragment(Sa, j, a);
+    wg::mma_tf32_ra<BV>(acc, a, adv(db, k_step(j, kChunk)), j > 0);
+  }
+  wg::commit();
+}
 // X^T = S^T w^T, then Q^T = S^T qg^T (two commit groups, X first).
 template <int KD>
 __device__ __forceinline__ void issue_state_products(const uint32_t (&Sa)[KD / 2], uint64_t dw, uint64_t dq, float (&X)[NA],
                                                      float (&Q)[NA]) {
   wg::fence();
-#pragma unroll
-  for (int j = 0; j < KD / 8; ++j) {
-    uint32_t a[4];
-    wg::ra_fragment(Sa, j, a);
-    wg::mma_tf32_ra<BV>(X, a, adv(dw, k_step(j, kChunk)), j > 0);
-  }
-  wg::commit();
-#pragma unroll
-  for (int j = 0; j < KD / 8; ++j) {
-    uint32_t a[4];
-    wg::ra_fragment(Sa, j, a);
-    wg::mma_tf32_ra<BV>(Q, a, adv(dq, k_step(j, kChunk)), j > 0);
-  }
-  wg::commit();
+  state_product<KD>(Sa, dw, X);
+  state_product<KD>(Sa, dq, Q);
 }
 
 // vnew^T = u^T - X^T as TF32 bits: accumulator column c is chunk row perm_pos(c) (w's rows at ra_row).
@@ -243,9 +242,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
   extern __shared__ float4 smem_f4[];
   const Sm s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
-  const int v0 = blockIdx.x * BV, n = blockIdx.y / p.HV, hv = blockIdx.y % p.HV;
-  const int c_begin = p.seq_chunk0[n], c_end = p.seq_chunk0[n + 1];
-  if (static_cast<uint32_t>(__cvta_generic_to_shared(smem_f4)) % 1024 != 0) __trap();  // swizzle atoms need it
+  const ChainBlock b = chain_block(p, BV);
+  const int v0 = b.v0, n = b.n, hv = b.hv, c_begin = b.c_begin, c_end = b.c_end;
+  expect_swizzle_aligned(smem_f4);
   for (int st = 0; st < 2; ++st)  // Aqk's upper blocks: never copied
     for (int i = threadIdx.x; i < Sm::bytes_aqk / 16; i += kThreads)
       reinterpret_cast<float4*>(s.As(st))[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
