@@ -190,7 +190,6 @@ __device__ __forceinline__ SeqTokens seq_tokens(const ChunkParams& p, int c_begi
   return s;
 }
 
-// u's row width, and whether the state columns from v0 take u (false: the M columns, u = 0).
 // The work of a state chain's block on the grid (Vw / BV, N * HV): the value columns [v0, v0 + BV) of
 // sequence n and value head hv, over its chunks [c_begin, c_end).
 struct ChainBlock {
@@ -206,6 +205,7 @@ __device__ __forceinline__ void expect_swizzle_aligned(const void* smem) {
   if (static_cast<uint32_t>(__cvta_generic_to_shared(smem)) % 1024 != 0) __trap();
 }
 
+// u's row width, and whether the state columns from v0 take u (false: the M columns, u = 0).
 __host__ __device__ __forceinline__ int u_width(const StateParams& sp) { return sp.Vu > 0 ? sp.Vu : sp.Vw; }
 __device__ __forceinline__ bool takes_u(const StateParams& sp, int v0) { return sp.u != nullptr && v0 < u_width(sp); }
 
