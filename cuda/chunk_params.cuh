@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/chunk_table.h"
 #include "cuda/device_math.cuh"
@@ -188,6 +189,15 @@ __device__ __forceinline__ SeqTokens seq_tokens(const ChunkParams& p, int c_begi
     s.t_first = a.t0, s.t_end = b.t0 + b.len;
   }
   return s;
+}
+
+// f(std::true_type{}) for a full chunk (L == kChunk: every chunk of a sequence but its last), else
+// f(std::false_type{}): the copies inside f take copy_rows_async's kFull form (tile_mma.cuh) where they can (no row
+// test, no zero-fill address select), with L tested once for all of them.
+template <class F>
+__device__ __forceinline__ void with_full_chunk(int L, F&& f) {
+  if (L == kChunk) f(std::true_type{});
+  else f(std::false_type{});
 }
 
 // The work of a state chain's block on the grid (Vw / BV, N * HV): the value columns [v0, v0 + BV) of

@@ -105,8 +105,7 @@ __device__ void issue_loads(const StateParams& sp, const ThreadPlan<Tin, KD, BV>
   using Sm = FoldSmem<Tin, KD, BV>;
   const ChunkParams& p = sp.c;
   const int h = hv / p.G, L = ck.len;
-  if (L == kChunk) copy_rows<true>(sp, tp, ck, hv, v0, stage);
-  else copy_rows<false>(sp, tp, ck, hv, v0, stage);
+  with_full_chunk(L, [&](auto full) { copy_rows<decltype(full)::value>(sp, tp, ck, hv, v0, stage); });
   const float* P = p.P + (int64_t(ci) * p.HV + hv) * kChunk * kChunk + tp.t_src;
   const float* A = p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk + tp.t_src;
   char* pt = stage + 2 * Sm::bytes_k + tp.t_dst;

@@ -93,13 +93,11 @@ __device__ void issue_chain_tiles(const ChainSources<Tin>& src, const SeqTokens&
   const float* kg = src.kg + t * src.tok_kg;
   const Tin* v = src.v + t * src.tok_v;
   constexpr int kv = int(sizeof(Tin)) * kBV;
-  if (L == kChunk) {
-    copy_rows_async<kChunk, 4 * kBK, kChainThreads, true>(s.kg(st), kLdK, L, kg, int(src.tok_kg));
-    copy_rows_async<kChunk, kv, kChainThreads, true>(s.v(st), ChainSmem<Tin>::ldv, L, v, int(src.tok_v));
-  } else {
-    copy_rows_async<kChunk, 4 * kBK, kChainThreads>(s.kg(st), kLdK, L, kg, int(src.tok_kg));
-    copy_rows_async<kChunk, kv, kChainThreads>(s.v(st), ChainSmem<Tin>::ldv, L, v, int(src.tok_v));
-  }
+  with_full_chunk(L, [&](auto full) {
+    constexpr bool kFull = decltype(full)::value;
+    copy_rows_async<kChunk, 4 * kBK, kChainThreads, kFull>(s.kg(st), kLdK, L, kg, int(src.tok_kg));
+    copy_rows_async<kChunk, kv, kChainThreads, kFull>(s.v(st), ChainSmem<Tin>::ldv, L, v, int(src.tok_v));
+  });
   const float* last = src.gcum + (t + L - 1) * src.tok_kg;
   if (threadIdx.x < kBK / 4) cp_async16(s.bend(st) + 4 * threadIdx.x, last + 4 * threadIdx.x, true);
 }

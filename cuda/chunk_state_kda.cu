@@ -23,8 +23,6 @@
 // through the forward, test_cuda_forward.cpp and the goldens.
 #include "cuda/chunk_state_kda.cuh"
 
-#include <type_traits>
-
 #include "cuda/cuda_check.cuh"
 #include "cuda/device_math.cuh"
 #include "cuda/tile_mma.cuh"
@@ -101,8 +99,7 @@ __device__ void issue_tiles(const StateParams& sp, const ChunkInfo& ck, int ci, 
     copy_tile_swizzled<kChunk, KD, true, kFull>(s.Ws(st), p.w + row0 * KD, int64_t(p.HV) * KD, ck.len);
     copy_rows_async<kChunk, 4 * BV, kThreads, kFull>(s.Us(st), kLdU, ck.len, sp.u + row0 * uw + v0, p.HV * uw);
   };
-  if (ck.len == kChunk) copy(std::true_type{});
-  else copy(std::false_type{});
+  with_full_chunk(ck.len, copy);
   if (int(threadIdx.x) < KD / 4)
     cp_async16(s.decay(st) + 4 * threadIdx.x, p.kg_decay + (int64_t(ci) * p.HV + hv) * KD + 4 * threadIdx.x, true);
   copy_tile_swizzled<KD, kChunk, true, true>(s.Kt(st), p.kg_t + (int64_t(ci) * p.HV + hv) * KD * kChunk, kChunk, KD);

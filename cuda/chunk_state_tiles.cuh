@@ -68,8 +68,7 @@ struct StateSmem {
 // halved by this form, the chain's time did not move: its step is latency-bound, BENCHMARKS.md, 31st).
 template <int kBytes, class T>
 __device__ __forceinline__ void copy_rows(T* dst, int ld, int L, const T* src, int stride) {
-  if (L == kChunk) copy_rows_async<kChunk, kBytes, kThreads, true>(dst, ld, L, src, stride);
-  else copy_rows_async<kChunk, kBytes, kThreads>(dst, ld, L, src, stride);
+  with_full_chunk(L, [&](auto full) { copy_rows_async<kChunk, kBytes, kThreads, decltype(full)::value>(dst, ld, L, src, stride); });
 }
 
 // Group A of chunk `ck` into tile stage `st` and gate buffer `buf`: w, u, q (only

@@ -81,6 +81,13 @@ inline ScalarView scalar_view(const TensorView& t, const char* name) {
 inline size_t round_up(size_t b) { return (b + 255) / 256 * 256; }
 
 
+// A switch that is on unless the environment variable `name` is "0" (KCP_CUDA_CHUNK_GRID,
+// KCP_CUDA_KDA_CHAIN).
+inline bool env_not_off(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && std::string(e) == "0");
+}
+
 struct Pipeline::Impl {
   int device = 0;                // the queue's CUDA ordinal (made current by every public method)
   cudaStream_t stream = nullptr; // the queue's stream: every launch and copy goes here
@@ -110,16 +117,10 @@ struct Pipeline::Impl {
   BackwardBuffers bbuf;
   int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
   bool kda_chain_last = false;  // kda_chain_used
-  bool kda_chain = [] {  // set_kda_chain
-    const char* e = std::getenv("KCP_CUDA_KDA_CHAIN");
-    return !(e && std::string(e) == "0");
-  }();
+  bool kda_chain = env_not_off("KCP_CUDA_KDA_CHAIN");  // set_kda_chain
   // gla's chain in halves (set_gla_halves; gla_halves): s_mid, f_local [HV,K,V] and decay [NT+1,HV,K], float32
   int gla_halves_mode = -1;
-  bool grid_closed_form = [] {  // set_chunk_grid
-    const char* e = std::getenv("KCP_CUDA_CHUNK_GRID");
-    return !(e && std::string(e) == "0");
-  }();
+  bool grid_closed_form = env_not_off("KCP_CUDA_CHUNK_GRID");  // set_chunk_grid
   float* d_halves = nullptr;
   size_t halves_bytes = 0;
   // The kept forward (chunkwise_keep.cu; Pipeline::set_keep_forward): forward() leaves the workspace as
