@@ -1,5 +1,8 @@
-// Stage "kkt + solve_tril", one block of 4 warps per (chunk, value head); warp i owns rows 16i..16i+15
-// (gla: 8 warps, two per row block, each with half of the block's n-tiles).
+// Stage "kkt + solve_tril", one block per (chunk, value head). gdn: 4 warps, warp i owns rows
+// 16i..16i+15 and all their n-tiles. kda, gla: 8 warps sharing row block i's 2i + 2 n-tiles so that
+// none has more than 3 (warp_tiles): with kda's 4 warps the one of row block 3 did 8 tiles against row
+// block 0's 2, the others waited at the solve's barrier (14% of the stall samples, ncu at T = 32768),
+// and 2 blocks of 4 warps per multiprocessor (shared memory) left 0.35 eligible warps per scheduler.
 //   gdn:  Lmat[r,s] = beta_r (k_r . k_s) 2^(b_r - b_s)   (s < r),  Aqk[r,s] = scale (q_r . k_s) 2^(b_r - b_s)   (s <= r)
 //   kda:  the same with per-channel decay inside the dot: sum_d k_r[d] k_s[d] 2^(b_r[d] - b_s[d]).
 //         Products run on tensor cores through the anchor n = 16i (first row of the warp's block):
@@ -38,21 +41,29 @@
 namespace kcp::cuda {
 namespace {
 
-constexpr int kThreads = 128;  // gdn, kda: warp i owns row block i (the solve needs that)
-// gla (no solve): two warps per row block, each with half of its n-tiles (i + 1 of the 2i + 2), so a
-// block has 8 warps: kkt ran at 18% occupancy with 4 (3 blocks of 67.8 KiB per multiprocessor).
-template <bool kDelta>
-constexpr int kkt_threads = kDelta ? kThreads : 2 * kThreads;
+// gdn: 4 warps (its 16-bit dots form each row block's fragments by ldmatrix, cheap to share among
+// few warps); kda, gla: 8 (gla ran at 18% occupancy with 4: 3 blocks of 67.8 KiB per multiprocessor).
+template <bool kKDA>
+constexpr int kkt_threads = kKDA ? 256 : 128;
 
-// The n-tiles [lo, hi) of row block i that a warp takes (half: which of the block's two gla warps).
-struct NtRange {
-  int lo, hi;
+// The n-tiles [lo, hi) of row block i that a warp takes. 8 warps: row blocks 0..3 (2, 4, 6, 8
+// n-tiles) get 1, 2, 2, 3 warps of at most 3 tiles each; a warp forms its row block's A fragments
+// itself (kda: 8 exp2 per lane and k step, worth ~2.5 n-tiles), so row blocks are not paired.
+// The warp whose range holds n-tile 2i (the diagonal block's first) also owns kda's pairwise diagonal.
+struct WarpTiles {
+  int i, lo, hi;
 };
-template <bool kDelta>
-__device__ __forceinline__ NtRange nt_range(int i, int half) {
-  if constexpr (kDelta) return {0, 2 * i + 2};
-  return half == 0 ? NtRange{0, i + 1} : NtRange{i + 1, 2 * i + 2};
+template <int kThreads>
+__device__ __forceinline__ WarpTiles warp_tiles(int warp) {
+  if constexpr (kThreads == 128) return {warp, 0, 2 * warp + 2};
+  // warps 0..7: i = 0 1 1 2 2 3 3 3, lo = 0 0 2 0 3 0 3 6, hi = 2 2 4 3 6 3 6 8, a nibble each (an
+  // indexed constant array went to local memory)
+  const int sh = 4 * warp;
+  return {int(0x33322110u >> sh) & 15, int(0x63030200u >> sh) & 15, int(0x86363422u >> sh) & 15};
 }
+// Most n-tiles one warp takes (its accumulators: [kMaxTiles][4] per product).
+template <int kThreads>
+constexpr int kMaxTiles = kThreads == 128 ? 8 : 3;
 constexpr int kLdL = 68;                  // 64x64 float tiles (row-major A pattern)
 
 
@@ -88,7 +99,7 @@ __device__ void load_tiles(const ChunkParams& p, const ChunkInfo& ck, int hv, co
   using Sm = KktSmem<Tin, KD, kKDA>;
   const int h = hv / p.G, L = ck.len;
   constexpr int segs = KD * int(sizeof(Tin)) / 16, per = 16 / int(sizeof(Tin));
-  for (int idx = threadIdx.x; idx < kChunk * segs; idx += kkt_threads<kDelta>) {
+  for (int idx = threadIdx.x; idx < kChunk * segs; idx += kkt_threads<kKDA>) {
     const int r = idx / segs, sg = idx % segs, rr = r < L ? r : 0;
     cp_async16(s.ks + r * Sm::ldk + sg * per, static_cast<const Tin*>(p.k.p) + row_off(p.k, ck.t0 + rr, h) + sg * per, r < L);
     cp_async16(s.qs + r * Sm::ldk + sg * per, static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0 + rr, h) + sg * per, r < L);
@@ -96,15 +107,15 @@ __device__ void load_tiles(const ChunkParams& p, const ChunkInfo& ck, int hv, co
   load_chunk_row_scalars<kKDA, !kKDA>(p, ck, hv, h, s.gs, s.bet, s.rk, s.rq);
   cp_async_commit();
   if constexpr (kDelta)
-    for (int idx = threadIdx.x; idx < kChunk * kLdL / 4; idx += kThreads)
+    for (int idx = threadIdx.x; idx < kChunk * kLdL / 4; idx += kkt_threads<kKDA>)
       reinterpret_cast<float4*>(s.Ls)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   if constexpr (kKDA) {  // kda, gla: this stage forms beta_e and the gate tile (chunk_gates.cuh), the k, q copies in flight
-    for (int r = threadIdx.x; r < kChunk; r += kkt_threads<kDelta>) {
+    for (int r = threadIdx.x; r < kChunk; r += kkt_threads<kKDA>) {
       const float b = r < L ? effective_beta(p, ck.t0 + r, hv) : 0.0f;
       s.bet[r] = b;
       if (r < L) p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] = b;
     }
-    scan_gate_tile<KD, kkt_threads<kDelta>>(p, ck, hv, s.gs, Sm::ldg);  // its stores: the kernel's last step
+    scan_gate_tile<KD, kkt_threads<kKDA>>(p, ck, hv, s.gs, Sm::ldg);  // its stores: the kernel's last step
   }
   cp_async_wait<0>();
 }
@@ -154,14 +165,21 @@ __device__ void row_block_dots16(const KktSmem<Tin, KD, false>& s, int i, float 
   }
 }
 
-// Row block i of k k^T (not for gla) and q k^T by TF32 products with fragments built element by
-// element (kda: each factor carries its decay through the block's anchor row n = 16 i; float32
-// inputs: split products).
-template <bool S, bool kDelta, class Tin, int KD, bool kKDA>
-__device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, NtRange nr, bool diag_mma, float (&ak)[8][4],
-                                    float (&aq)[8][4]) {
+// Whether a warp computes n-tile nt of its row block by tensor-core products (kda: not the diagonal
+// block's two when its gate range needs the pairwise form).
+template <bool kKDA>
+__device__ __forceinline__ bool tile_by_mma(const WarpTiles& wt, int nt, bool diag_mma) {
+  return nt < wt.hi && !(kKDA && !diag_mma && nt >= 2 * wt.i);
+}
+
+// The warp's n-tiles wt.lo + j of row block i of k k^T (not for gla) and q k^T by TF32 products with
+// fragments built element by element (kda: each factor carries its decay through the block's anchor
+// row n = 16 i; float32 inputs: split products).
+template <bool S, bool kDelta, int MT, class Tin, int KD, bool kKDA>
+__device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, const WarpTiles& wt, bool diag_mma, float (&ak)[MT][4],
+                                    float (&aq)[MT][4]) {
   using Sm = KktSmem<Tin, KD, kKDA>;
-  const int n = 16 * i, g = lane_g(), t = lane_t();
+  const int n = 16 * wt.i, g = lane_g(), t = lane_t();
 #pragma unroll 2
   for (int k0 = 0; k0 < KD; k0 += 8) {
     FragA<S> fk, fq;
@@ -174,8 +192,9 @@ __device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, NtRa
       fq.set(e, to_float(s.qs[r * Sm::ldk + d]) * f);
     }
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      if (nt < nr.lo || nt >= nr.hi || (kKDA && !diag_mma && nt >= 2 * i)) continue;
+    for (int j = 0; j < MT; ++j) {
+      const int nt = wt.lo + j;
+      if (!tile_by_mma<kKDA>(wt, nt, diag_mma)) continue;
       const FragB<S> fb = load_b<S>(
           [&](int d, int sc) {
             float f = 1.0f;
@@ -183,8 +202,8 @@ __device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, NtRa
             return to_float(s.ks[sc * Sm::ldk + d]) * f;
           },
           k0, 8 * nt);
-      if constexpr (kDelta) mma(ak[nt], fk, fb);
-      mma(aq[nt], fq, fb);
+      if constexpr (kDelta) mma(ak[j], fk, fb);
+      mma(aq[j], fq, fb);
     }
   }
 }
@@ -192,19 +211,21 @@ __device__ void row_block_dots_tf32(const KktSmem<Tin, KD, kKDA>& s, int i, NtRa
 // This warp's n-tiles of its row block of k k^T and q k^T (gated); entries above the diagonal and of
 // rows >= L stay 0.
 template <bool S, bool kDelta, class Tin, int KD, bool kKDA>
-__device__ void row_block_products(const ChunkParams& p, int L, const KktSmem<Tin, KD, kKDA>& s, float* aqk, int i,
-                                   NtRange nr, bool diag_mma) {
-  const int n = 16 * i;
-  float ak[8][4] = {}, aq[8][4] = {};
-  if constexpr (!kKDA && sizeof(Tin) == 2) row_block_dots16(s, i, ak, aq);  // gdn: one warp, every n-tile
-  else row_block_dots_tf32<S, kDelta>(s, i, nr, diag_mma, ak, aq);
+__device__ void row_block_products(const ChunkParams& p, int L, const KktSmem<Tin, KD, kKDA>& s, float* aqk,
+                                   const WarpTiles& wt, bool diag_mma) {
+  constexpr int MT = kMaxTiles<kkt_threads<kKDA>>;
+  const int n = 16 * wt.i;
+  float ak[MT][4] = {}, aq[MT][4] = {};
+  if constexpr (!kKDA && sizeof(Tin) == 2) row_block_dots16(s, wt.i, ak, aq);  // gdn: one warp, every n-tile (lo = 0)
+  else row_block_dots_tf32<S, kDelta>(s, wt, diag_mma, ak, aq);
 #pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-    if (nt < nr.lo || nt >= nr.hi || (kKDA && !diag_mma && nt >= 2 * i)) continue;
+  for (int j = 0; j < MT; ++j) {
+    const int nt = wt.lo + j;
+    if (!tile_by_mma<kKDA>(wt, nt, diag_mma)) continue;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = acc_row(n, e), c = acc_col(8 * nt, e);
-      if (r < L && c <= r) put_entry<S, kDelta>(p, s, aqk, r, c, ak[nt][e], aq[nt][e]);
+      if (r < L && c <= r) put_entry<S, kDelta>(p, s, aqk, r, c, ak[j][e], aq[j][e]);
     }
   }
 }
@@ -237,7 +258,7 @@ __device__ void write_gated_rows(const ChunkParams& p, const ChunkInfo& ck, int 
   using Sm = KktSmem<Tin, KD, true>;
   const int L = ck.len;
   const float* be = s.gs + (L - 1) * Sm::ldg;
-  for (int idx = threadIdx.x; idx < L * KD / 4; idx += kkt_threads<false>) {
+  for (int idx = threadIdx.x; idx < L * KD / 4; idx += kkt_threads<true>) {
     const int r = idx / (KD / 4), d = 4 * (idx % (KD / 4));
     float kg[4], qg[4];
 #pragma unroll
@@ -254,14 +275,16 @@ __device__ void write_gated_rows(const ChunkParams& p, const ChunkInfo& ck, int 
 
 // P = (I + Ls)^-1 into Ps. The four 16x16 diagonal blocks by forward substitution (one warp per
 // block, one column per lane, the column in registers), then block rows i = 1..3 on tensor cores:
-// X = Lmat[i, <i] @ P[<i, <i] and P[i, <i] = -P_ii @ X (3xTF32 when products are split).
-template <bool S>
+// X = Lmat[i, <i] @ P[<i, <i] and P[i, <i] = -P_ii @ X (3xTF32 when products are split). kThreads:
+// the block's (the diagonal blocks take warps 0..3).
+template <bool S, int kThreads>
 __device__ void solve_unit_lower(const float* Ls, float* Ps, float* Xs) {
+  constexpr int kWarps = kThreads / 32;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int idx = threadIdx.x; idx < kChunk * kLdL / 4; idx += kThreads)
     reinterpret_cast<float4*>(Ps)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   __syncthreads();
-  if (lane < 16) {
+  if (warp < 4 && lane < 16) {
     const int base = 16 * warp, c = lane;
     float col[16];
 #pragma unroll
@@ -276,7 +299,7 @@ __device__ void solve_unit_lower(const float* Ls, float* Ps, float* Xs) {
   __syncthreads();
   for (int i = 1; i < 4; ++i) {
     const int w = 16 * i;  // block row i: rows w..w+15, off-diagonal columns 0..w-1 (2i n-tiles)
-    for (int nt = warp; nt < 2 * i; nt += 4) {
+    for (int nt = warp; nt < 2 * i; nt += kWarps) {
       float acc[4] = {};
       for (int k0 = 8 * nt; k0 < w; k0 += 8)  // P is lower triangular: rows < 8nt of column tile nt are 0
         mma(acc, ldm_a_row<S>(Ls, kLdL, w, k0, false), load_b_kn<S>(Ps, kLdL, k0, 8 * nt));
@@ -284,7 +307,7 @@ __device__ void solve_unit_lower(const float* Ls, float* Ps, float* Xs) {
       for (int e = 0; e < 4; ++e) Xs[(acc_row(0, e)) * kLdL + acc_col(8 * nt, e)] = acc[e];
     }
     __syncthreads();
-    for (int nt = warp; nt < 2 * i; nt += 4) {
+    for (int nt = warp; nt < 2 * i; nt += kWarps) {
       float acc[4] = {};
 #pragma unroll
       for (int k0 = 0; k0 < 16; k0 += 8) mma(acc, ldm_a_row<S>(Ps + w, kLdL, w, k0, false), load_b_kn<S>(Xs, kLdL, k0, 8 * nt));
@@ -296,45 +319,46 @@ __device__ void solve_unit_lower(const float* Ls, float* Ps, float* Xs) {
 }
 
 // gla: 3 blocks of 8 warps per multiprocessor (what its shared memory allows) need <= 85 registers;
-// without the bound the gate tile's scan took it to 94 (2 blocks).
+// without the bound the gate tile's scan took it to 94 (2 blocks). kda: 2 blocks (its shared memory).
 template <class Tin, int KD, bool kKDA, bool kDelta>
-__global__ void __launch_bounds__(kkt_threads<kDelta>, kDelta ? 0 : 3) chunk_kkt_kernel(const ChunkParams p) {
+__global__ void __launch_bounds__(kkt_threads<kKDA>, kKDA ? (kDelta ? 2 : 3) : 0) chunk_kkt_kernel(const ChunkParams p) {
   constexpr bool S = kSplitProducts<Tin>;
+  constexpr int kThreads = kkt_threads<kKDA>;
   extern __shared__ float4 smem_f4[];
   const KktSmem<Tin, KD, kKDA> s(reinterpret_cast<char*>(smem_f4));
-  const int ci = blockIdx.x, hv = blockIdx.y, warp = threadIdx.x >> 5;
+  const int ci = blockIdx.x, hv = blockIdx.y;
+  const WarpTiles wt = warp_tiles<kThreads>(int(threadIdx.x >> 5));
   const ChunkInfo ck = chunk_at(p, ci);
   const int64_t tile = (int64_t(ci) * p.HV + hv) * kChunk * kChunk;
   float* aqk = p.Aqk + tile;
-  for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kkt_threads<kDelta>)  // entries never computed are 0
+  for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads)  // entries never computed are 0
     reinterpret_cast<float4*>(aqk)[idx] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   load_tiles<kDelta>(p, ck, hv, s);
   if constexpr (!kDelta) {  // gla: one anchor per chunk where its gates allow (chunk_kkt_gla.cuh)
     float be[4];
-    if (gla_chunk_anchored<KD, kkt_threads<kDelta>>(s.gs, s.ldg, ck.len, be)) {  // a barrier
+    if (gla_chunk_anchored<KD, kThreads>(s.gs, s.ldg, ck.len, be)) {  // a barrier
       using Sm = KktSmem<Tin, KD, kKDA>;
-      gla_anchor_pass<S, Tin, KD, kkt_threads<kDelta>>(p, ck, hv, s.ks, Sm::ld_raw, s.gs, Sm::ldg, s.rk, s.rq, be);
-      const NtRange nr = nt_range<kDelta>(warp % 4, warp / 4);
-      if (16 * (warp % 4) < ck.len)
-        gla_anchored_products<S, KD>(p, ck.len, s.gs, Sm::ldg, reinterpret_cast<const float*>(s.ks), Sm::ld_raw, aqk, warp % 4,
-                                     nr.lo, nr.hi);
+      gla_anchor_pass<S, Tin, KD, kThreads>(p, ck, hv, s.ks, Sm::ld_raw, s.gs, Sm::ldg, s.rk, s.rq, be);
+      if (16 * wt.i < ck.len)
+        gla_anchored_products<S, KD>(p, ck.len, s.gs, Sm::ldg, reinterpret_cast<const float*>(s.ks), Sm::ld_raw, aqk, wt.i,
+                                     wt.lo, wt.hi);
       return;  // gcum went out with the pass
     }
     write_gated_rows<S>(p, ck, hv, s);
   } else {
     __syncthreads();
   }
-  const int i = kDelta ? warp : warp % 4, half = kDelta ? 0 : warp / 4, n = 16 * i;  // row block i (gla: half of its n-tiles)
+  const int n = 16 * wt.i;
   if (n < ck.len) {
     bool diag_mma = true;
     if constexpr (kKDA) diag_mma = block_gate_range<KD>(s.gs, s.ldg, n, min(n + 15, ck.len - 1)) <= kMaxAnchorSpread;
-    row_block_products<S, kDelta>(p, ck.len, s, aqk, i, nt_range<kDelta>(i, half), diag_mma);
-    if constexpr (kKDA)  // the whole diagonal block, by one warp of the row block
-      if (!diag_mma && half == kkt_threads<kDelta> / kThreads - 1) diagonal_block_pairwise<S, kDelta>(p, ck.len, s, aqk, i);
+    row_block_products<S, kDelta>(p, ck.len, s, aqk, wt, diag_mma);
+    if constexpr (kKDA)  // the whole diagonal block, by the one warp of the row block holding n-tile 2i
+      if (!diag_mma && wt.lo <= 2 * wt.i && 2 * wt.i < wt.hi) diagonal_block_pairwise<S, kDelta>(p, ck.len, s, aqk, wt.i);
   }
   if constexpr (kDelta) {  // gla: P = I, neither solved nor written
     __syncthreads();
-    solve_unit_lower<S>(s.Ls, s.Ps, s.Xs);
+    solve_unit_lower<S, kThreads>(s.Ls, s.Ps, s.Xs);
     float4* P4 = reinterpret_cast<float4*>(p.P + tile);
     for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads) {
       const float* src = s.Ps + (idx / 16) * kLdL + 4 * (idx % 16);
@@ -345,14 +369,14 @@ __global__ void __launch_bounds__(kkt_threads<kDelta>, kDelta ? 0 : 3) chunk_kkt
   // forwards write every row, and with those stores in front of the products gla's fwd+bwd (keep) at
   // T = 8192 was 0.045 ms slower than with the cumsum stage; stored here, it is not (twenty-first
   // session, calls 1-3).
-  if constexpr (kKDA) store_gate_tile<KD, kkt_threads<kDelta>>(p, ck, hv, s.gs, s.ldg);
+  if constexpr (kKDA) store_gate_tile<KD, kThreads>(p, ck, hv, s.gs, s.ldg);
 }
 
 template <class Tin, int KD, bool kKDA, bool kDelta = true>
 void launch(const ChunkParams& p, cudaStream_t stream) {
   using Sm = KktSmem<Tin, KD, kKDA>;
   const size_t smem = kDelta ? Sm::bytes : Sm::bytes - Sm::bytes_lmat;
-  launch_kernel(chunk_kkt_kernel<Tin, KD, kKDA, kDelta>, dim3(p.NT, p.HV), kkt_threads<kDelta>, smem, stream, p);
+  launch_kernel(chunk_kkt_kernel<Tin, KD, kKDA, kDelta>, dim3(p.NT, p.HV), kkt_threads<kKDA>, smem, stream, p);
 }
 
 }  // namespace

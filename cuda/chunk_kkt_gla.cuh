@@ -106,21 +106,21 @@ __device__ void gla_anchor_pass(const ChunkParams& p, const ChunkInfo& ck, int h
 template <bool S, int KD>
 __device__ void gla_anchored_products(const ChunkParams& p, int L, const float* qa, int lda, const float* kgt, int ldb,
                                       float* aqk, int i, int lo, int hi) {
-  const int n = 16 * i, cnt = hi - lo;  // at most 4 n-tiles per warp (nt_range in chunk_kkt.cu)
+  const int n = 16 * i, cnt = hi - lo;  // at most 3 n-tiles per warp (warp_tiles in chunk_kkt.cu)
   // acc[j] is n-tile lo + j: a loop over all 8 n-tiles with the warp's range as a condition issued
-  // every tile's ldmatrix and mma predicated off (8 per k step where a warp has 1 to 4).
-  float acc[4][4] = {};
+  // every tile's ldmatrix and mma predicated off (8 per k step where a warp has 1 to 3).
+  float acc[3][4] = {};
 #pragma unroll 4
   for (int k0 = 0; k0 < KD; k0 += 8) {
     const FragA<S> a = ldm_a_row<S>(qa, lda, n, k0, !S);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < 3; ++j) {
       if (j >= cnt) break;
       mma(acc[j], a, ldm_b_nk<S>(kgt, ldb, k0, 8 * (lo + j), !S));
     }
   }
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < 3; ++j) {
     if (j >= cnt) break;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
