@@ -84,11 +84,70 @@ __device__ void load_slab(const ChunkParams& p, const ChunkInfo& ck, int ci, int
   cp_async_wait<0>();
 }
 
+// Four consecutive elements of a Tin row in shared memory (8- or 16-byte aligned) as floats.
+template <class Tin>
+__device__ __forceinline__ void load4(const Tin* src, float (&x)[4]) {
+  if constexpr (sizeof(Tin) == 2) {
+    const uint2 w = *reinterpret_cast<const uint2*>(src);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = to_float(reinterpret_cast<const Tin*>(&w)[j]);
+  } else {
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  }
+}
+
+// kda's w slabs (F holds the raw gates b): Y = x beta rk 2^b per element into F, and the slab's kg,
+// qg (kg's bits over Xr, Qr where the transposed chain takes kg^T: store_kg_t). Four channels per
+// thread (16 threads per row): 16-byte loads and stores where the element loop had made one of each
+// per element and recomputed its 64-bit output index (ncu: the loop and store_kg_t were ~50% of the
+// kernel's instructions). Each thread overwrites only the elements it has read.
+template <bool S, class Tin>
+__device__ void build_gated_rhs(const ChunkParams& p, const ChunkInfo& ck, int hv, const Slab& sl, const WySmem<Tin, true>& s) {
+  constexpr int ldx = WySmem<Tin, true>::ldx;
+  static_assert(ldx % 4 == 0 && kLdF % 4 == 0, "16-byte rows");
+  const int L = ck.len, d = 4 * int(threadIdx.x % 16);
+  if (d >= sl.W) return;
+  const float4 be4 = *reinterpret_cast<const float4*>(s.be + d);
+  const float be[4] = {be4.x, be4.y, be4.z, be4.w};
+#pragma unroll 2
+  for (int r = int(threadIdx.x) / 16; r < kChunk; r += kThreads / 16) {
+    float y[4] = {}, kg[4] = {};
+    if (r < L) {
+      const float4 b4 = *reinterpret_cast<const float4*>(s.F + r * kLdF + d);
+      const float b[4] = {b4.x, b4.y, b4.z, b4.w};
+      float x[4], q[4], qg[4];
+      load4(s.Xr + r * ldx + d, x), load4(s.Qr + r * ldx + d, q);
+      const float f = s.bet[r] * s.rk[r];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 g = gated_kq<S>(x[j], q[j], s.rk[r], s.rq[r], b[j], be[j]);
+        kg[j] = g.x, qg[j] = g.y;
+        y[j] = operand_store<S>(x[j] * (f * exp2_approx<S>(b[j])));
+      }
+      const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * p.K + sl.c0 + d;
+      *reinterpret_cast<float4*>(p.qg + o) = make_float4(qg[0], qg[1], qg[2], qg[3]);
+      if (!p.kg_t) *reinterpret_cast<float4*>(p.kg + o) = make_float4(kg[0], kg[1], kg[2], kg[3]);
+    }
+    if constexpr (sizeof(Tin) == 2)
+      if (p.kg_t) {  // kg's high and low halves (0 past L)
+        uint32_t h[2], l[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          h[j] = __byte_perm(__float_as_uint(kg[2 * j]), __float_as_uint(kg[2 * j + 1]), 0x7632);
+          l[j] = __byte_perm(__float_as_uint(kg[2 * j]), __float_as_uint(kg[2 * j + 1]), 0x5410);
+        }
+        *reinterpret_cast<uint2*>(s.Xr + r * ldx + d) = make_uint2(h[0], h[1]);
+        *reinterpret_cast<uint2*>(s.Qr + r * ldx + d) = make_uint2(l[0], l[1]);
+      }
+    *reinterpret_cast<float4*>(s.F + r * kLdF + d) = make_float4(y[0], y[1], y[2], y[3]);
+  }
+}
+
 // The slab's right-hand side Y = x * factor into F (rows >= L zero), stored TF32-rounded unless the
 // products are split, so that the product loop loads each B element once and converts nothing:
 // factor = beta rk 2^b per row (gdn, w), beta per row (u), beta rk 2^(b_r[d]) per element (kda, w:
-// F holds the raw gates until then; these rows also yield kg and qg of the slab's channels). Two
-// threads per column d (rows r = tid / 64 + 2 i): b_end read once, no index division.
+// build_gated_rhs). Two threads per column d (rows r = tid / 64 + 2 i): no index division.
 template <bool S, class Tin, bool kKDA>
 __device__ void build_rhs(const ChunkParams& p, const ChunkInfo& ck, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
   constexpr int ldx = WySmem<Tin, kKDA>::ldx;
@@ -99,50 +158,46 @@ __device__ void build_rhs(const ChunkParams& p, const ChunkInfo& ck, int hv, con
   if (per_elem)  // row L - 1 of the gates is kept before Y overwrites it
     for (int c = threadIdx.x; c < sl.W; c += kThreads) s.be[c] = s.F[(L - 1) * kLdF + c];
   __syncthreads();
+  if constexpr (kKDA)
+    if (per_elem) return build_gated_rhs<S>(p, ck, hv, sl, s);
   const int d = int(threadIdx.x) % kSlab;
   if (d >= sl.W) return;
-  const float b_end = per_elem ? s.be[d] : 0.0f;
 #pragma unroll 4
-  for (int r = int(threadIdx.x) / kSlab; r < kChunk; r += kThreads / kSlab) {
-    float y = 0.0f, kg = 0.0f;
-    if (r < L) {
-      const float x = to_float(s.Xr[r * ldx + d]);
-      float f = s.fr[r];
-      if (per_elem) {
-        const float b = s.F[r * kLdF + d];
-        const int64_t o = (int64_t(ck.t0 + r) * p.HV + hv) * p.K + sl.c0 + d;
-        const float2 g = gated_kq<S>(x, to_float(s.Qr[r * ldx + d]), s.rk[r], s.rq[r], b, b_end);
-        kg = g.x, p.qg[o] = g.y;
-        if (!p.kg_t) p.kg[o] = g.x;
-        f = s.bet[r] * s.rk[r] * exp2_approx<S>(b);
-      }
-      y = operand_store<S>(x * f);
-    }
-    if constexpr (sizeof(Tin) == 2)  // kg's bits over this thread's own (r, d) of Xr, Qr: read just above
-      if (per_elem && p.kg_t) {      // by this thread only (0 past L); store_kg_t reads them
-        reinterpret_cast<uint16_t*>(s.Xr)[r * ldx + d] = uint16_t(__float_as_uint(kg) >> 16);
-        reinterpret_cast<uint16_t*>(s.Qr)[r * ldx + d] = uint16_t(__float_as_uint(kg));
-      }
-    s.F[r * kLdF + d] = y;
-  }
+  for (int r = int(threadIdx.x) / kSlab; r < kChunk; r += kThreads / kSlab)
+    s.F[r * kLdF + d] = r < L ? operand_store<S>(to_float(s.Xr[r * ldx + d]) * s.fr[r]) : 0.0f;
 }
 
 // kg^T of the slab's channels (bits left in Xr, Qr by build_rhs) into kg_t [NT,HV,K,64], 64 contiguous
-// floats per channel (a warp per channel: whole 128-byte lines), and 2^(b_end) of each channel into
-// kg_decay at the transposed chain's position (chunk_state_kda.cuh kda_decay_pos).
+// floats per channel, and 2^(b_end) of each channel into kg_decay at the transposed chain's position
+// (chunk_state_kda.cuh kda_decay_pos). A warp takes 32 channels x 16 rows per pass: lane l a channel
+// pair (one 32-bit load of Xr and of Qr per row gives both) and rows 4 (l / 16) + {0..3, 8..11}, so
+// its two 16-byte stores per channel and lane 16 + l's fill whole 32-byte sectors, and a row's loads
+// by lanes l and 16 + l fall 144 words apart (different banks). It had been a warp per channel, two
+// 4-byte stores and four 2-byte loads per lane (ncu: 16% of the kernel's instructions).
 template <class Tin, bool kKDA>
 __device__ void store_kg_t(const ChunkParams& p, int ci, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
-  constexpr int ldx = WySmem<Tin, kKDA>::ldx;
-  const int lane = int(threadIdx.x & 31);
+  constexpr int ldw = WySmem<Tin, kKDA>::ldx / 2;  // Xr, Qr rows in 32-bit words (two channels each)
+  const int lane = int(threadIdx.x & 31), c = 2 * (lane & 15), rq = 4 * (lane >> 4);
   float* out = p.kg_t + ((int64_t(ci) * p.HV + hv) * p.K + sl.c0) * kChunk;
-  const uint16_t* hi = reinterpret_cast<const uint16_t*>(s.Xr);
-  const uint16_t* lo = reinterpret_cast<const uint16_t*>(s.Qr);
-  for (int d = int(threadIdx.x >> 5); d < sl.W; d += kThreads / 32) {
+  const uint32_t* hi = reinterpret_cast<const uint32_t*>(s.Xr);
+  const uint32_t* lo = reinterpret_cast<const uint32_t*>(s.Qr);
+  for (int pass = int(threadIdx.x >> 5); pass < (kSlab / 32) * (kChunk / 16); pass += kThreads / 32) {
+    const int d = 32 * (pass % (kSlab / 32)) + c, r0 = 16 * (pass / (kSlab / 32)) + rq;
+    if (d >= sl.W) continue;
+    float a[8], b[8];  // channels d, d + 1 at rows r0 + {0..3, 8..11}
 #pragma unroll
-    for (int r = lane; r < kChunk; r += 32)
-      out[d * kChunk + r] = __uint_as_float(uint32_t(hi[r * ldx + d]) << 16 | lo[r * ldx + d]);
-    if (lane == 0) p.kg_decay[(int64_t(ci) * p.HV + hv) * p.K + kda_decay_pos(sl.c0 + d, p.K)] = exp2f(s.be[d]);
+    for (int j = 0; j < 8; ++j) {
+      const int w = (r0 + j % 4 + 8 * (j / 4)) * ldw + d / 2;
+      a[j] = __uint_as_float(__byte_perm(lo[w], hi[w], 0x5410));
+      b[j] = __uint_as_float(__byte_perm(lo[w], hi[w], 0x7632));
+    }
+    float4* oa = reinterpret_cast<float4*>(out + d * kChunk + r0);
+    float4* ob = reinterpret_cast<float4*>(out + (d + 1) * kChunk + r0);
+    oa[0] = make_float4(a[0], a[1], a[2], a[3]), oa[2] = make_float4(a[4], a[5], a[6], a[7]);
+    ob[0] = make_float4(b[0], b[1], b[2], b[3]), ob[2] = make_float4(b[4], b[5], b[6], b[7]);
   }
+  for (int d = int(threadIdx.x); d < sl.W; d += kThreads)
+    p.kg_decay[(int64_t(ci) * p.HV + hv) * p.K + kda_decay_pos(sl.c0 + d, p.K)] = exp2f(s.be[d]);
 }
 
 template <class Tin, bool kKDA>
