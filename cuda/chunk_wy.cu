@@ -58,10 +58,13 @@ __device__ Slab slab_of(const ChunkParams& p, int z) {
   return sl;
 }
 
-template <class Tin, bool kKDA>
+// kW: the slab's width when known at compile time (a full slab: the copies' row and segment indices
+// without an integer division by a run-time width), else 0 (sl.W).
+template <int kW, class Tin, bool kKDA>
 __device__ void load_slab(const ChunkParams& p, const ChunkInfo& ck, int ci, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
   using Sm = WySmem<Tin, kKDA>;
-  const int h = hv / p.G, L = ck.len, per = 16 / int(sizeof(Tin)), segs = sl.W / per;
+  const int W = kW ? kW : sl.W;
+  const int h = hv / p.G, L = ck.len, per = 16 / int(sizeof(Tin)), segs = W / per;
   const float* P = p.P + (int64_t(ci) * p.HV + hv) * kChunk * kChunk;
   for (int idx = threadIdx.x; idx < kChunk * kChunk / 4; idx += kThreads)
     cp_async16(s.Ps + (idx / 16) * kLdP + 4 * (idx % 16), P + 4 * idx, true);
@@ -75,8 +78,8 @@ __device__ void load_slab(const ChunkParams& p, const ChunkInfo& ck, int ci, int
       cp_async16(s.Qr + r * Sm::ldx + sg * per, static_cast<const Tin*>(p.q.p) + row_off(p.q, ck.t0 + rr, h) + sl.c0 + sg * per, r < L);
   }
   if (kKDA && sl.is_w)  // raw gates of the slab's channels into F (overwritten by the factors later)
-    for (int idx = threadIdx.x; idx < kChunk * sl.W / 4; idx += kThreads) {
-      const int r = idx / (sl.W / 4), sg = idx % (sl.W / 4);
+    for (int idx = threadIdx.x; idx < kChunk * W / 4; idx += kThreads) {
+      const int r = idx / (W / 4), sg = idx % (W / 4);
       cp_async16(s.F + r * kLdF + 4 * sg, p.gcum + (int64_t(ck.t0 + min(r, L - 1)) * p.HV + hv) * p.K + sl.c0 + 4 * sg, true);
     }
   load_chunk_row_scalars<kKDA>(p, ck, hv, h, s.gs, s.bet, s.rk, s.rq);
@@ -147,7 +150,8 @@ __device__ void build_gated_rhs(const ChunkParams& p, const ChunkInfo& ck, int h
 // The slab's right-hand side Y = x * factor into F (rows >= L zero), stored TF32-rounded unless the
 // products are split, so that the product loop loads each B element once and converts nothing:
 // factor = beta rk 2^b per row (gdn, w), beta per row (u), beta rk 2^(b_r[d]) per element (kda, w:
-// build_gated_rhs). Two threads per column d (rows r = tid / 64 + 2 i): no index division.
+// build_gated_rhs). Four columns per thread, 16 threads per row, as build_gated_rhs (a thread per
+// element had cost 12% of the stall samples, short scoreboard on its 2-byte loads).
 template <bool S, class Tin, bool kKDA>
 __device__ void build_rhs(const ChunkParams& p, const ChunkInfo& ck, int hv, const Slab& sl, const WySmem<Tin, kKDA>& s) {
   constexpr int ldx = WySmem<Tin, kKDA>::ldx;
@@ -160,11 +164,18 @@ __device__ void build_rhs(const ChunkParams& p, const ChunkInfo& ck, int hv, con
   __syncthreads();
   if constexpr (kKDA)
     if (per_elem) return build_gated_rhs<S>(p, ck, hv, sl, s);
-  const int d = int(threadIdx.x) % kSlab;
+  const int d = 4 * int(threadIdx.x % 16);
   if (d >= sl.W) return;
 #pragma unroll 4
-  for (int r = int(threadIdx.x) / kSlab; r < kChunk; r += kThreads / kSlab)
-    s.F[r * kLdF + d] = r < L ? operand_store<S>(to_float(s.Xr[r * ldx + d]) * s.fr[r]) : 0.0f;
+  for (int r = int(threadIdx.x) / 16; r < kChunk; r += kThreads / 16) {
+    float y[4] = {};
+    if (r < L) {
+      load4(s.Xr + r * ldx + d, y);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) y[j] = operand_store<S>(y[j] * s.fr[r]);
+    }
+    *reinterpret_cast<float4*>(s.F + r * kLdF + d) = make_float4(y[0], y[1], y[2], y[3]);
+  }
 }
 
 // kg^T of the slab's channels (bits left in Xr, Qr by build_rhs) into kg_t [NT,HV,K,64], 64 contiguous
@@ -209,7 +220,8 @@ __global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p)
   const int ci = blockIdx.y, hv = blockIdx.z, m0 = 16 * (threadIdx.x >> 5);
   const ChunkInfo ck = chunk_at(p, ci);
   const Slab sl = slab_of(p, blockIdx.x);
-  load_slab<Tin, kKDA>(p, ck, ci, hv, sl, s);
+  if (sl.W == kSlab) load_slab<kSlab>(p, ck, ci, hv, sl, s);
+  else load_slab<0>(p, ck, ci, hv, sl, s);
   __syncthreads();
   build_rhs<S>(p, ck, hv, sl, s);
   __syncthreads();
@@ -217,7 +229,7 @@ __global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p)
     if (sl.is_w && p.kg_t) store_kg_t(p, ci, hv, sl, s);
   float acc[kSlab / 8][4] = {};
 #pragma unroll 2
-  for (int k0 = 0; k0 < ck.len; k0 += 8) {
+  for (int k0 = 0; k0 < min(ck.len, m0 + 16); k0 += 8) {  // P is lower triangular: columns > m0 + 15 of its rows are 0
     const FragA<S> fa = ldm_a_row<S>(s.Ps, kLdP, m0, k0, true);
 #pragma unroll
     for (int nt = 0; nt < kSlab / 8; ++nt) {
