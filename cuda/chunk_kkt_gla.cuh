@@ -18,28 +18,11 @@
 // Covered by tests/cuda/test_cuda_stages.cpp ("kkt": Aqk, kg, qg, gcum against the CPU twin).
 #pragma once
 
-#include <cstring>
-
 #include "cuda/chunk_params.cuh"
 #include "cuda/chunk_rows.cuh"
 #include "cuda/tile_mma.cuh"
 
 namespace kcp::cuda {
-
-// Four consecutive elements of a 16-bit or float32 row in shared memory, as floats (one load).
-template <class Tin>
-__device__ __forceinline__ void lds4_float(const Tin* s, float (&x)[4]) {
-  if constexpr (sizeof(Tin) == 4) {
-    const float4 v = *reinterpret_cast<const float4*>(s);
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-  } else {
-    const uint2 w = *reinterpret_cast<const uint2*>(s);
-    Tin e[4];
-    memcpy(e, &w, sizeof(w));
-#pragma unroll
-    for (int j = 0; j < 4; ++j) x[j] = to_float(e[j]);
-  }
-}
 
 // The 4 keys d..d+3 a thread handles in gla_anchor_pass (fixed per thread: kThreads is a multiple of K/4).
 template <int KD, int kThreads>

@@ -6,6 +6,8 @@
 // Covered by tests/cuda/test_cuda_stages.cpp (stage tests of kkt and WY).
 #pragma once
 
+#include <cstring>
+
 #include "cuda/chunk_params.cuh"
 #include "cuda/tile_mma.cuh"
 
@@ -36,6 +38,21 @@ __device__ __forceinline__ float gated_q(float q, float rq, float b) { return op
 template <bool S>
 __device__ __forceinline__ float2 gated_kq(float k, float q, float rk, float rq, float b, float b_end) {
   return make_float2(operand_store<S>(k * rk * exp2_approx<S>(b_end - b)), gated_q<S>(q, rq, b));
+}
+
+// Four consecutive elements of a 16-bit or float32 row in shared memory, as floats (one load; 8- or 16-byte aligned).
+template <class Tin>
+__device__ __forceinline__ void lds4_float(const Tin* s, float (&x)[4]) {
+  if constexpr (sizeof(Tin) == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(s);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  } else {
+    const uint2 w = *reinterpret_cast<const uint2*>(s);
+    Tin e[4];
+    memcpy(e, &w, sizeof(w));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = to_float(e[j]);
+  }
 }
 
 }  // namespace kcp::cuda

@@ -87,19 +87,6 @@ __device__ void load_slab(const ChunkParams& p, const ChunkInfo& ck, int ci, int
   cp_async_wait<0>();
 }
 
-// Four consecutive elements of a Tin row in shared memory (8- or 16-byte aligned) as floats.
-template <class Tin>
-__device__ __forceinline__ void load4(const Tin* src, float (&x)[4]) {
-  if constexpr (sizeof(Tin) == 2) {
-    const uint2 w = *reinterpret_cast<const uint2*>(src);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) x[j] = to_float(reinterpret_cast<const Tin*>(&w)[j]);
-  } else {
-    const float4 v = *reinterpret_cast<const float4*>(src);
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-  }
-}
-
 // kda's w slabs (F holds the raw gates b): Y = x beta rk 2^b per element into F, and the slab's kg,
 // qg (kg's bits over Xr, Qr where the transposed chain takes kg^T: store_kg_t). Four channels per
 // thread (16 threads per row): 16-byte loads and stores where the element loop had made one of each
@@ -120,7 +107,7 @@ __device__ void build_gated_rhs(const ChunkParams& p, const ChunkInfo& ck, int h
       const float4 b4 = *reinterpret_cast<const float4*>(s.F + r * kLdF + d);
       const float b[4] = {b4.x, b4.y, b4.z, b4.w};
       float x[4], q[4], qg[4];
-      load4(s.Xr + r * ldx + d, x), load4(s.Qr + r * ldx + d, q);
+      lds4_float(s.Xr + r * ldx + d, x), lds4_float(s.Qr + r * ldx + d, q);
       const float f = s.bet[r] * s.rk[r];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -170,7 +157,7 @@ __device__ void build_rhs(const ChunkParams& p, const ChunkInfo& ck, int hv, con
   for (int r = int(threadIdx.x) / 16; r < kChunk; r += kThreads / 16) {
     float y[4] = {};
     if (r < L) {
-      load4(s.Xr + r * ldx + d, y);
+      lds4_float(s.Xr + r * ldx + d, y);
 #pragma unroll
       for (int j = 0; j < 4; ++j) y[j] = operand_store<S>(y[j] * s.fr[r]);
     }
