@@ -48,7 +48,7 @@ constexpr int kkt_threads = kKDA ? 256 : 128;
 
 // The n-tiles [lo, hi) of row block i that a warp takes. 8 warps: row blocks 0..3 (2, 4, 6, 8
 // n-tiles) get 1, 2, 2, 3 warps of at most 3 tiles each; a warp forms its row block's A fragments
-// itself (kda: 8 exp2 per lane and k step, worth ~2.5 n-tiles), so row blocks are not paired.
+// itself (kda: per lane and k step 4 exp2, 8 gate and 8 k, q loads, worth ~2.5 n-tiles), so row blocks are not paired.
 // The warp whose range holds n-tile 2i (the diagonal block's first) also owns kda's pairwise diagonal.
 struct WarpTiles {
   int i, lo, hi;
