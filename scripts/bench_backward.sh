@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cuda-chunkwise against FLA in the same call on the GPU machine (issues 11, 12 and 16's speed bars):
-# for each shape of FLA_SHAPES (variant:T:H; K = V = 128, bf16 inputs as scripts/bench_fla_backward.py
+# for each shape of FLA_SHAPES (variant:T:H, or variant:T:H:N for N packed sequences as `kcp bench
+# --seqs N`; K = V = 128, bf16 inputs as scripts/bench_fla_backward.py
 # makes them), kcp's forward and forward+backward (--keep 1: the kept forward, as docs/BENCHMARKS.md's
 # bars table times it), then FLA's same two, one table each with the ratio FLA / kcp.
 # Order, so that nothing else runs on the GPU while anything is timed: FLA's untimed warm-up (Triton's
@@ -29,12 +30,13 @@ kcp_rows() {
   local v T H
   : > $L/kcp_fwd_$1.txt; : > $L/kcp_bwd_$1.txt
   for s in ${FLA_SHAPES//,/ }; do
-    IFS=: read -r v T H <<< "$s"
-    A=(bench --backend cuda-chunkwise --variant $v --H $H --T $T --check 0)
+    IFS=: read -r v T H N <<< "$s"
+    N=${N:-1}; C=$T; [ "$N" -gt 1 ] && C=${N}x$((T / N))  # the T column kcp prints (NxL packed)
+    A=(bench --backend cuda-chunkwise --variant $v --H $H --T $T --seqs $N --check 0)
     timeout 120 $KCP "${A[@]}" --backward 0 --warmup 3 --repeat 20 > $L/k.log 2>&1
-    grep -E "^\| $v \| $T " $L/k.log | head -1 | tee -a $L/kcp_fwd_$1.txt | sed "s/^/kcp fwd ($1): /" >> $S
+    grep -E "^\| $v \| $C " $L/k.log | head -1 | tee -a $L/kcp_fwd_$1.txt | sed "s/^/kcp fwd ($1): /" >> $S
     timeout 120 $KCP "${A[@]}" --backward 1 --keep 1 --warmup 2 --repeat 10 > $L/k.log 2>&1
-    grep -E "^\| $v \| $T " $L/k.log | head -1 | tee -a $L/kcp_bwd_$1.txt | sed "s/^/kcp fwd+bwd ($1): /" >> $S
+    grep -E "^\| $v \| $C " $L/k.log | head -1 | tee -a $L/kcp_bwd_$1.txt | sed "s/^/kcp fwd+bwd ($1): /" >> $S
   done
 }
 # ratio_after WHAT FLA_LOG KCP_ROWS: FLA's median over kcp's in the rows taken after FLA's runs.

@@ -3,6 +3,8 @@
 timed on the GPU, next to kcp's.
 
 Same shapes and inputs as `kcp bench --backward 1` (app/bench.cpp, app/bench_inputs.h): B = 1,
+a shape var:T:H or var:T:H:N (N packed sequences of nearly equal length, `kcp bench --seqs N`: the
+first T % N one token longer, FLA's cu_seqlens; the row's T column reads NxL as kcp's does),
 q/k/v/do bf16 (q, k L2-normalized per row), g ~ U(-0.3, -0.001) float32 (per channel for kda),
 beta ~ U(0, 1) float32 (not for gla), no initial or final state. Median of CUDA-event times after warm-up, rotating
 over 3 input sets; peak device memory of one forward+backward (torch.cuda.max_memory_allocated,
@@ -17,11 +19,21 @@ import os
 import sys
 
 
-def make_run(variant, T, H, K, V, backward):
-    """run(i): one forward (+ backward) of FLA's kernel on input set i % 3."""
+def equal_cu(T, seqs):
+    """[0, T] cut into `seqs` nearly equal sequences, the first T % seqs one token longer (app/bench.cpp)."""
+    cu, t = [0], 0
+    for i in range(seqs):
+        t += T // seqs + (1 if i < T % seqs else 0)
+        cu.append(t)
+    return cu
+
+
+def make_run(variant, T, H, K, V, backward, seqs=1):
+    """run(i): one forward (+ backward) of FLA's kernel on input set i % 3 (seqs > 1: packed, cu_seqlens)."""
     import torch
     torch.manual_seed(0)
     dev = "cuda"
+    cu = torch.tensor(equal_cu(T, seqs), dtype=torch.long, device=dev) if seqs > 1 else None
     sets = []
     for _ in range(3):
         q = torch.nn.functional.normalize(torch.randn(1, T, H, K, device=dev), dim=-1).bfloat16()
@@ -43,21 +55,21 @@ def make_run(variant, T, H, K, V, backward):
     else:
         from fla.ops.gla import chunk_gla
 
-        def fn(q, k, v, g, beta, output_final_state):  # no beta in GLA
-            return chunk_gla(q, k, v, g, output_final_state=output_final_state)
+        def fn(q, k, v, g, beta, output_final_state, cu_seqlens=None):  # no beta in GLA
+            return chunk_gla(q, k, v, g, output_final_state=output_final_state, cu_seqlens=cu_seqlens)
 
     def run(i):
         q, k, v, g, beta, do = sets[i % 3]
-        o, _ = fn(q, k, v, g, beta, output_final_state=False)
+        o, _ = fn(q, k, v, g, beta, output_final_state=False, cu_seqlens=cu)
         if backward:
             torch.autograd.backward(o, do)
 
     return run
 
 
-def fla_time(variant, T, H, K, V, repeat, warmup, backward=True):
+def fla_time(variant, T, H, K, V, repeat, warmup, backward=True, seqs=1):
     import torch
-    run = make_run(variant, T, H, K, V, backward)
+    run = make_run(variant, T, H, K, V, backward, seqs)
     for i in range(warmup):
         run(i)
     torch.cuda.synchronize()
@@ -77,11 +89,11 @@ def fla_time(variant, T, H, K, V, repeat, warmup, backward=True):
     return ms[len(ms) // 2], peak
 
 
-def fla_kernels(variant, T, H, K, V, calls, backward=True):
+def fla_kernels(variant, T, H, K, V, calls, backward=True, seqs=1):
     """(kernel name, device ms per call, launches per call) over `calls` calls, largest first."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-    run = make_run(variant, T, H, K, V, backward)
+    run = make_run(variant, T, H, K, V, backward, seqs)
     for i in range(3):
         run(i)
     torch.cuda.synchronize()
@@ -105,13 +117,20 @@ def kcp_rows(path):
         return rows
     for line in open(path):
         f = [x.strip() for x in line.strip().strip("|").split("|")]
-        if len(f) >= 5 and f[0] in ("gdn", "kda", "gla") and f[1].isdigit():
-            try:  # median ms, and MiB held (column 12) where this kcp prints it
+        if len(f) >= 5 and f[0] in ("gdn", "kda", "gla") and f[1].replace("x", "").isdigit():
+            try:  # median ms, and MiB held (column 12) where this kcp prints it; T as printed (NxL packed)
                 mib = f[11] if len(f) > 11 and f[11].isdigit() else "-"
-                rows[(f[0], int(f[1]), int(f[2]))] = (float(f[3]), mib)
+                rows[(f[0], f[1], int(f[2]))] = (float(f[3]), mib)
             except ValueError:
                 pass
     return rows
+
+
+def parse_shape(s):
+    """var:T:H[:N] -> (var, T, H, N, the T column as kcp bench prints it)."""
+    f = s.split(":")
+    var, T, H, seqs = f[0], int(f[1]), int(f[2]), int(f[3]) if len(f) > 3 else 1
+    return var, T, H, seqs, (f"{seqs}x{T // seqs}" if seqs > 1 else str(T))
 
 
 def main():
@@ -129,20 +148,19 @@ def main():
         print(f"| op | T | H | FLA kernel ({what}) | ms per call | launches per call |")
         print("|---|---|---|---|---|---|")
         for s in a.shapes.split(","):
-            var, T, H = s.split(":")
-            for name, ms, n in fla_kernels(var, int(T), int(H), 128, 128, a.kernels, backward=not a.forward):
-                print(f"| {var} | {T} | {H} | {name[:90]} | {ms:.3f} | {n:g} |", flush=True)
+            var, T, H, seqs, label = parse_shape(s)
+            for name, ms, n in fla_kernels(var, T, H, 128, 128, a.kernels, backward=not a.forward, seqs=seqs):
+                print(f"| {var} | {label} | {H} | {name[:90]} | {ms:.3f} | {n:g} |", flush=True)
         return
     kcp = kcp_rows(a.kcp)
     print(f"| op | T | H | FLA {what} ms | FLA peak MiB | kcp {what} ms | kcp MiB held | FLA / kcp |")
     print("|---|---|---|---|---|---|---|---|")
     for s in a.shapes.split(","):
-        var, T, H = s.split(":")
-        T, H = int(T), int(H)
-        ms, peak = fla_time(var, T, H, 128, 128, a.repeat, a.warmup, backward=not a.forward)
-        mine, mib = kcp.get((var, T, H), (None, "-"))
+        var, T, H, seqs, label = parse_shape(s)
+        ms, peak = fla_time(var, T, H, 128, 128, a.repeat, a.warmup, backward=not a.forward, seqs=seqs)
+        mine, mib = kcp.get((var, label, H), (None, "-"))
         ratio = f"{ms / mine:.2f}" if mine else "-"
-        print(f"| {var} | {T} | {H} | {ms:.3f} | {peak:.0f} | {mine if mine else '-'} | {mib} | {ratio} |", flush=True)
+        print(f"| {var} | {label} | {H} | {ms:.3f} | {peak:.0f} | {mine if mine else '-'} | {mib} | {ratio} |", flush=True)
 
 
 if __name__ == "__main__":
