@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(kkt_threads<kKDA>, kKDA ? (kDelta ? 2 : 3) : 0
   constexpr int kThreads = kkt_threads<kKDA>;
   extern __shared__ float4 smem_f4[];
   const KktSmem<Tin, KD, kKDA> s(reinterpret_cast<char*>(smem_f4));
-  const int ci = blockIdx.x, hv = blockIdx.y;
+  const int ci = int(blockIdx.x) + p.c_off, hv = blockIdx.y;
   const WarpTiles wt = warp_tiles<kThreads>(int(threadIdx.x >> 5));
   const ChunkInfo ck = chunk_at(p, ci);
   const int64_t tile = (int64_t(ci) * p.HV + hv) * kChunk * kChunk;
@@ -376,13 +376,13 @@ template <class Tin, int KD, bool kKDA, bool kDelta = true>
 void launch(const ChunkParams& p, cudaStream_t stream) {
   using Sm = KktSmem<Tin, KD, kKDA>;
   const size_t smem = kDelta ? Sm::bytes : Sm::bytes - Sm::bytes_lmat;
-  launch_kernel(chunk_kkt_kernel<Tin, KD, kKDA, kDelta>, dim3(p.NT, p.HV), kkt_threads<kKDA>, smem, stream, p);
+  launch_kernel(chunk_kkt_kernel<Tin, KD, kKDA, kDelta>, dim3(front_chunks(p), p.HV), kkt_threads<kKDA>, smem, stream, p);
 }
 
 }  // namespace
 
 void launch_chunk_kkt(const ChunkParams& p, int input_dtype, cudaStream_t stream) {
-  if (p.NT == 0) return;
+  if (front_chunks(p) <= 0) return;
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
     dispatch_key_dim(p.K, [&](auto kd) {

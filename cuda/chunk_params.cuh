@@ -115,7 +115,12 @@ struct ChunkParams {
   float* kg_t = nullptr;
   float* kg_decay = nullptr;  // with kg_t: 2^(b_end) per chunk and key, [NT,HV,K] (kda_decay_pos order)
   float* qg = nullptr;
+  // The kkt and WY stages over the chunks [c_off, c_off + c_num) only (c_num = 0: through NT): the
+  // windowed kda forward (chunkwise.cu) runs them a window at a time beside the chain of the one before.
+  int c_off = 0, c_num = 0;
 };
+// The chunks a front-stage launch covers (its grid's chunk dimension; block x of it is chunk c_off + x).
+inline int front_chunks(const ChunkParams& p) { return p.c_num > 0 ? p.c_num : p.NT - p.c_off; }
 
 // Chunk ci's entry: computed where the layout is uniform (grid.len > 0), else read from the table. A
 // per-chunk block needs it before it can address its tiles, and the table read is a dependent global
@@ -161,6 +166,13 @@ struct StateParams {
   float* s_mid = nullptr;
   float* f_local = nullptr;
   float* decay = nullptr;
+  // kda's transposed chain over the chunk window [win_begin, win_end) only (win_end = 0: every chunk):
+  // a sequence whose chunks begin before the window starts from `carry` instead of h0 (or 0), one that
+  // goes on after it stores its state to `carry` instead of final_state; a sequence with no chunk is
+  // served by the window holding its position (the last one for position NT). chunkwise.cu's windowed
+  // forward; carry [N,HV,K,V] float32.
+  int win_begin = 0, win_end = 0;
+  StateView carry;
 };
 
 // Output stage on its own (stage tests): o from q, h, vnew, Aqk.

@@ -119,20 +119,22 @@ __device__ void issue_qg(const ChunkParams& p, const ChunkInfo& ck, int hv, cons
   else copy_tile_swizzled<kChunk, KD, false, false>(s.Qs(), p.qg + row0 * KD, int64_t(p.HV) * KD, ck.len);
 }
 
-// S^T entering the sequence (accumulator column c is key perm_pos(c), row is value column v0 + row):
-// h0 where given, else zero.
+// S^T entering the block's first chunk (accumulator column c is key perm_pos(c), row is value column
+// v0 + row): the carry where an earlier window walked the sequence's chunks before, else h0 where
+// given, else zero.
 template <int KD>
-__device__ void load_initial_state(const StateParams& sp, int n, int hv, int v0, float (&S)[KD / 2]) {
-  const StateView& h0 = sp.h0;
+__device__ void load_initial_state(const StateParams& sp, int n, int hv, int v0, bool from_carry, float (&S)[KD / 2]) {
+  const StateView& h0 = from_carry ? sp.carry : sp.h0;
+  const bool given = from_carry || sp.init == kInitGiven;
 #pragma unroll
   for (int x = 0; x < KD / 2; ++x)
-    S[x] = sp.init == kInitGiven ? load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + perm_pos(wg::acc_col(x)) * h0.si +
-                                                             (v0 + wg::acc_row(x)) * h0.sj)
-                                 : 0.0f;
+    S[x] = given ? load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + perm_pos(wg::acc_col(x)) * h0.si + (v0 + wg::acc_row(x)) * h0.sj)
+                 : 0.0f;
 }
+// The state after the block's last chunk: to the carry where a later window goes on, else final_state.
 template <int KD>
-__device__ void store_final_state(const StateParams& sp, int n, int hv, int v0, const float (&S)[KD / 2]) {
-  const StateView& f = sp.final_state;
+__device__ void store_final_state(const StateParams& sp, int n, int hv, int v0, bool to_carry, const float (&S)[KD / 2]) {
+  const StateView& f = to_carry ? sp.carry : sp.final_state;
   if (!f.p) return;
 #pragma unroll
   for (int x = 0; x < KD / 2; ++x)
@@ -240,14 +242,22 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
   const Sm s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
   const ChainBlock b = chain_block(p, BV);
-  const int v0 = b.v0, n = b.n, hv = b.hv, c_begin = b.c_begin, c_end = b.c_end;
+  const int v0 = b.v0, n = b.n, hv = b.hv;
+  int c_begin = b.c_begin, c_end = b.c_end;
+  bool from_carry = false, to_carry = false;
+  if (sp.win_end > 0) {  // a window of the windowed forward (StateParams::win_begin)
+    const int wb = sp.win_begin, we = sp.win_end < p.NT ? sp.win_end : p.NT + 1;  // the last window holds position NT
+    if (c_begin == c_end ? (c_begin < wb || c_begin >= we) : (c_end <= wb || c_begin >= we)) return;
+    from_carry = c_begin < wb, to_carry = c_end > we;
+    c_begin = max(c_begin, wb), c_end = min(c_end, we);
+  }
   expect_swizzle_aligned(smem_f4);
   for (int st = 0; st < 2; ++st)  // Aqk's upper blocks: never copied
     for (int i = threadIdx.x; i < Sm::bytes_aqk / 16; i += kThreads)
       reinterpret_cast<float4*>(s.As(st))[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   __syncthreads();  // the zeros land before any copy into the tile
   float S[KD / 2];
-  load_initial_state<KD>(sp, n, hv, v0, S);
+  load_initial_state<KD>(sp, n, hv, v0, from_carry, S);
   const uint64_t dw = wg::desc(s.Ws(0), 16, 1024, true), dq = wg::desc(s.Qs(), 16, 1024, true);
   const uint64_t dk = wg::desc(s.Kt(0), 16, 1024, true), da = wg::desc(s.As(0), 16, 1024, true);
   ChunkInfo ck = c_begin < c_end ? p.chunks[c_begin] : ChunkInfo{};
@@ -290,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
     prev = ck, ck = next, next = after;
   }
   if (c_begin < c_end && sp.o.p) write_output(sp, prev, hv, v0, s.Us((c_end - 1 - c_begin) & 1));
-  store_final_state<KD>(sp, n, hv, v0, S);
+  store_final_state<KD>(sp, n, hv, v0, to_carry, S);
 }
 
 template <int KD>

@@ -204,7 +204,7 @@ __global__ void __launch_bounds__(kThreads) chunk_wy_kernel(const ChunkParams p)
   using Sm = WySmem<Tin, kKDA>;
   extern __shared__ float4 smem_f4[];
   const Sm s(reinterpret_cast<char*>(smem_f4));
-  const int ci = blockIdx.y, hv = blockIdx.z, m0 = 16 * (threadIdx.x >> 5);
+  const int ci = int(blockIdx.y) + p.c_off, hv = blockIdx.z, m0 = 16 * (threadIdx.x >> 5);
   const ChunkInfo ck = chunk_at(p, ci);
   const Slab sl = slab_of(p, blockIdx.x);
   if (sl.W == kSlab) load_slab<kSlab>(p, ck, ci, hv, sl, s);
@@ -242,13 +242,13 @@ template <class Tin, bool kKDA>
 void launch(const ChunkParams& p, cudaStream_t stream, bool with_u) {
   const size_t smem = WySmem<Tin, kKDA>::bytes;
   const int slabs = (p.K + kSlab - 1) / kSlab + (with_u ? (p.V + kSlab - 1) / kSlab : 0);  // w slabs first (slab_of)
-  launch_kernel(chunk_wy_kernel<Tin, kKDA>, dim3(slabs, p.NT, p.HV), kThreads, smem, stream, p);
+  launch_kernel(chunk_wy_kernel<Tin, kKDA>, dim3(slabs, front_chunks(p), p.HV), kThreads, smem, stream, p);
 }
 
 }  // namespace
 
 void launch_chunk_wy(const ChunkParams& p, int input_dtype, cudaStream_t stream, bool with_u) {
-  if (p.NT == 0 || p.gla) return;  // gla: no w, u; kg, qg come from the kkt stage
+  if (front_chunks(p) <= 0 || p.gla) return;  // gla: no w, u; kg, qg come from the kkt stage
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
     if (p.kda) launch<Tin, true>(p, stream, with_u);

@@ -104,6 +104,7 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   DeviceGuard guard(impl_->device);
   impl_->kept.valid = false;
   impl_->kda_chain_last = false;
+  impl_->kda_windows_last = 0;
   if (impl_->keep_forward) return impl_->forward_kept(p, in, out);  // which uses or drops impl_->front
   impl_->front.valid = false;
   // kda with 16-bit inputs: the transposed chain where its shape rule holds (setup sets c.kg_t then;
@@ -119,12 +120,19 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   timer.mark();
   launch_chunk_cumsum(st.c, st.dtype, stream);
   timer.mark();
+  StateParams sp = impl_->state_params(st, p, in, out);
+  sp.o = rows_view<OutRowsView>(out.o, "o");
+  if (const int chunks = impl_->window_chunks(sp)) {  // kda: kkt and WY beside the chain (chunkwise_windows.cu)
+    impl_->run_windows(sp, st.dtype, chunks);
+    timer.mark();
+    static const char* const kWindowNames[] = {"cumsum", "kkt+wy+state+output (windows)"};
+    timer.report("forward", kWindowNames);
+    return;
+  }
   launch_chunk_kkt(st.c, st.dtype, stream);
   timer.mark();
   if (!fold) launch_chunk_wy(st.c, st.dtype, stream);
   timer.mark();
-  StateParams sp = impl_->state_params(st, p, in, out);
-  sp.o = rows_view<OutRowsView>(out.o, "o");
   if (!impl_->gla_halves(sp, st.dtype, false)) {  // nothing reads this h after
     sp.h_tf32 = st.c.gla;  // stored for the output alone: TF32-rounded (chunk_state_gla.cu stored_h)
     impl_->launch_state(sp, st.dtype);
@@ -141,6 +149,8 @@ void Pipeline::set_keep_forward(bool on) {
 
 void Pipeline::set_kda_chain(bool on) { impl_->kda_chain = on; }
 bool Pipeline::kda_chain_used() const { return impl_->kda_chain_last; }
+void Pipeline::set_kda_window(int chunks) { impl_->kda_window = chunks < 0 ? -1 : chunks; }
+int Pipeline::kda_windows_used() const { return impl_->kda_windows_last; }
 
 void Pipeline::set_state_groups(int groups) {
   KCP_CHECK(groups >= 0 && groups <= 2, "set_state_groups: expected 0 (automatic), 1 or 2, got ", groups);

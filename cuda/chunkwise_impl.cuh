@@ -88,6 +88,15 @@ inline bool env_not_off(const char* name) {
   return !(e && std::string(e) == "0");
 }
 
+// KCP_CUDA_KDA_WINDOW: "0" or "off" (no windows), a chunk count (forced), else automatic (-1).
+inline int env_window_chunks() {
+  const char* e = std::getenv("KCP_CUDA_KDA_WINDOW");
+  if (!e || !*e || std::string(e) == "auto") return -1;
+  if (std::string(e) == "off") return 0;
+  const int n = std::atoi(e);
+  return n >= 0 ? n : -1;
+}
+
 struct Pipeline::Impl {
   int device = 0;                // the queue's CUDA ordinal (made current by every public method)
   cudaStream_t stream = nullptr; // the queue's stream: every launch and copy goes here
@@ -118,6 +127,19 @@ struct Pipeline::Impl {
   int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
   bool kda_chain_last = false;  // kda_chain_used
   bool kda_chain = env_not_off("KCP_CUDA_KDA_CHAIN");  // set_kda_chain
+  // kda's windowed forward (chunkwise_windows.cu; set_kda_window): -1 automatic, 0 off, > 0 chunks per
+  // window; the windows the last forward ran; the chains' carry [N,HV,K,V] float32, grown on demand;
+  // the chains' stream (the device's highest priority) and two events per window.
+  int kda_window = env_window_chunks();
+  int kda_windows_last = 0;
+  float* d_carry = nullptr;
+  size_t carry_bytes = 0;
+  cudaStream_t chain_stream = nullptr;
+  std::vector<cudaEvent_t> window_events;
+  int window_chunks(const StateParams& sp) const;
+  // kkt, WY and the transposed chain a window of `chunks` chunks at a time (after the cumsum stage on
+  // `stream`; `stream` waits for the last chain).
+  void run_windows(StateParams sp, int dtype, int chunks);
   // gla's chain in halves (set_gla_halves; gla_halves): s_mid, f_local [HV,K,V] and decay [NT+1,HV,K], float32
   int gla_halves_mode = -1;
   bool grid_closed_form = env_not_off("KCP_CUDA_CHUNK_GRID");  // set_chunk_grid
@@ -171,6 +193,9 @@ struct Pipeline::Impl {
     cudaFree(d_bws);
     cudaFree(d_fp);
     cudaFree(d_halves);
+    cudaFree(d_carry);
+    if (chain_stream) cudaStreamDestroy(chain_stream);
+    for (cudaEvent_t e : window_events) cudaEventDestroy(e);
     if (side) cudaStreamDestroy(side), cudaEventDestroy(fork_ev), cudaEventDestroy(join_ev), cudaFreeHost(h_fp);
   }
 

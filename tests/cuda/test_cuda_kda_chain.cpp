@@ -8,7 +8,10 @@
 // fused gate, L2 norm and beta sigmoid with negative eigenvalues, grouped value heads, and a packed
 // batch with empty and one-token sequences. Shapes the chain does not take (V = 96, K = 32, float32
 // inputs) run chunk_state.cu's: kda_chain_used() says which ran, so no case passes by never taking
-// the new chain. Outputs NaN-poisoned first. Skipped where no CUDA device is present.
+// the new chain. The same forward in windows of 3 chunks (Pipeline::set_kda_window: each window's kkt
+// and WY beside the chain of the one before, the state carried between windows) must give the
+// unwindowed chain's o and final state bit for bit, and ran in the windows expected (none where the
+// transposed chain does not run). Outputs NaN-poisoned first. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -65,8 +68,12 @@ std::vector<ChainCase> cases(uint64_t seed) {
   return out;
 }
 
-void check_forward(Backend& gpu, cuda::Pipeline& pipe, const val::CaseData& c, const ChainCase& cc,
-                   const val::OutputSet<double>& ref, bool chain, const std::string& label) {
+struct Got {
+  Tensor<double> o, ht;
+};
+
+Got check_forward(Backend& gpu, cuda::Pipeline& pipe, const val::CaseData& c, const ChainCase& cc,
+                  const val::OutputSet<double>& ref, bool chain, const std::string& label) {
   const Problem p = c.problem(DType::f32);
   const test::DeviceInputs din = test::upload_inputs(gpu, c, cc.dc.qkv);
   test::DeviceTensor o = test::poisoned(gpu, cc.dc.o, shape_v(p)), ht;
@@ -76,9 +83,20 @@ void check_forward(Backend& gpu, cuda::Pipeline& pipe, const val::CaseData& c, c
   // float32 inputs: split products, the float32 rule
   const double bar_f = cc.dc.qkv == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
   const double bar_o = cc.dc.o == DType::f32 ? bar_f : val::tol::kFlaChunkOutput;
-  test::check_rel_l2("o", cc.dc.name() + label, test::to_host(gpu, o.view), ref.o.view(), bar_o);
-  if (cc.dc.spec.final_state)
-    test::check_rel_l2("final_state", cc.dc.name() + label, test::to_host(gpu, ht.view), ref.final_state.view(), bar_f);
+  Got got{test::to_host(gpu, o.view), {}};
+  test::check_rel_l2("o", cc.dc.name() + label, got.o, ref.o.view(), bar_o);
+  if (cc.dc.spec.final_state) {
+    got.ht = test::to_host(gpu, ht.view);
+    test::check_rel_l2("final_state", cc.dc.name() + label, got.ht, ref.final_state.view(), bar_f);
+  }
+  return got;
+}
+
+// Chunks of the problem's sequences (64 tokens each, the last shorter).
+int64_t chunk_count(const Problem& p) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < p.N; ++i) n += (p.sequence(i).len + 63) / 64;
+  return n;
 }
 
 }  // namespace
@@ -96,6 +114,28 @@ TEST_CASE("kda forward, transposed chain: the oracle's o and final state" * doct
       check_forward(*gpu, chain, c, cc, ref.out, cc.chain, " transposed chain");
       check_forward(*gpu, plain, c, cc, ref.out, false, " chunk_state chain");
       check_forward(*gpu, chain, c, cc, ref.out, cc.chain, " transposed chain again");  // workspace reused
+    }
+  }
+}
+
+TEST_CASE("kda forward, transposed chain in windows: the unwindowed chain bit for bit" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  constexpr int kWindow = 3;  // chunks: sequences cross windows, and the packed case's empty one sits inside one
+  for (const ChainCase& cc : cases(val::seed_from_env(1900))) {
+    SUBCASE(cc.dc.name().c_str()) {
+      const val::CaseData c = test::round_case(val::make_case(cc.dc.spec), cc.dc.qkv);
+      const auto ref = val::run_case<double>(*oracle, c, false);
+      cuda::Pipeline whole(gpu->queue()), windowed(gpu->queue());
+      whole.set_kda_window(0);
+      windowed.set_kda_window(kWindow);
+      const Got a = check_forward(*gpu, whole, c, cc, ref.out, cc.chain, " unwindowed");
+      CHECK(whole.kda_windows_used() == 0);
+      const Got b = check_forward(*gpu, windowed, c, cc, ref.out, cc.chain, " windows of 3 chunks");
+      const int64_t expect = cc.chain ? (chunk_count(c.problem(DType::f32)) + kWindow - 1) / kWindow : 0;
+      CHECK_MESSAGE(windowed.kda_windows_used() == expect, cc.dc.name());
+      CHECK_MESSAGE(a.o.vec() == b.o.vec(), cc.dc.name(), ": o differs from the unwindowed chain's");
+      CHECK_MESSAGE(a.ht.vec() == b.ht.vec(), cc.dc.name(), ": the final state differs from the unwindowed chain's");
     }
   }
 }

@@ -1,0 +1,73 @@
+// kda's plain forward in windows of chunks (Pipeline::set_kda_window). The transposed chain
+// (chunk_state_kda.cu) walks each sequence's chunks with V / 64 blocks per sequence and value head:
+// 32 blocks at H = 16, V = 128, so ~100 of an H200's 132 multiprocessors idle for the chain's 1.4 ms at
+// T = 32768, while the kkt and WY stages before it (1.2 ms) fill the device. Here the chunks [0, NT)
+// are cut into windows: window w's kkt and WY run on `side` while the chain of window w - 1 runs on
+// `chain_stream`, and the chain carries each sequence's state from one window to the next through
+// the carry buffer (float32, the chain's own register state: the result is the unwindowed chain's bit
+// for bit). Window w's front stages wait for chain w - 2, so the fronts run one window ahead and the
+// multiprocessors a finished chain frees go to the next chain (the device's highest stream priority)
+// rather than to a front's blocks. Covered by tests/cuda/test_cuda_kda_chain.cpp (forced windows
+// against the unwindowed chain, exactly, and the oracle).
+#include <algorithm>
+
+#include "cuda/chunkwise_impl.cuh"
+
+namespace kcp::cuda {
+
+int Pipeline::Impl::window_chunks(const StateParams& sp) const {
+  const ChunkParams& c = sp.c;
+  if (!c.kg_t || kda_window == 0 || c.NT == 0) return 0;
+  if (kda_window > 0) return kda_window;
+  // Automatic: where the chain's blocks leave at least half of the multiprocessors idle and the
+  // chunks make at least 4 windows of 16 (8 windows where there are more).
+  const int64_t blocks = int64_t(sp.Vw / kKdaChainBV) * c.N * c.HV;
+  if (2 * blocks > multiprocessors(c) || c.NT < 64) return 0;
+  return std::max(16, (c.NT + 7) / 8);
+}
+
+void Pipeline::Impl::run_windows(StateParams sp, int dtype, int chunks) {
+  const ChunkParams& c = sp.c;
+  const int windows = (c.NT + chunks - 1) / chunks;
+  const size_t need = sizeof(float) * size_t(c.N) * c.HV * c.K * c.V;
+  if (need > carry_bytes) {
+    KCP_CUDA_CHECK(cudaStreamSynchronize(stream));  // a previous call's chains may still read it
+    KCP_CUDA_CHECK(cudaFree(d_carry));
+    d_carry = nullptr, carry_bytes = 0;
+    KCP_CUDA_CHECK(cudaMalloc(&d_carry, need));
+    carry_bytes = need;
+  }
+  sp.carry.p = d_carry, sp.carry.dt = kF32;
+  sp.carry.sn = int64_t(c.HV) * c.K * c.V, sp.carry.shv = int64_t(c.K) * c.V, sp.carry.si = c.V, sp.carry.sj = 1;
+  if (!chain_stream) {
+    int least = 0, greatest = 0;
+    KCP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    KCP_CUDA_CHECK(cudaStreamCreateWithPriority(&chain_stream, cudaStreamNonBlocking, greatest));
+  }
+  while (window_events.size() < size_t(2 * windows)) {
+    window_events.emplace_back();
+    KCP_CUDA_CHECK(cudaEventCreateWithFlags(&window_events.back(), cudaEventDisableTiming));
+  }
+  const cudaEvent_t* front_done = window_events.data();
+  const cudaEvent_t* chain_done = window_events.data() + windows;
+  fork_side();  // side (the fronts) after the work on `stream` so far: the cumsum stage
+  KCP_CUDA_CHECK(cudaStreamWaitEvent(chain_stream, fork_ev, 0));
+  for (int w = 0; w < windows; ++w) {
+    const int c0 = w * chunks, c1 = std::min(c.NT, c0 + chunks);
+    if (w >= 2) KCP_CUDA_CHECK(cudaStreamWaitEvent(side, chain_done[w - 2], 0));
+    ChunkParams cw = c;
+    cw.c_off = c0, cw.c_num = c1 - c0;
+    launch_chunk_kkt(cw, dtype, side);
+    launch_chunk_wy(cw, dtype, side);
+    KCP_CUDA_CHECK(cudaEventRecord(front_done[w], side));
+    KCP_CUDA_CHECK(cudaStreamWaitEvent(chain_stream, front_done[w], 0));
+    StateParams sw = sp;
+    sw.win_begin = c0, sw.win_end = c1;
+    launch_chunk_state_kda(sw, chain_stream);
+    KCP_CUDA_CHECK(cudaEventRecord(chain_done[w], chain_stream));
+  }
+  KCP_CUDA_CHECK(cudaStreamWaitEvent(stream, chain_done[windows - 1], 0));
+  kda_windows_last = windows;
+}
+
+}  // namespace kcp::cuda
