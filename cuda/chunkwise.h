@@ -91,7 +91,7 @@ class Pipeline {
   // kda's forward with the transposed chain in windows of chunks: each window's kkt and WY run beside
   // the previous window's chain, whose blocks leave most multiprocessors idle (chunkwise_windows.cu).
   // -1: automatic (default; also KCP_CUDA_KDA_WINDOW unset or "auto"): where the chain's blocks fill
-  // at most half of the multiprocessors and there are >= 64 chunks, 8 windows of >= 16 chunks; 0: never
+  // at most half of the multiprocessors and there are >= 256 chunks, 4 windows; 0: never
   // (KCP_CUDA_KDA_WINDOW=0 or off); > 0: windows of that many chunks wherever the transposed chain runs.
   // The result is the unwindowed forward's bit for bit. Covered by tests/cuda/test_cuda_kda_chain.cpp.
   void set_kda_window(int chunks);

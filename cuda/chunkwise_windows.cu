@@ -19,11 +19,14 @@ int Pipeline::Impl::window_chunks(const StateParams& sp) const {
   const ChunkParams& c = sp.c;
   if (!c.kg_t || kda_window == 0 || c.NT == 0) return 0;
   if (kda_window > 0) return kda_window;
-  // Automatic: where the chain's blocks leave at least half of the multiprocessors idle and the
-  // chunks make at least 4 windows of 16 (8 windows where there are more).
+  // Automatic: where the chain's blocks leave at least half of the multiprocessors idle, 4 windows of
+  // at least 64 chunks. Each window costs: a front on a part of the device with its tail, a chain
+  // slowed by the front's memory traffic beside it. Measured on an H200 (docs/BENCHMARKS.md, 34th
+  // session) at H = 16: T = 32768 (512 chunks) 2.60 ms unwindowed, 2.21 in 4 windows, 2.24-2.38 in 8,
+  // 2.6-2.9 in 16; T = 8192 (128 chunks) no window count faster than none.
   const int64_t blocks = int64_t(sp.Vw / kKdaChainBV) * c.N * c.HV;
-  if (2 * blocks > multiprocessors(c) || c.NT < 64) return 0;
-  return std::max(16, (c.NT + 7) / 8);
+  if (2 * blocks > multiprocessors(c) || c.NT < 256) return 0;
+  return (c.NT + 3) / 4;
 }
 
 void Pipeline::Impl::run_windows(StateParams sp, int dtype, int chunks) {
