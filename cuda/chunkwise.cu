@@ -185,13 +185,7 @@ bool Pipeline::Impl::halves_apply(const ChunkParams& c, int dtype) const {
 Pipeline::Impl::HalvesBuffers Pipeline::Impl::halves_buffers(const ChunkParams& c) {
   const size_t state = size_t(c.HV) * c.K * c.V;
   const size_t bytes = sizeof(float) * (2 * state + size_t(c.NT + 1) * c.HV * c.K);
-  if (bytes > halves_bytes) {
-    KCP_CUDA_CHECK(cudaStreamSynchronize(stream));  // a previous call's kernels may still read them
-    KCP_CUDA_CHECK(cudaFree(d_halves));
-    d_halves = nullptr, halves_bytes = 0;
-    KCP_CUDA_CHECK(cudaMalloc(&d_halves, bytes));
-    halves_bytes = bytes;
-  }
+  grow_buffer(d_halves, halves_bytes, bytes);
   return {d_halves, d_halves + state, d_halves + 2 * state};
 }
 

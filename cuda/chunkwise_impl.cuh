@@ -299,6 +299,17 @@ struct Pipeline::Impl {
     float *s_mid, *f_local, *decay;  // [HV,K,V], [HV,K,V], [NT+1,HV,K] float32
   };
   HalvesBuffers halves_buffers(const ChunkParams& c);  // carved from d_halves, grown on demand
+  // Grows the device buffer p of `bytes` to at least `need` bytes (its contents dropped), after the
+  // work on `stream` so far: a previous call's kernels may still read it.
+  template <class T>
+  void grow_buffer(T*& p, size_t& bytes, size_t need) {
+    if (need <= bytes) return;
+    KCP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    KCP_CUDA_CHECK(cudaFree(p));
+    p = nullptr, bytes = 0;
+    KCP_CUDA_CHECK(cudaMalloc(&p, need));
+    bytes = need;
+  }
   void launch_state(const StateParams& sp, int dtype) const {
     if (sp.c.gla) {
       StateParams g = sp;

@@ -33,13 +33,7 @@ void Pipeline::Impl::run_windows(StateParams sp, int dtype, int chunks) {
   const ChunkParams& c = sp.c;
   const int windows = (c.NT + chunks - 1) / chunks;
   const size_t need = sizeof(float) * size_t(c.N) * c.HV * c.K * c.V;
-  if (need > carry_bytes) {
-    KCP_CUDA_CHECK(cudaStreamSynchronize(stream));  // a previous call's chains may still read it
-    KCP_CUDA_CHECK(cudaFree(d_carry));
-    d_carry = nullptr, carry_bytes = 0;
-    KCP_CUDA_CHECK(cudaMalloc(&d_carry, need));
-    carry_bytes = need;
-  }
+  grow_buffer(d_carry, carry_bytes, need);  // `stream` waited for the previous call's chains
   sp.carry.p = d_carry, sp.carry.dt = kF32;
   sp.carry.sn = int64_t(c.HV) * c.K * c.V, sp.carry.shv = int64_t(c.K) * c.V, sp.carry.si = c.V, sp.carry.sj = 1;
   if (!chain_stream) {
