@@ -5,10 +5,11 @@
 // are cut into windows: window w's kkt and WY run on `side` while the chain of window w - 1 runs on
 // `chain_stream`, and the chain carries each sequence's state from one window to the next through
 // the carry buffer (float32, the chain's own register state: the result is the unwindowed chain's bit
-// for bit). Window w's front stages wait for chain w - 2, so the fronts run one window ahead and the
-// multiprocessors a finished chain frees go to the next chain (the device's highest stream priority)
-// rather than to a front's blocks. Covered by tests/cuda/test_cuda_kda_chain.cpp (forced windows
-// against the unwindowed chain, exactly, and the oracle).
+// for bit). Window w's front stages wait for chain w - 2, so the fronts run one window ahead; the
+// chain runs on the device's highest-priority stream. That priority does not make a finished chain's
+// multiprocessors go to the next chain (more windows measured slower, docs/BENCHMARKS.md, 34th
+// session; branch next/kda-window-gate tests why). Covered by tests/cuda/test_cuda_kda_chain.cpp
+// (forced windows against the unwindowed chain, exactly, and the oracle).
 #include <algorithm>
 
 #include "cuda/chunkwise_impl.cuh"
