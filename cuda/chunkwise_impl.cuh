@@ -129,7 +129,7 @@ struct Pipeline::Impl {
   bool kda_chain = env_not_off("KCP_CUDA_KDA_CHAIN");  // set_kda_chain
   // kda's windowed forward (chunkwise_windows.cu; set_kda_window): -1 automatic, 0 off, > 0 chunks per
   // window; the windows the last forward ran; the chains' carry [N,HV,K,V] float32, grown on demand;
-  // the chains' stream (the device's highest priority) and two events per window.
+  // the chains' stream (the device's highest priority) and two events per window and one.
   int kda_window = env_window_chunks();
   int kda_windows_last = 0;
   float* d_carry = nullptr;

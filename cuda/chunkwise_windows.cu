@@ -5,11 +5,16 @@
 // are cut into windows: window w's kkt and WY run on `side` while the chain of window w - 1 runs on
 // `chain_stream`, and the chain carries each sequence's state from one window to the next through
 // the carry buffer (float32, the chain's own register state: the result is the unwindowed chain's bit
-// for bit). Window w's front stages wait for chain w - 2, so the fronts run one window ahead; the
-// chain runs on the device's highest-priority stream. That priority does not make a finished chain's
-// multiprocessors go to the next chain (more windows measured slower, docs/BENCHMARKS.md, 34th
-// session; branch next/kda-window-gate tests why). Covered by tests/cuda/test_cuda_kda_chain.cpp
-// (forced windows against the unwindowed chain, exactly, and the oracle).
+// for bit). The fronts run one window ahead: front w + 1 beside chain w. A chain block takes a whole
+// multiprocessor (227 KB of shared memory), so (the likely reason more windows measured slower without
+// the event below, docs/BENCHMARKS.md, 34th session) once a front's blocks hold every multiprocessor the
+// chain waits for that front to drain (a block of a higher-priority stream is dispatched first only
+// where it fits, and the front's blocks fill each hole a finished block leaves). Hence front w + 1
+// waits for the event `chain_go[w]`, recorded on the chain's stream right before chain w's launch:
+// chain w and front w + 1 become ready together, and the chain's own stream, free of the cross-stream
+// wait the front makes, dispatches its blocks onto the multiprocessors that are free at that moment.
+// Covered by tests/cuda/test_cuda_kda_chain.cpp (forced windows against the unwindowed chain,
+// exactly, and the oracle).
 #include <algorithm>
 
 #include "cuda/chunkwise_impl.cuh"
@@ -42,29 +47,31 @@ void Pipeline::Impl::run_windows(StateParams sp, int dtype, int chunks) {
     KCP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     KCP_CUDA_CHECK(cudaStreamCreateWithPriority(&chain_stream, cudaStreamNonBlocking, greatest));
   }
-  while (window_events.size() < size_t(2 * windows)) {
+  while (window_events.size() < size_t(2 * windows + 1)) {
     window_events.emplace_back();
     KCP_CUDA_CHECK(cudaEventCreateWithFlags(&window_events.back(), cudaEventDisableTiming));
   }
   const cudaEvent_t* front_done = window_events.data();
-  const cudaEvent_t* chain_done = window_events.data() + windows;
+  const cudaEvent_t* chain_go = window_events.data() + windows;  // chain w's launch is next on its stream
   fork_side();  // side (the fronts) after the work on `stream` so far: the cumsum stage
   KCP_CUDA_CHECK(cudaStreamWaitEvent(chain_stream, fork_ev, 0));
   for (int w = 0; w < windows; ++w) {
     const int c0 = w * chunks, c1 = std::min(c.NT, c0 + chunks);
-    if (w >= 2) KCP_CUDA_CHECK(cudaStreamWaitEvent(side, chain_done[w - 2], 0));
+    if (w >= 1) KCP_CUDA_CHECK(cudaStreamWaitEvent(side, chain_go[w - 1], 0));  // the header says why
     ChunkParams cw = c;
     cw.c_off = c0, cw.c_num = c1 - c0;
     launch_chunk_kkt(cw, dtype, side);
     launch_chunk_wy(cw, dtype, side);
     KCP_CUDA_CHECK(cudaEventRecord(front_done[w], side));
     KCP_CUDA_CHECK(cudaStreamWaitEvent(chain_stream, front_done[w], 0));
+    KCP_CUDA_CHECK(cudaEventRecord(chain_go[w], chain_stream));  // chain w - 1 and front w done
     StateParams sw = sp;
     sw.win_begin = c0, sw.win_end = c1;
     launch_chunk_state_kda(sw, chain_stream);
-    KCP_CUDA_CHECK(cudaEventRecord(chain_done[w], chain_stream));
   }
-  KCP_CUDA_CHECK(cudaStreamWaitEvent(stream, chain_done[windows - 1], 0));
+  const cudaEvent_t chains_done = window_events[2 * windows];
+  KCP_CUDA_CHECK(cudaEventRecord(chains_done, chain_stream));
+  KCP_CUDA_CHECK(cudaStreamWaitEvent(stream, chains_done, 0));
   kda_windows_last = windows;
 }
 
