@@ -88,13 +88,17 @@ inline bool env_not_off(const char* name) {
   return !(e && std::string(e) == "0");
 }
 
-// KCP_CUDA_KDA_WINDOW: "0" or "off" (no windows), a chunk count (forced), else automatic (-1).
+// KCP_CUDA_KDA_WINDOW: unset, "" or "auto" (automatic, -1), "0" or "off" (no windows), or a chunk
+// count (forced); anything else is an error, not a silent default.
 inline int env_window_chunks() {
   const char* e = std::getenv("KCP_CUDA_KDA_WINDOW");
   if (!e || !*e || std::string(e) == "auto") return -1;
   if (std::string(e) == "off") return 0;
-  const int n = std::atoi(e);
-  return n >= 0 ? n : -1;
+  char* end = nullptr;
+  const long n = std::strtol(e, &end, 10);
+  KCP_CHECK(*end == '\0' && n >= 0 && n <= (1 << 30), "KCP_CUDA_KDA_WINDOW=", e,
+            ": expected auto, off, or a count of chunks per window >= 0");
+  return int(n);
 }
 
 struct Pipeline::Impl {
