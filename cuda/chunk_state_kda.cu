@@ -1,4 +1,5 @@
-// Stage "state recurrence + output" for kda's plain forward with 16-bit inputs, the state transposed:
+// Stage "state recurrence + output" for kda's forward with 16-bit inputs (plain, kept, and the backward's
+// recompute), the state transposed:
 // one warpgroup per (sequence n, value head hv, 64 value columns [v0, v0+64)) holds S^T [64, K] as the
 // float32 accumulators of wgmma m64nK and feeds it back, rounded to TF32, as the register A operand of
 // the next chunk's products; no product reads the state from shared memory. Per chunk c, L valid rows
@@ -18,9 +19,13 @@
 // (chunk c+1's issued once Q^T of chunk c is done); 227 KB in all at K = 128. One block barrier per
 // chunk, after which chunk c+1's operand Sa and the decay by its b_end are formed, no wgmma in flight.
 // o goes through the stage's u tile once vnew has read it and leaves in 16-byte pieces behind the next
-// chunk's first products.
-// Covered by tests/cuda/test_cuda_kda_chain.cpp (against chunk_state.cu and the float64 oracle) and,
-// through the forward, test_cuda_forward.cpp and the goldens.
+// chunk's first products. For a backward (StateParams::h and vnew set: the kept forward, the recompute)
+// the chain also stores h[c], the exact float32 S entering chunk c, one 4-byte store per element (whole
+// 32-byte sectors) while chunk c's first products run (so S is decayed after them, not before), and
+// vnew unrounded, formed in place of u in the u tile and written from there in 16-byte pieces.
+// Covered by tests/cuda/test_cuda_kda_chain.cpp (against chunk_state.cu and the float64 oracle),
+// test_cuda_keep.cpp (kept forward and recompute, bit for bit) and, through the forward and the
+// backward, test_cuda_forward.cpp, test_cuda_backward.cpp and the goldens.
 #include "cuda/chunk_state_kda.cuh"
 
 #include "cuda/cuda_check.cuh"
@@ -162,19 +167,54 @@ __device__ __forceinline__ void issue_state_products(const uint32_t (&Sa)[KD / 2
 }
 
 // vnew^T = u^T - X^T as TF32 bits: accumulator column c is chunk row perm_pos(c) (w's rows at ra_row).
-__device__ __forceinline__ void form_vnew(const float* us, const float (&X)[NA], uint32_t (&vn)[NA]) {
+// kKeep: vnew itself (float32, unrounded: kernel hv rounds its own copy) in place of u in the u tile
+// (each element where this thread read it; warp w's columns 16w .. 16w + 15 alone), for write_vnew.
+template <bool kKeep>
+__device__ __forceinline__ void form_vnew(float* us, const float (&X)[NA], uint32_t (&vn)[NA]) {
 #pragma unroll
-  for (int x = 0; x < NA; ++x) vn[x] = tf32_bits(us[perm_pos(wg::acc_col(x)) * kLdU + wg::acc_row(x)] - X[x]);
+  for (int x = 0; x < NA; ++x) {
+    float* e = us + perm_pos(wg::acc_col(x)) * kLdU + wg::acc_row(x);
+    const float v = *e - X[x];
+    vn[x] = tf32_bits(v);
+    if constexpr (kKeep) *e = v;
+  }
 }
 
-// Sa = S^T rounded to TF32 (the next chunk's register operand), then S^T Diag(2^(b_end)) in place
-// (the update adds to the decayed state). Column 8j + 2t + e of S^T is key 8j + t + 4e = t + 4 m,
-// m = 2j + e, whose factor kda_decay_pos places: four per 16-byte load, no bank conflicts.
-// Run where no wgmma is in flight (ptxas would otherwise wait for them before S changes).
+// vnew rows < L of warp w's 16 columns from the u tile (form_vnew<true>, after a __syncwarp) to vnew
+// [TT,HV,V]: 16-byte loads and stores, a store covering 8 rows of 64 contiguous bytes. Issued while
+// Q^T's products run; the warp's o overwrites these columns after its next __syncwarp.
+__device__ __forceinline__ void write_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, const float* us) {
+  const int lane = int(threadIdx.x & 31), c0 = 16 * int(threadIdx.x >> 5) + 4 * (lane & 3);
+  float* y = sp.vnew + (int64_t(ck.t0) * sp.c.HV + hv) * sp.Vw + v0 + c0;
+  const int64_t st = int64_t(sp.c.HV) * sp.Vw;
+#pragma unroll
+  for (int i = 0; i < kChunk / 8; ++i) {
+    const int r = (lane >> 2) + 8 * i;
+    if (r < ck.len) *reinterpret_cast<float4*>(y + r * st) = *reinterpret_cast<const float4*>(us + r * kLdU + c0);
+  }
+}
+
+// kKeep: h[c] = S^T entering chunk c, exact (kernel hv's gate term reads h unrounded), to h [NT,HV,K,V]
+// as h[c][hv][key][v0 + row]: 8 lanes of a store cover 32 contiguous bytes (whole sectors). Issued
+// while chunk c's first products run (the kept chain decays S after them: decay_state).
 template <int KD>
-__device__ __forceinline__ void round_and_decay(const float* decay, float (&S)[KD / 2], uint32_t (&Sa)[KD / 2]) {
+__device__ __forceinline__ void store_h(const StateParams& sp, int c, int hv, int v0, const float (&S)[KD / 2]) {
+  float* h = sp.h + (int64_t(c) * sp.c.HV + hv) * KD * sp.Vw + v0;
+#pragma unroll
+  for (int x = 0; x < KD / 2; ++x) h[perm_pos(wg::acc_col(x)) * sp.Vw + wg::acc_row(x)] = S[x];
+}
+
+// Sa = S^T rounded to TF32: the next chunk's register operand.
+template <int KD>
+__device__ __forceinline__ void round_state(const float (&S)[KD / 2], uint32_t (&Sa)[KD / 2]) {
 #pragma unroll
   for (int x = 0; x < KD / 2; ++x) Sa[x] = tf32_bits(S[x]);
+}
+// S^T Diag(2^(b_end)) in place (the update adds to the decayed state). Column 8j + 2t + e of S^T is key
+// 8j + t + 4e = t + 4 m, m = 2j + e, whose factor kda_decay_pos places: four per 16-byte load, no bank
+// conflicts. Run where no wgmma is in flight (ptxas would otherwise wait for them before S changes).
+template <int KD>
+__device__ __forceinline__ void decay_state(const float* decay, float (&S)[KD / 2]) {
   const int t = int(threadIdx.x & 3);
   const float4* f = reinterpret_cast<const float4*>(decay + t * (KD / 4));
 #pragma unroll
@@ -235,7 +275,7 @@ __device__ __forceinline__ void write_output(const StateParams& sp, const ChunkI
   });
 }
 
-template <int KD>
+template <int KD, bool kKeep>
 __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const StateParams sp) {
   using Sm = KdaSmem<KD>;
   extern __shared__ float4 smem_f4[];
@@ -271,7 +311,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
     cp_async_wait<0>();
     wg::fence_proxy_async();
     __syncthreads();
-    round_and_decay<KD>(s.decay(0), S, Sa);
+    round_state<KD>(S, Sa);
+    if constexpr (!kKeep) decay_state<KD>(s.decay(0), S);  // the kept chain decays after its h store
   }
   for (int c = c_begin; c < c_end; ++c) {  // chunk c's tiles landed and visible; nothing in flight
     const int st = (c - c_begin) & 1;
@@ -279,16 +320,22 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
     const ChunkInfo after = c + 2 < c_end ? p.chunks[c + 2] : next;
     float X[NA], Q[NA];
     issue_state_products<KD>(Sa, dw + so, dq, X, Q);
+    if constexpr (kKeep) store_h<KD>(sp, c, hv, v0, S);  // S is chunk c's entering state until decay_state
     if (c > c_begin && sp.o.p) write_output(sp, prev, hv, v0, s.Us(st ^ 1));  // chunk c-1's o, staged there
     if (c + 1 < c_end) issue_tiles(sp, next, c + 1, hv, v0, s, st ^ 1);  // into the stage chunk c-1 used
     wg::wait<1>();  // X
     wg::pin(X);
     uint32_t vn[NA];
-    form_vnew(s.Us(st), X, vn);
+    form_vnew<kKeep>(s.Us(st), X, vn);
+    if constexpr (kKeep) {
+      __syncwarp();  // the warp's vnew columns complete in the u tile
+      write_vnew(sp, ck, hv, v0, s.Us(st));
+    }
     wg::wait<0>();  // Q; Sa and the qg tile no longer read
     wg::pin(Q), wg::pin(Sa);
     if (c + 1 < c_end) issue_qg(p, next, hv, s);
     cp_async_commit();
+    if constexpr (kKeep) decay_state<KD>(s.decay(st), S);  // chunk c's 2^(b_end), h[c] stored
     update_and_output<KD>(p.scale, dk + sb, da + sb, vn, S, Q);
     wg::pin(vn);
     __syncwarp();  // u's columns 16w .. 16w+15 are read (form_vnew) and o's written by warp w alone
@@ -296,7 +343,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
     cp_async_wait<0>();  // chunk c+1's tiles
     wg::fence_proxy_async();
     __syncthreads();  // ... visible to wgmma and every thread; chunk c's tiles read by every wgmma
-    if (c + 1 < c_end) round_and_decay<KD>(s.decay(st ^ 1), S, Sa);  // no wgmma in flight: S may change
+    if (c + 1 < c_end) {  // no wgmma in flight: S may change
+      round_state<KD>(S, Sa);
+      if constexpr (!kKeep) decay_state<KD>(s.decay(st ^ 1), S);
+    }
     prev = ck, ck = next, next = after;
   }
   if (c_begin < c_end && sp.o.p) write_output(sp, prev, hv, v0, s.Us((c_end - 1 - c_begin) & 1));
@@ -307,7 +357,9 @@ template <int KD>
 void launch(const StateParams& sp, cudaStream_t stream) {
   using Sm = KdaSmem<KD>;
   static_assert(Sm::bytes <= 227 * 1024, "kda chain tiles exceed shared memory");
-  launch_kernel(chunk_state_kda_kernel<KD>, dim3(sp.Vw / BV, sp.c.N * sp.c.HV), kThreads, Sm::bytes, stream, sp);
+  const dim3 grid(sp.Vw / BV, sp.c.N * sp.c.HV);
+  if (sp.h) launch_kernel(chunk_state_kda_kernel<KD, true>, grid, kThreads, Sm::bytes, stream, sp);
+  else launch_kernel(chunk_state_kda_kernel<KD, false>, grid, kThreads, Sm::bytes, stream, sp);
 }
 
 }  // namespace
@@ -315,9 +367,9 @@ void launch(const StateParams& sp, cudaStream_t stream) {
 void launch_chunk_state_kda(const StateParams& sp, cudaStream_t stream) {
   const ChunkParams& p = sp.c;
   KCP_CHECK(p.kda && !p.gla && (p.K == 64 || p.K == 128) && p.kg_t && sp.Vw == p.V && p.V % BV == 0 && sp.u == p.u &&
-                (sp.init == kInitZero || sp.init == kInitGiven) && !sp.h && !sp.vnew,
+                (sp.init == kInitZero || sp.init == kInitGiven) && !sp.h == !sp.vnew && !sp.h_tf32,
             "cuda-chunkwise: the transposed kda chain serves kda's forward (K = 64 or 128, V a multiple of 64, kg^T "
-            "written by the WY stage) without h, vnew or M columns");
+            "written by the WY stage), with h and vnew both or neither, without M columns");
   if (p.N * p.HV == 0) return;
   if (p.K == 64) launch<64>(sp, stream);
   else launch<128>(sp, stream);

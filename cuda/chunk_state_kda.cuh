@@ -1,4 +1,4 @@
-// Stage "state recurrence + output" for kda's plain forward with 16-bit inputs (chunk_state_kda.cu):
+// Stage "state recurrence + output" for kda's forward with 16-bit inputs (chunk_state_kda.cu):
 // the state held transposed in one warpgroup's wgmma accumulators, 64 value columns per block, fed
 // back into the next chunk's products as their register operand. Reads w, u, qg (WY stage), kg
 // transposed per chunk (ChunkParams::kg_t, which the WY stage writes instead of kg) and Aqk.
@@ -23,13 +23,14 @@ __host__ __device__ constexpr int kda_decay_pos(int i, int K) {
 }
 
 // Whether the transposed chain can serve a kda forward: kda (not gla), 16-bit q, k, v (unsplit
-// products), K = 64 or 128, V a multiple of 64. The caller adds what the chain does not write (h,
-// vnew: stage tests and the kept forward) and the transition (M columns).
+// products), K = 64 or 128, V a multiple of 64. The caller adds what the chain does not serve: the
+// transition (M columns).
 inline bool kda_chain_shape(const ChunkParams& p, int input_dtype) {
   return p.kda && !p.gla && input_dtype != kF32 && (p.K == 64 || p.K == 128) && p.V % kKdaChainBV == 0;
 }
 
-// Grid (V / 64, N * HV), 128 threads. sp: the forward (init zero or given, o, final_state); no h, vnew.
+// Grid (V / 64, N * HV), 128 threads. sp: the forward (init zero or given, o, final_state), with h and
+// vnew (both, for a backward) or neither.
 void launch_chunk_state_kda(const StateParams& sp, cudaStream_t stream);
 
 }  // namespace kcp::cuda
