@@ -82,18 +82,20 @@ class Pipeline {
   void set_keep_forward(bool on);
 
   // kda's plain forward with 16-bit inputs runs its state chain transposed (chunk_state_kda.cu: 64
-  // value columns per block, the state in wgmma accumulators) where the shape allows it: 1 (default,
-  // also KCP_CUDA_KDA_CHAIN unset or 1) or 0 (chunk_state.cu's chain, KCP_CUDA_KDA_CHAIN=0). Covered
-  // by tests/cuda/test_cuda_kda_chain.cpp.
+  // value columns per block, the state in wgmma accumulators) where the shape allows it, and so do the
+  // kept forward and the backward's recompute where the chain's blocks also fill the multiprocessors:
+  // 1 (default, also KCP_CUDA_KDA_CHAIN unset or 1) or 0 (chunk_state.cu's chain, KCP_CUDA_KDA_CHAIN=0).
+  // Covered by tests/cuda/test_cuda_kda_chain.cpp and test_cuda_keep.cpp.
   void set_kda_chain(bool on);
-  // Whether the last forward ran the transposed kda chain (for tests).
+  // Whether the last forward (plain or kept) ran the transposed kda chain (for tests).
   bool kda_chain_used() const;
   // kda's forward with the transposed chain in windows of chunks: each window's kkt and WY run beside
   // the previous window's chain, whose blocks leave most multiprocessors idle (chunkwise_windows.cu).
   // -1: automatic (default; also KCP_CUDA_KDA_WINDOW unset or "auto"): where the chain's blocks fill
-  // at most half of the multiprocessors and there are >= 256 chunks, 4 windows; 0: never
-  // (KCP_CUDA_KDA_WINDOW=0 or off); > 0: windows of that many chunks wherever the transposed chain runs.
-  // The result is the unwindowed forward's bit for bit. Covered by tests/cuda/test_cuda_kda_chain.cpp.
+  // at most half of the multiprocessors, min(4, chunks / 64) windows when that is at least 2; 0: never
+  // (KCP_CUDA_KDA_WINDOW=0 or off); > 0: windows of that many chunks wherever the transposed chain runs
+  // (the kept forward's too, where it takes that chain). The result is the unwindowed forward's bit for
+  // bit. Covered by tests/cuda/test_cuda_kda_chain.cpp and test_cuda_keep.cpp.
   void set_kda_window(int chunks);
   // The windows the last forward ran (0: none), for tests.
   int kda_windows_used() const;

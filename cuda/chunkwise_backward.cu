@@ -32,20 +32,21 @@ OutScalarView out_scalar(const TensorView& t, const char* name) {
 }  // namespace
 
 // The forward buffer a backward buffer may live in: dead (no later reader) before the backward
-// buffer's first write, same shape, and present in this call; else null (own memory). In stream
-// order: front (cumsum, kkt: P, Aqk; WY: w, u, kg, qg) -> state recompute (reads w, u, kg, qg) ->
+// buffer's first write, as large (kg^T's slot may be larger than dkv) and present in this call; else
+// null (own memory). In stream order: front (cumsum, kkt: P, Aqk; WY: w, u, kg or kg^T, qg) -> state
+// recompute (reads w, u, kg or kg^T, qg) ->
 // dhu_local (reads Aqk; first writes dkv, dvnew) -> dhu (reads w) -> hv (first writes dqv,
 // dAc) -> wy -> intra -> finish. No backward kernel reads u, kg, qg; only dhu_local reads Aqk and
-// only dhu reads w. So: dvnew in u, dAc in Aqk; kda and gla: dkv in kg, dqv in qg; gdn: dqv in w.
+// only dhu reads w. So: dvnew in u, dAc in Aqk; kda and gla: dkv in kg (or kg^T), dqv in qg; gdn: dqv in w.
 // Their contents are per call (every stage rewrites them), so sharing changes no result.
 const TensorView* Pipeline::Impl::backward_alias(const TensorView* b) const {
   const BackwardBuffers& bb = bbuf;
   const TensorView* f = nullptr;
   if (b == &bb.dvnew) f = &buf.u;
   if (b == &bb.dAc) f = &buf.Aqk;
-  if (b == &bb.dkv) f = &buf.kg;
+  if (b == &bb.dkv) f = buf.kg.empty() ? &buf.kgt : &buf.kg;  // one slot (size_workspace), dead after the chain
   if (b == &bb.dqv) f = buf.qg.empty() ? &buf.w : &buf.qg;
-  return f && !f->empty() && f->numel() == b->numel() ? f : nullptr;
+  return f && !f->empty() && f->numel() >= b->numel() ? f : nullptr;  // kg^T's slot may be the larger
 }
 
 // Carves the backward workspace (growing it when needed) into bbuf; some buffers live in dead
@@ -86,7 +87,11 @@ void Pipeline::Impl::size_backward_workspace(const Problem& p) {
 BwdParams Pipeline::Impl::backward_setup(const Problem& p, const Inputs& in, int64_t seq_first, int64_t seq_count,
                                          bool keep_states, bool recompute) {
   Impl& im = *this;
-  const Setup st = im.setup(p, in, seq_first, seq_count, true);
+  // kda with 16-bit inputs recomputes h and vnew on the chain the kept forward would take
+  // (kept_chain_transposed); without a recompute the slot of kg holds what the kept forward's WY wrote
+  // there (kg or kg^T)
+  const bool kgt = recompute ? keep_states && im.kept_chain_transposed(p) : im.kept.kgt;
+  const Setup st = im.setup(p, in, seq_first, seq_count, true, kgt);
   im.size_backward_workspace(p);
   // u is read only by the unfolded state kernel of the recompute: not by the folded one (gdn with
   // 16-bit inputs, which forms vnew from v), nor by any backward kernel, nor by the transition's chains.

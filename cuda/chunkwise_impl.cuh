@@ -131,6 +131,16 @@ struct Pipeline::Impl {
   int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
   bool kda_chain_last = false;  // kda_chain_used
   bool kda_chain = env_not_off("KCP_CUDA_KDA_CHAIN");  // set_kda_chain
+  // Whether the kept forward and the backward's recompute (which store h and vnew) take the transposed
+  // kda chain (where kda_chain_shape also holds): only where its blocks fill the multiprocessors. Its
+  // h and vnew stores cost ~0.55 ms per 512 chunks (2.28 ms against 1.74 without them at T = 32768,
+  // H = 16), more than it gains over chunk_state.cu's chain with 4x the blocks where most
+  // multiprocessors idle: kda fwd+bwd at H = 16 T = 8192 2.44 -> 2.53 ms; packed 16 x 2048 (512
+  // blocks) 8.46 -> 8.14 (docs/BENCHMARKS.md, 35th session). The two chains gave the same bits in
+  // test_cuda_keep (plain forward on one, kept on the other, compared bit for bit).
+  bool kept_chain_transposed(const Problem& p) const {
+    return kda_chain && int64_t(p.V / kKdaChainBV) * p.N * p.HV >= (sms_assumed > 0 ? sms_assumed : sms);
+  }
   // kda's windowed forward (chunkwise_windows.cu; set_kda_window): -1 automatic, 0 off, > 0 chunks per
   // window; the windows the last forward ran; the chains' carry [N,HV,K,V] float32, grown on demand;
   // the chains' stream (the device's highest priority) and two events per window and one.
@@ -165,13 +175,17 @@ struct Pipeline::Impl {
     std::vector<std::pair<DType, Shape>> views;  // q, k, v, g, beta, A_log, dt_bias, initial_state
     bool terms = false;                          // dhu_local's terms in the workspace, for d_fp[2]'s do
     std::pair<DType, Shape> do_key;              // that do's dtype and shape
+    // its WY wrote kg^T into kg's slot (the transposed kda chain): a backward reading the record sets up
+    // with kg^T too, so that dhu_local stores kg itself (it skips the store where kg is its own buffer)
+    bool kgt = false;
   } kept;
   // The front stages (gate cumsum, P, Aqk, WY) of a forward_prepare or of a transition_forward of all
   // sequences with keep_forward, for the kept forward that follows on the same problem and inputs
   // (the initial state aside: the front stages do not read it); any other call drops it.
   struct Front {
     bool valid = false;
-    bool wy = false;  // WY ran (gdn's folded transition runs cumsum and kkt alone)
+    bool wy = false;   // WY ran (gdn's folded transition runs cumsum and kkt alone)
+    bool kgt = false;  // and wrote kg^T (the transposed kda chain's) instead of kg
     Problem p;
     std::vector<std::pair<DType, Shape>> views;  // q, k, v, g, beta, A_log, dt_bias
   } front;
@@ -244,38 +258,46 @@ struct Pipeline::Impl {
   // Carves the workspace (growing it when needed) and fills buf with views of it.
   // `wy`: w and u are needed (every path but the folded forward; never gla, whose P = I, w = 0 and
   // u = v are neither written nor read). `kgt`: kg transposed per chunk instead of kg (kda's forward
-  // with the transposed chain).
+  // with the transposed chain). kg and kg^T share one slot of the larger one's bytes, and kg_decay (kg^T's
+  // companion, 1/64 of its bytes) is carved for kda whichever chain runs, so that every buffer has the
+  // same offset and the workspace the same size whichever of the two a call asks for: a kept forward
+  // that wrote kg^T is read by a backward whose setup asks for kg, and front stages a transition left
+  // (kg) are read by a kept forward that asks for kg^T (a grown workspace would have lost them).
   void size_workspace(const Problem& p, bool stages, bool wy, bool kgt = false) {
     const int64_t TT = p.B * p.T, NT64 = NT, Kg = p.per_channel_gate() ? p.K : 1;
     const bool kda = p.per_channel_gate(), l2 = p.flags.use_qk_l2norm_in_kernel;  // kda and gla: kg, qg
     const bool delta = p.variant != Variant::gla;
     wy = wy && delta;
-    struct Item { TensorView* view; Shape shape; bool on; };
+    const Shape kg_shape{TT, p.HV, p.K}, kgt_shape{NT64, p.HV, p.K, kChunk};
+    const size_t kg_slot = round_up(sizeof(float) * size_t(std::max(shape_numel(kg_shape), shape_numel(kgt_shape))));
+    struct Item { TensorView* view; Shape shape; bool on; size_t slot = 0; };  // slot: bytes, where not the shape's
     const std::vector<Item> items = {
         {&buf.gcum, {TT, p.HV, Kg}, true},  {&buf.beta, {TT, p.HV}, true},
         {&buf.rstd_q, {TT, p.H}, l2},       {&buf.rstd_k, {TT, p.H}, l2},
         {&buf.P, {NT64, p.HV, kChunk, kChunk}, delta}, {&buf.Aqk, {NT64, p.HV, kChunk, kChunk}, true},
         {&buf.Gk, {NT64, p.HV, kChunk, kChunk}, delta && kda},
         {&buf.w, {TT, p.HV, p.K}, wy},      {&buf.u, {TT, p.HV, p.V}, wy},
-        {&buf.kg, {TT, p.HV, p.K}, kda && !kgt}, {&buf.qg, {TT, p.HV, p.K}, kda},
-        {&buf.kgt, {NT64, p.HV, p.K, kChunk}, kgt}, {&buf.kg_decay, {NT64, p.HV, p.K}, kgt},
+        {kgt ? &buf.kgt : &buf.kg, kgt ? kgt_shape : kg_shape, kda, kg_slot}, {&buf.qg, {TT, p.HV, p.K}, kda},
         {&buf.h, {NT64, p.HV, p.K, p.V}, stages || !delta},  // gla: the output reads the stored states
-        {&buf.vnew, {TT, p.HV, p.V}, stages}};
+        {&buf.vnew, {TT, p.HV, p.V}, stages},
+        {&buf.kg_decay, {NT64, p.HV, p.K}, kda && delta}};  // whichever chain: the same bytes for every call
+    auto bytes = [](const Item& it) { return it.slot ? it.slot : round_up(sizeof(float) * size_t(shape_numel(it.shape))); };
     size_t total = 0;
     for (const Item& it : items)
-      if (it.on) total += round_up(sizeof(float) * size_t(shape_numel(it.shape)));
+      if (it.on) total += bytes(it);
     if (total > ws_bytes) {
       KCP_CUDA_CHECK(cudaFree(d_ws));
       d_ws = nullptr;
       KCP_CUDA_CHECK(cudaMalloc(&d_ws, total));
       ws_bytes = total;
     }
+    buf.kg = buf.kgt = {};
     size_t off = 0;
     for (const Item& it : items) {
       *it.view = {};
       if (!it.on) continue;
       *it.view = TensorView(static_cast<char*>(d_ws) + off, DType::f32, it.shape, Device::cuda);
-      off += round_up(sizeof(float) * size_t(shape_numel(it.shape)));
+      off += bytes(it);
     }
   }
 
@@ -342,7 +364,7 @@ struct Pipeline::Impl {
   // chunkwise_keep.cu
   void forward_kept(const Problem& p, const Inputs& in, const Outputs& out);
   // After front stages computed by this call on these inputs (wy: WY among them): records them.
-  void keep_front(const Problem& p, const Inputs& in, bool wy);
+  void keep_front(const Problem& p, const Inputs& in, bool wy, bool kgt = false);
   // In forward_kept: whether the recorded front stages are for this problem and inputs (one host
   // synchronization); drops the record.
   bool front_matches(const Problem& p, const Inputs& in);

@@ -2,7 +2,9 @@
 // recompute stages with the output fused in, so that the backward that follows on the same inputs
 // finds its forward intermediates in the workspace:
 //   forward_kept:  cumsum -> kkt + solve -> WY (w; u only for the unfolded state kernel) -> state
-//                  writing o, final_state, h and vnew (= backward_setup's recompute, plus o);
+//                  writing o, final_state, h and vnew (= backward_setup's recompute, plus o; kda on
+//                  the transposed chain where kept_chain_transposed says so, then in windows where
+//                  window_chunks does: chunkwise_windows.cu);
 //                  F0 = fingerprint of the inputs (input_fingerprint.cuh) on the side stream beside
 //                  the state kernel (its chain waits on step latency and leaves the device mostly
 //                  idle); the problem kept.
@@ -105,23 +107,33 @@ bool contents_held(bool trusted, unsigned long long* pair, cudaStream_t stream, 
 }  // namespace
 
 void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outputs& out) {
-  const Setup st = setup(p, in, 0, -1, true);  // h, vnew, w, u carved as backward_setup carves them
+  // h, vnew, w, u carved as backward_setup carves them; kda with 16-bit inputs takes the transposed chain
+  // (kg^T in kg's slot) where kept_chain_transposed says so, as the backward's recompute does
+  const Setup st = setup(p, in, 0, -1, true, kept_chain_transposed(p));
+  kda_chain_last = st.c.kg_t != nullptr;
   const bool fold = state_fold_applies(st.c, st.dtype);
   if (!d_fp) KCP_CUDA_CHECK(cudaMalloc(&d_fp, 6 * sizeof(unsigned long long)));
   StageTimer timer(stream);
   timer.mark();
-  const bool front_wy = front.wy;
+  const bool front_wy = front.wy && front.kgt == (st.c.kg_t != nullptr);  // WY as this chain reads it
   const bool reuse = front_matches(p, in);  // F5 = the front inputs' fingerprint, when it compares
-  if (!reuse) run_front(st, !fold);         // u: read by the unfolded state kernel only
-  else if (!front_wy) launch_chunk_wy(st.c, st.dtype, stream, !fold);
-  timer.mark();
   StateParams sp = state_params(st, p, in, out);
   sp.o = rows_view<OutRowsView>(out.o, "o");
   sp.h = static_cast<float*>(buf.h.data);
   sp.vnew = st.c.gla ? nullptr : static_cast<float*>(buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
-  if (!reuse) fork_side();  // after the front stages, which fill the device: F0 runs beside the chain
-  if (!gla_halves(sp, st.dtype, true)) launch_state(sp, st.dtype);
-  if (!reuse) fingerprint_inputs(in, d_fp, side);  // queued after the chain, whose blocks then go first
+  // kda: kkt and WY of window w + 1 beside the chain of window w (chunkwise_windows.cu), F0 after them
+  const int window = reuse ? 0 : window_chunks(sp);  // chunks per window; 0: none
+  if (window) {
+    launch_chunk_cumsum(st.c, st.dtype, stream);
+    run_windows(sp, st.dtype, window);
+  } else {
+    if (!reuse) run_front(st, !fold);  // u: read by the unfolded state kernel only
+    else if (!front_wy) launch_chunk_wy(st.c, st.dtype, stream, !fold);
+  }
+  timer.mark();
+  if (!reuse && !window) fork_side();  // after the front stages, which fill the device: F0 runs beside the chain
+  if (!window && !gla_halves(sp, st.dtype, true)) launch_state(sp, st.dtype);
+  if (!reuse) fingerprint_inputs(in, d_fp, side);  // queued after the chain (or the last window's front)
   timer.mark();
   if (!reuse) {
     KCP_CUDA_CHECK(cudaEventRecord(join_ev, side));
@@ -130,16 +142,16 @@ void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outp
     KCP_CUDA_CHECK(cudaMemcpyAsync(d_fp, d_fp + 4, sizeof(unsigned long long), cudaMemcpyDeviceToDevice, stream));
     launch_fingerprint_add(in.initial_state, kFrontInputs + 1, d_fp, stream);
   }
-  kept.p = p, kept.views = view_keys(in), kept.valid = true, kept.terms = false;
+  kept.p = p, kept.views = view_keys(in), kept.valid = true, kept.terms = false, kept.kgt = st.c.kg_t != nullptr;
   timer.mark();
   static const char* const kNames[] = {"front", "state+output", "fingerprint"};
   timer.report("forward (kept)", kNames);
 }
 
-void Pipeline::Impl::keep_front(const Problem& p, const Inputs& in, bool wy) {
+void Pipeline::Impl::keep_front(const Problem& p, const Inputs& in, bool wy, bool kgt) {
   if (!d_fp) KCP_CUDA_CHECK(cudaMalloc(&d_fp, 6 * sizeof(unsigned long long)));
   fingerprint_inputs(in, d_fp + 4, stream, kFrontInputs);
-  front.p = p, front.views = view_keys(in, kFrontInputs), front.wy = wy, front.valid = true;
+  front.p = p, front.views = view_keys(in, kFrontInputs), front.wy = wy, front.kgt = kgt, front.valid = true;
 }
 
 bool Pipeline::Impl::front_matches(const Problem& p, const Inputs& in) {
@@ -156,9 +168,9 @@ void Pipeline::forward_prepare(const Problem& p, const Inputs& in) {
   DeviceGuard guard(impl_->device);
   impl_->kept.valid = impl_->front.valid = false;
   if (!impl_->keep_forward) return;
-  const Impl::Setup st = impl_->setup(p, in, 0, -1, true);
+  const Impl::Setup st = impl_->setup(p, in, 0, -1, true, impl_->kept_chain_transposed(p));
   impl_->run_front(st, !state_fold_applies(st.c, st.dtype));  // as forward_kept runs them
-  impl_->keep_front(p, in, true);
+  impl_->keep_front(p, in, true, st.c.kg_t != nullptr);
 }
 
 bool Pipeline::Impl::keep_matches(const Problem& p, const Inputs& in, bool consume) {

@@ -12,7 +12,9 @@
 // fingerprint itself: its two paths (contiguous words, gathered words) agree on a strided view and its
 // contiguous copy, one changed element or another salt changes it, and one call over several views
 // (one launch for the contiguous ones) gives the sum of their single-view values. And the front stages a
-// transition_forward or forward_prepare leaves to the kept forward.
+// transition_forward or forward_prepare leaves to the kept forward. And kda's kept forward on the
+// transposed chain (where its blocks fill the device: one multiprocessor assumed), also in windows of
+// chunks (the unwindowed results bit for bit).
 // Outputs and gradients NaN-poisoned first. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
@@ -67,13 +69,17 @@ TEST_CASE("kept forward: the plain forward's outputs and the recomputing backwar
           doctest::skip(!test::gpu_present())) {
   auto gpu = cuda::make_cuda_backend();
   for (const KeepCase& kc : cases(val::seed_from_env(1400)))
-   for (int halves : {-1, 1}) {  // 1: gla's chain in halves wherever it applies (one sequence, 16-bit)
-    if (halves == 1 && kc.spec.variant != Variant::gla) continue;
-    SUBCASE((kc.name() + (halves == 1 ? " halves" : "")).c_str()) {
+   for (int mode : {0, 1, 2}) {  // 1: gla's chain in halves wherever it applies (one sequence, 16-bit);
+                                 // 2: kda assuming one multiprocessor (its kept chain then the transposed one)
+    if ((mode == 1 && kc.spec.variant != Variant::gla) || (mode == 2 && kc.spec.variant != Variant::kda)) continue;
+    const char* const suffix = mode == 1 ? " halves" : mode == 2 ? " one multiprocessor" : "";
+    SUBCASE((kc.name() + suffix).c_str()) {
       const Staged s = stage(*gpu, kc);
       cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
       kept.set_keep_forward(true);
+      const int halves = mode == 1 ? 1 : -1, sms = mode == 2 ? 1 : 0;
       plain.set_gla_halves(halves), kept.set_gla_halves(halves);
+      plain.set_multiprocessors(sms), kept.set_multiprocessors(sms);
       Results a = run_forward(*gpu, plain, s), b = run_forward(*gpu, kept, s);
       check_same("o", b.o, a.o, kc.name());
       if (kc.spec.final_state) check_same("final_state", b.ht, a.ht, kc.name());
@@ -83,10 +89,46 @@ TEST_CASE("kept forward: the plain forward's outputs and the recomputing backwar
       CHECK(kept.kept_redos() == 0);   // and its inputs fingerprinted as the forward's
       CHECK(plain.kept_reuses() == 0);
       check_grads_same(b, a, kc.name());
-      std::printf("  kept forward: %zu gradients equal  %s%s\n", b.grads.size(), kc.name().c_str(),
-                  halves == 1 ? " halves" : "");
+      // kda with 16-bit inputs and V a multiple of 64, its chain's blocks filling the one multiprocessor
+      // assumed: the kept forward (and so the recompute it must equal) ran the transposed chain
+      const bool transposed = mode == 2 && kc.qkv != DType::f32 && kc.spec.V % 64 == 0;
+      CHECK_MESSAGE(kept.kda_chain_used() == transposed, kc.name(), suffix);
+      std::printf("  kept forward: %zu gradients equal  %s%s\n", b.grads.size(), kc.name().c_str(), suffix);
     }
    }
+}
+
+// kda's kept forward in windows of 3 chunks (Pipeline::set_kda_window: window w's kkt and WY beside
+// the chain of window w - 1, h and vnew stored by each window's chain; one multiprocessor assumed, so
+// that the kept forward takes the transposed chain) gives the unwindowed kept forward's o and final
+// state, and the backward after it the recomputing backward's gradients, bit for bit; it ran in the
+// windows expected (none where the transposed chain does not run).
+TEST_CASE("kept forward in windows: the unwindowed outputs and the recomputing backward's gradients, bit for bit" *
+          doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  constexpr int kWindow = 3;
+  const std::vector<KeepCase> all = cases(val::seed_from_env(1405));
+  for (const KeepCase& kc : {all[6], all[6 + 1], all[6 + 2]}) {  // kda bf16: packed V = 32 (no chain), dense, fused gate
+    SUBCASE(kc.name().c_str()) {
+      const Staged s = stage(*gpu, kc);
+      cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
+      kept.set_keep_forward(true);
+      plain.set_kda_window(0), kept.set_kda_window(kWindow);
+      plain.set_multiprocessors(1), kept.set_multiprocessors(1);
+      Results a = run_forward(*gpu, plain, s), b = run_forward(*gpu, kept, s);
+      const bool transposed = kc.spec.V % 64 == 0;
+      CHECK(kept.kda_chain_used() == transposed);
+      int64_t chunks = 0;
+      for (int64_t i = 0; i < s.p.N; ++i) chunks += (s.p.sequence(i).len + 63) / 64;
+      CHECK_MESSAGE(kept.kda_windows_used() == (transposed ? (chunks + kWindow - 1) / kWindow : 0), kc.name());
+      check_same("o", b.o, a.o, kc.name() + " (windows)");
+      if (kc.spec.final_state) check_same("final_state", b.ht, a.ht, kc.name() + " (windows)");
+      run_backward(*gpu, plain, s, s.din.views, kc.qkv, a);
+      run_backward(*gpu, kept, s, s.din.views, kc.qkv, b);
+      CHECK(kept.kept_reuses() == 1);
+      check_grads_same(b, a, kc.name() + " (windows)");
+    }
+  }
 }
 
 TEST_CASE("kept forward: used once, never after another call, for changed inputs or another problem" *
@@ -227,9 +269,13 @@ TEST_CASE("kept forward: front stages left by a transition_forward or a forward_
                         {"transition, inputs vouched for", true, false, true},
                         {"prepare, inputs vouched for", false, false, true}};
   // gdn bf16 packed (folded: the transition runs no WY), gdn bf16 fused gate, gdn f32, kda bf16, gla f32
+  // sms = 1 (kda): one multiprocessor assumed, so that the kept forward takes the transposed chain and
+  // the front a transition left (kg, for its own chain) gets its WY again (kg^T)
   for (const KeepCase& kc : {all[0], all[2], all[3], all[6 + 1], all[12 + 3]})
+   for (const int sms : {0, 1}) {
+    if (sms == 1 && kc.spec.variant != Variant::kda) continue;
     for (const Mode& m : modes) {
-      const std::string name = kc.name() + " (" + m.name + ")";
+      const std::string name = kc.name() + " (" + m.name + (sms == 1 ? ", one multiprocessor" : "") + ")";
       SUBCASE(name.c_str()) {
         const Staged s = stage(*gpu, kc);
         KeepCase other = kc;
@@ -237,6 +283,7 @@ TEST_CASE("kept forward: front stages left by a transition_forward or a forward_
         const Staged s2 = stage(*gpu, other);
         cuda::Pipeline plain(gpu->queue()), kept(gpu->queue());
         kept.set_keep_forward(true);
+        plain.set_multiprocessors(sms), kept.set_multiprocessors(sms);
         Inputs no_h0 = (m.other_inputs ? s2 : s).din.views;
         no_h0.initial_state = {};
         if (m.transition) {
@@ -259,9 +306,11 @@ TEST_CASE("kept forward: front stages left by a transition_forward or a forward_
         kept.set_inputs_unchanged(false);
         CHECK(kept.kept_reuses() == 1);  // the record's fingerprint covers the initial state too
         CHECK(kept.kept_redos() == 0);
+        CHECK(kept.kda_chain_used() == (sms == 1));
         check_grads_same(b, a, name);
       }
     }
+   }
 }
 
 namespace {
