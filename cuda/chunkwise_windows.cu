@@ -1,20 +1,21 @@
-// kda's plain forward in windows of chunks (Pipeline::set_kda_window). The transposed chain
-// (chunk_state_kda.cu) walks each sequence's chunks with V / 64 blocks per sequence and value head:
-// 32 blocks at H = 16, V = 128, so ~100 of an H200's 132 multiprocessors idle for the chain's 1.4 ms at
-// T = 32768, while the kkt and WY stages before it (1.2 ms) fill the device. Here the chunks [0, NT)
-// are cut into windows: window w's kkt and WY run on `side` while the chain of window w - 1 runs on
-// `chain_stream`, and the chain carries each sequence's state from one window to the next through
-// the carry buffer (float32, the chain's own register state: the result is the unwindowed chain's bit
-// for bit). The fronts run one window ahead: front w + 1 beside chain w. A chain block takes a whole
-// multiprocessor (227 KB of shared memory), so (the likely reason more windows measured slower without
-// the event below, docs/BENCHMARKS.md, 34th session) once a front's blocks hold every multiprocessor the
-// chain waits for that front to drain (a block of a higher-priority stream is dispatched first only
-// where it fits, and the front's blocks fill each hole a finished block leaves). Hence front w + 1
-// waits for the event `chain_go[w]`, recorded on the chain's stream right before chain w's launch:
-// chain w and front w + 1 become ready together, and the chain's own stream, free of the cross-stream
-// wait the front makes, dispatches its blocks onto the multiprocessors that are free at that moment.
+// kda's forward (plain, and kept for a backward) in windows of chunks (Pipeline::set_kda_window). The
+// transposed chain (chunk_state_kda.cu) walks each sequence's chunks with V / 64 blocks per sequence
+// and value head: 32 blocks at H = 16, V = 128, so ~100 of an H200's 132 multiprocessors idle for the
+// chain's 1.4 ms at T = 32768, while the kkt and WY stages before it (1.2 ms) fill the device. Here the
+// chunks [0, NT) are cut into windows: window w's kkt and WY run on `side` while the chain of window
+// w - 1 runs on `chain_stream`, and the chain carries each sequence's state from one window to the next
+// through the carry buffer (float32, the chain's own register state: the result is the unwindowed
+// chain's bit for bit; the kept forward's h and vnew too). The fronts run one window ahead: front w + 1
+// beside chain w. A chain block takes a whole multiprocessor (227 KB of shared memory); a front's
+// blocks, once they hold every multiprocessor, would keep chain w waiting for the front to drain (a
+// block of a higher-priority stream is dispatched first only where it fits). Hence front w + 1 waits
+// for the event `chain_go[w]`, recorded on the chain's stream right before chain w's launch. Measured
+// (docs/BENCHMARKS.md, 35th session): with the event 2 windows of 64 chunks beat none at T = 8192
+// (0.665-0.670 ms against 0.694-0.699; the 34th session's sweep without it found no such count), but
+// windows of 32 chunks at T = 32768 still lose (2.5-2.9 ms against 2.2 in 4 windows): the event is
+// not all that small windows lack (memory traffic beside the chain, or the fronts' tails, unmeasured).
 // Covered by tests/cuda/test_cuda_kda_chain.cpp (forced windows against the unwindowed chain,
-// exactly, and the oracle).
+// exactly, and the oracle) and tests/cuda/test_cuda_keep.cpp (the kept forward in windows).
 #include <algorithm>
 
 #include "cuda/chunkwise_impl.cuh"
@@ -25,14 +26,16 @@ int Pipeline::Impl::window_chunks(const StateParams& sp) const {
   const ChunkParams& c = sp.c;
   if (!c.kg_t || kda_window == 0 || c.NT == 0) return 0;
   if (kda_window > 0) return kda_window;
-  // Automatic: where the chain's blocks leave at least half of the multiprocessors idle, 4 windows of
-  // at least 64 chunks. Each window costs: a front on a part of the device with its tail, a chain
-  // slowed by the front's memory traffic beside it. Measured on an H200 (docs/BENCHMARKS.md, 34th
-  // session) at H = 16: T = 32768 (512 chunks) 2.60 ms unwindowed, 2.21 in 4 windows, 2.24-2.38 in 8,
-  // 2.6-2.9 in 16; T = 8192 (128 chunks) no window count faster than none.
+  // Automatic: where the chain's blocks leave at least half of the multiprocessors idle, up to 4
+  // windows of at least 64 chunks. Each window costs: a front on a part of the device with its tail, a
+  // chain slowed by the front's memory traffic beside it. Measured on an H200 (docs/BENCHMARKS.md, 34th
+  // and 35th sessions) at H = 16: T = 32768 (512 chunks) 2.60 ms unwindowed, 2.18-2.24 in 4 windows,
+  // 2.24-2.44 in 8, 2.5-2.9 in 16; T = 8192 (128 chunks) 0.69-0.70 unwindowed, 0.665-0.670 in 2
+  // windows of 64 (with front w + 1 gated on chain w's start; 0.70-1.0 in windows of 16 or 32).
   const int64_t blocks = int64_t(sp.Vw / kKdaChainBV) * c.N * c.HV;
-  if (2 * blocks > multiprocessors(c) || c.NT < 256) return 0;
-  return (c.NT + 3) / 4;
+  const int windows = std::min(4, c.NT / 64);
+  if (2 * blocks > multiprocessors(c) || windows < 2) return 0;
+  return (c.NT + windows - 1) / windows;
 }
 
 void Pipeline::Impl::run_windows(StateParams sp, int dtype, int chunks) {
