@@ -12,7 +12,7 @@
 // for the event `chain_go[w]`, recorded on the chain's stream right before chain w's launch. Measured
 // (docs/BENCHMARKS.md, 35th session): with the event 2 windows of 64 chunks beat none at T = 8192
 // (0.665-0.670 ms against 0.694-0.699; the 34th session's sweep without it found no such count), but
-// windows of 32 chunks at T = 32768 still lose (2.5-2.9 ms against 2.2 in 4 windows): the event is
+// windows of 32 chunks at T = 32768 still lose (2.65-2.95 ms against 2.2 in 4 windows): the event is
 // not all that small windows lack (memory traffic beside the chain, or the fronts' tails, unmeasured).
 // Covered by tests/cuda/test_cuda_kda_chain.cpp (forced windows against the unwindowed chain,
 // exactly, and the oracle) and tests/cuda/test_cuda_keep.cpp (the kept forward in windows).
@@ -30,7 +30,7 @@ int Pipeline::Impl::window_chunks(const StateParams& sp) const {
   // windows of at least 64 chunks. Each window costs: a front on a part of the device with its tail, a
   // chain slowed by the front's memory traffic beside it. Measured on an H200 (docs/BENCHMARKS.md, 34th
   // and 35th sessions) at H = 16: T = 32768 (512 chunks) 2.60 ms unwindowed, 2.18-2.24 in 4 windows,
-  // 2.24-2.44 in 8, 2.5-2.9 in 16; T = 8192 (128 chunks) 0.69-0.70 unwindowed, 0.665-0.670 in 2
+  // 2.24-2.44 in 8, 2.6-2.95 in 16; T = 8192 (128 chunks) 0.69-0.70 unwindowed, 0.665-0.670 in 2
   // windows of 64 (with front w + 1 gated on chain w's start; 0.70-1.0 in windows of 16 or 32).
   const int64_t blocks = int64_t(sp.Vw / kKdaChainBV) * c.N * c.HV;
   const int windows = std::min(4, c.NT / 64);
