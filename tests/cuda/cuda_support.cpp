@@ -9,12 +9,19 @@
 #include <cstring>
 
 #include "cuda/backend_cuda.h"
+#include "reference/chunkwise.h"
 #include "validation/compare.h"
 #include "validation/tolerance.h"
 
 namespace kcp::test {
 
 bool gpu_present() { return cuda::device_count() > 0; }
+
+int64_t cuda_chunk_count(const Problem& p) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < p.N; ++i) n += ref::chunk_count(p.sequence(i).len, 64);
+  return n;
+}
 
 val::CaseSpec transition_case_spec(Variant var, DType qkv, uint64_t seed) {
   val::CaseSpec s;

@@ -92,13 +92,6 @@ Got check_forward(Backend& gpu, cuda::Pipeline& pipe, const val::CaseData& c, co
   return got;
 }
 
-// Chunks of the problem's sequences (64 tokens each, the last shorter).
-int64_t chunk_count(const Problem& p) {
-  int64_t n = 0;
-  for (int64_t i = 0; i < p.N; ++i) n += (p.sequence(i).len + 63) / 64;
-  return n;
-}
-
 }  // namespace
 
 TEST_CASE("kda forward, transposed chain: the oracle's o and final state" * doctest::skip(!test::gpu_present())) {
@@ -132,7 +125,7 @@ TEST_CASE("kda forward, transposed chain in windows: the unwindowed chain bit fo
       const Got a = check_forward(*gpu, whole, c, cc, ref.out, cc.chain, " unwindowed");
       CHECK(whole.kda_windows_used() == 0);
       const Got b = check_forward(*gpu, windowed, c, cc, ref.out, cc.chain, " windows of 3 chunks");
-      const int64_t expect = cc.chain ? (chunk_count(c.problem(DType::f32)) + kWindow - 1) / kWindow : 0;
+      const int64_t expect = cc.chain ? (test::cuda_chunk_count(c.problem(DType::f32)) + kWindow - 1) / kWindow : 0;
       CHECK_MESSAGE(windowed.kda_windows_used() == expect, cc.dc.name());
       CHECK_MESSAGE(a.o.vec() == b.o.vec(), cc.dc.name(), ": o differs from the unwindowed chain's");
       CHECK_MESSAGE(a.ht.vec() == b.ht.vec(), cc.dc.name(), ": the final state differs from the unwindowed chain's");

@@ -118,8 +118,7 @@ TEST_CASE("kept forward in windows: the unwindowed outputs and the recomputing b
       Results a = run_forward(*gpu, plain, s), b = run_forward(*gpu, kept, s);
       const bool transposed = kc.spec.V % 64 == 0;
       CHECK(kept.kda_chain_used() == transposed);
-      int64_t chunks = 0;
-      for (int64_t i = 0; i < s.p.N; ++i) chunks += (s.p.sequence(i).len + 63) / 64;
+      const int64_t chunks = test::cuda_chunk_count(s.p);
       CHECK_MESSAGE(kept.kda_windows_used() == (transposed ? (chunks + kWindow - 1) / kWindow : 0), kc.name());
       check_same("o", b.o, a.o, kc.name() + " (windows)");
       if (kc.spec.final_state) check_same("final_state", b.ht, a.ht, kc.name() + " (windows)");
