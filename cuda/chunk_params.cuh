@@ -116,7 +116,8 @@ struct ChunkParams {
   float* kg_decay = nullptr;  // with kg_t: 2^(b_end) per chunk and key, [NT,HV,K] (kda_decay_pos order)
   float* qg = nullptr;
   // The kkt and WY stages over the chunks [c_off, c_off + c_num) only (c_num = 0: through NT): the
-  // windowed kda forward (chunkwise.cu) runs them a window at a time beside the chain of the one before.
+  // windowed kda forward (chunkwise_windows.cu) runs them a window at a time beside the chain of the
+  // one before.
   int c_off = 0, c_num = 0;
 };
 // The chunks a front-stage launch covers (its grid's chunk dimension; block x of it is chunk c_off + x).
@@ -169,8 +170,8 @@ struct StateParams {
   // kda's transposed chain over the chunk window [win_begin, win_end) only (win_end = 0: every chunk):
   // a sequence whose chunks begin before the window starts from `carry` instead of h0 (or 0), one that
   // goes on after it stores its state to `carry` instead of final_state; a sequence with no chunk is
-  // served by the window holding its position (the last one for position NT). chunkwise.cu's windowed
-  // forward; carry [N,HV,K,V] float32.
+  // served by the window holding its position (the last one for position NT). chunkwise_windows.cu's
+  // windowed forward (plain or kept); carry [N,HV,K,V] float32.
   int win_begin = 0, win_end = 0;
   StateView carry;
 };

@@ -29,6 +29,10 @@ inline bool kda_chain_shape(const ChunkParams& p, int input_dtype) {
   return p.kda && !p.gla && input_dtype != kF32 && (p.K == 64 || p.K == 128) && p.V % kKdaChainBV == 0;
 }
 
+// The chain's blocks: V / 64 per sequence and value head (what the windows' and the kept forward's rules
+// weigh against the multiprocessors).
+inline int64_t kda_chain_blocks(int V, int64_t N, int HV) { return int64_t(V / kKdaChainBV) * N * HV; }
+
 // Grid (V / 64, N * HV), 128 threads. sp: the forward (init zero or given, o, final_state), with h and
 // vnew (both, for a backward) or neither.
 void launch_chunk_state_kda(const StateParams& sp, cudaStream_t stream);

@@ -139,7 +139,7 @@ struct Pipeline::Impl {
   // blocks) 8.46 -> 8.14 (docs/BENCHMARKS.md, 35th session). The two chains gave the same bits in
   // test_cuda_keep (plain forward on one, kept on the other, compared bit for bit).
   bool kept_chain_transposed(const Problem& p) const {
-    return kda_chain && int64_t(p.V / kKdaChainBV) * p.N * p.HV >= (sms_assumed > 0 ? sms_assumed : sms);
+    return kda_chain && kda_chain_blocks(int(p.V), p.N, int(p.HV)) >= (sms_assumed > 0 ? sms_assumed : sms);
   }
   // kda's windowed forward (chunkwise_windows.cu; set_kda_window): -1 automatic, 0 off, > 0 chunks per
   // window; the windows the last forward ran; the chains' carry [N,HV,K,V] float32, grown on demand;

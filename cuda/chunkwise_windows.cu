@@ -32,7 +32,7 @@ int Pipeline::Impl::window_chunks(const StateParams& sp) const {
   // and 35th sessions) at H = 16: T = 32768 (512 chunks) 2.60 ms unwindowed, 2.18-2.24 in 4 windows,
   // 2.24-2.44 in 8, 2.6-2.95 in 16; T = 8192 (128 chunks) 0.69-0.70 unwindowed, 0.665-0.670 in 2
   // windows of 64 (with front w + 1 gated on chain w's start; 0.70-1.0 in windows of 16 or 32).
-  const int64_t blocks = int64_t(sp.Vw / kKdaChainBV) * c.N * c.HV;
+  const int64_t blocks = kda_chain_blocks(sp.Vw, c.N, c.HV);
   const int windows = std::min(4, c.NT / 64);
   if (2 * blocks > multiprocessors(c) || windows < 2) return 0;
   return (c.NT + windows - 1) / windows;
