@@ -17,7 +17,8 @@
 // S_ext and M; transition_backward: dS_ext and M^T), median ms of each, gated against cpu-chunkwise's.
 // --cp-rank first|middle|last: instead, one CP rank's calls without the exchange (bench_cp_rank): its
 // transitions or prepares and its local passes, median ms of the forward part and of both.
-// --explain: each row ends with the plan the forward ran (Backend::explain_forward).
+// --explain: each row ends with the plan the forward ran (Backend::explain_forward) and the kernels
+// its last forward picked (Backend::explain_last_forward: cuda-chunkwise's state kernel, kda's windows).
 // --keep 1|0 (cuda-chunkwise): the forward keeps its intermediates for the backward that follows
 // (BackendOptions::keep_forward; default KCP_CUDA_KEEP, else 0: every backward recomputes them).
 // --fused 1 (gdn, kda): the input transforms in the kernel (L2 norm of q, k, beta sigmoid, the softplus
@@ -267,17 +268,25 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
   std::ostringstream os;
   os << "| " << variant_name(var) << " | " << (seqs > 1 ? detail::concat(seqs, "x", T / seqs) : std::to_string(T))
      << " | " << H << " | ";
-  std::string plan;  // appended piecewise: g++ 12 warns (-Wrestrict, a false positive) on " " + s + " |"
-  if (rs.explain) plan.append(" ").append(be.explain_forward(p).empty() ? "-" : be.explain_forward(p)).append(" |");
+  // --explain: the plan (decided before the run), then how the last forward ran (the kernels picked)
+  const std::string planned = rs.explain ? be.explain_forward(p) : "";
+  auto plan = [&] {
+    if (!rs.explain) return std::string();
+    // appended piecewise: g++ 12 warns (-Wrestrict, a false positive) on " " + s + " |"
+    std::string ran = be.explain_last_forward(), s = " ";
+    s.append(planned.empty() ? "-" : planned);
+    if (!ran.empty()) s.append("; ").append(ran);
+    return s.append(" |");
+  };
   if (Support sup = be.supports(p); !sup) return {os.str() + "unsupported: " + sup.reason + " |"};
-  if (rs.transitions) return {bench_transitions(be, p, in, warmup, repeat, os.str(), gate).text + plan};
+  if (rs.transitions) return {bench_transitions(be, p, in, warmup, repeat, os.str(), gate).text + plan()};
   DeviceBuffer o(be.queue(), size_t(T * H * V) * size_t(dtype_size(dt)));
   const Outputs out{TensorView(o.get(), dt, {1, T, H, V}, be.device()), {}};
-  if (!rs.cp_rank.empty()) return {bench_cp_rank(be, p, in, out, warmup, repeat, os.str(), rs.cp_rank).text + plan};
-  if (backward) return {bench_backward(be, p, in, out, warmup, repeat, os.str(), gate).text + plan};
+  if (!rs.cp_rank.empty()) return {bench_cp_rank(be, p, in, out, warmup, repeat, os.str(), rs.cp_rank).text + plan()};
+  if (backward) return {bench_backward(be, p, in, out, warmup, repeat, os.str(), gate).text + plan()};
   be.forward(p, in[0].in, out);  // set 0, judged before anything is timed
   const BenchVerdict v = gate.run(be, p, out.o, {});
-  if (!v.ok) return {os.str() + v.text + " |" + plan};
+  if (!v.ok) return {os.str() + v.text + " |" + plan()};
   for (int i = 0; i < warmup; ++i) be.forward(p, in[size_t(i % sets)].in, out);
   be.synchronize();
   const double mib = gate.memory_mib(be);
@@ -297,7 +306,7 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
                 fla > 0 ? detail::concat(fla).c_str() : "-",
                 fla > 0 ? detail::concat(int(std::lround(100 * fla / med)), "%").c_str() : "-",
                 mib >= 0 ? detail::concat(std::lround(mib)).c_str() : "-", v.text.c_str());
-  return {os.str() + buf + plan};
+  return {os.str() + buf + plan()};
 }
 
 }  // namespace

@@ -86,7 +86,8 @@ options:
                       default: the backend's (cuda-chunkwise: KCP_CUDA_SEGMENT, else auto)
   --keep 0|1          1 (cuda-chunkwise): the forward keeps its intermediates for the backward that
                       follows (no recompute there); default KCP_CUDA_KEEP, else 0
-  --explain           end each row with the plan the forward ran (segments, calls, model cost)
+  --explain           end each row with the plan the forward ran (segments, calls, model cost) and
+                      the kernels it picked (cuda-chunkwise: state kernel, kda's windows, keep)
   --warmup N --repeat N --sets N   defaults 5, 50, 3
   --check 0|1         1 (default): judge each row's results against the float64 oracle (on the host)
                       before timing it; a wrong row prints WRONG and no time. 0: skip ("unchecked")

@@ -78,7 +78,11 @@ class Backend {
   virtual void conv1d_backward(const Conv1dProblem& p, const Conv1dTensors& t, const TensorView& dy,
                                const Conv1dGrads& g) = 0;
 
+  // `kcp bench --explain`: the plan a forward of p follows (segments, calls), decided before it runs;
+  // and how the last forward ran (the kernels a backend picked, e.g. cuda-chunkwise's state kernel and
+  // windows), known after. Empty where a backend has nothing to say.
   virtual std::string explain_forward(const Problem&) const { return {}; }
+  virtual std::string explain_last_forward() const { return {}; }
 
   // The execution context: every view passed in must live on queue().device(); work is ordered on it.
   virtual Queue& queue() const = 0;

@@ -43,6 +43,7 @@ class ForwardingBackend : public Backend {
     inner_->conv1d_backward(p, t, dy, g);
   }
   std::string explain_forward(const Problem& p) const override { return inner_->explain_forward(p); }
+  std::string explain_last_forward() const override { return inner_->explain_last_forward(); }
   Queue& queue() const override { return inner_->queue(); }
   Device device() const override { return inner_->device(); }  // without creating the inner queue
 

@@ -54,6 +54,10 @@ class CudaChunkwiseBackend final : public Backend {
       expect_device(*v, n);
     pipeline().forward(p, in, out);
   }
+  // The kernels the last forward picked (Pipeline::last_forward); empty before the first.
+  std::string explain_last_forward() const override {
+    return pipeline_ && *pipeline_->last_forward().state ? pipeline_->last_forward().describe() : std::string();
+  }
   void backward(const Problem& p, const Inputs& in, const Cotangents& d, const Grads& gr) override {
     require_backward_support(*this, p);
     for (auto [v, n] : {std::pair{&in.q, "q"}, {&in.k, "k"}, {&in.v, "v"}, {&in.g, "g"}, {&in.beta, "beta"},

@@ -103,14 +103,12 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   check_outputs(p, out);
   DeviceGuard guard(impl_->device);
   impl_->kept.valid = false;
-  impl_->kda_chain_last = false;
-  impl_->kda_windows_last = 0;
+  impl_->sched = {};
   if (impl_->keep_forward) return impl_->forward_kept(p, in, out);  // which uses or drops impl_->front
   impl_->front.valid = false;
   // kda with 16-bit inputs: the transposed chain where its shape rule holds (setup sets c.kg_t then;
   // the WY stage writes kg^T for it instead of kg).
   Impl::Setup st = impl_->setup(p, in, 0, -1, false, impl_->kda_chain);
-  impl_->kda_chain_last = st.c.kg_t != nullptr;
   st.c.Gk = nullptr;  // kda's gram is for a backward's WY kernel: none reads this forward's (front.valid is false)
   st.c.forward_only = st.c.gla;  // gla: kkt writes each chunk's b_end row of gcum only (the chain reads no more)
   const cudaStream_t stream = impl_->stream;
@@ -133,10 +131,7 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   timer.mark();
   if (!fold) launch_chunk_wy(st.c, st.dtype, stream);
   timer.mark();
-  if (!impl_->gla_halves(sp, st.dtype, false)) {  // nothing reads this h after
-    sp.h_tf32 = st.c.gla;  // stored for the output alone: TF32-rounded (chunk_state_gla.cu stored_h)
-    impl_->launch_state(sp, st.dtype);
-  }
+  impl_->forward_state(sp, st.dtype, false);  // nothing reads this h after
   timer.mark();
   static const char* const kNames[] = {"cumsum", "kkt", "wy", "state+output"};
   timer.report("forward", kNames);
@@ -148,9 +143,20 @@ void Pipeline::set_keep_forward(bool on) {
 }
 
 void Pipeline::set_kda_chain(bool on) { impl_->kda_chain = on; }
-bool Pipeline::kda_chain_used() const { return impl_->kda_chain_last; }
+bool Pipeline::kda_chain_used() const { return std::string(impl_->sched.state) == "chunk_state_kda"; }
+const ForwardSchedule& Pipeline::last_forward() const { return impl_->sched; }
 void Pipeline::set_kda_window(int chunks) { impl_->kda_window = chunks < 0 ? -1 : chunks; }
-int Pipeline::kda_windows_used() const { return impl_->kda_windows_last; }
+int Pipeline::kda_windows_used() const { return impl_->sched.windows; }
+
+std::string ForwardSchedule::describe() const {
+  if (!*state) return "no state stage ran";
+  std::string s = std::string("state ") + state;
+  if (chain_blocks) s += " (" + std::to_string(chain_blocks) + " blocks)";
+  if (windows)
+    s += ", " + std::to_string(windows) + " windows of " + std::to_string(window_chunks) + " chunks (kkt, WY beside the chain)";
+  if (kept) s += front_reused ? ", kept (front stages reused)" : ", kept";
+  return s;
+}
 
 void Pipeline::set_state_groups(int groups) {
   KCP_CHECK(groups >= 0 && groups <= 2, "set_state_groups: expected 0 (automatic), 1 or 2, got ", groups);

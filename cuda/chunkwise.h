@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "core/backend.h"
 #include "core/queue.h"
@@ -49,6 +50,21 @@ struct BackwardBuffers {
   TensorView dx, dalog;       // [TT,HV,Kg] fused gate: w.r.t. g + dt_bias, and the dA_log terms
   TensorView dAc, Wc;         // [NT,HV,64,64] the chunk stage's dAqk, and dvnew vnew^T then dL
   TensorView part;            // [TT,HV,8] the chunk stage's partial sums (chunk_bwd.cuh)
+};
+
+// How the last forward (plain or kept) ran, for `kcp bench --explain` (Backend::explain_last_forward)
+// and the tests: the state stage's kernel, the transposed kda chain's blocks, its windows, and what a
+// kept forward stored or reused. Recorded where the launches are chosen, so it names what ran.
+struct ForwardSchedule {
+  // chunk_state_fold (gdn, 16-bit inputs), chunk_state_kda (kda's transposed chain), chunk_state
+  // (w and u from WY), chunk_state_gla, chunk_state_gla_halves; empty before any forward
+  const char* state = "";
+  int64_t chain_blocks = 0;   // chunk_state_kda's blocks (V / 64 per sequence and value head); else 0
+  int windows = 0;            // kda: windows of window_chunks chunks (chunkwise_windows.cu); 0: none
+  int window_chunks = 0;
+  bool kept = false;          // keep_forward: h and vnew stored for a backward
+  bool front_reused = false;  // the kept front stages of a transition or prepare were used
+  std::string describe() const;  // "state chunk_state_kda (32 blocks), 4 windows of 128 chunks, kept"
 };
 
 class Pipeline {
@@ -89,6 +105,8 @@ class Pipeline {
   void set_kda_chain(bool on);
   // Whether the last forward (plain or kept) ran the transposed kda chain (for tests).
   bool kda_chain_used() const;
+  // How the last forward ran (ForwardSchedule); kda_chain_used and kda_windows_used read it.
+  const ForwardSchedule& last_forward() const;
   // kda's forward with the transposed chain in windows of chunks: each window's kkt and WY run beside
   // the previous window's chain, whose blocks leave most multiprocessors idle (chunkwise_windows.cu).
   // -1: automatic (default; also KCP_CUDA_KDA_WINDOW unset or "auto"): where the chain's blocks fill

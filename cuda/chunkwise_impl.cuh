@@ -129,7 +129,7 @@ struct Pipeline::Impl {
   size_t bws_bytes = 0;
   BackwardBuffers bbuf;
   int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
-  bool kda_chain_last = false;  // kda_chain_used
+  ForwardSchedule sched;  // the last forward's (last_forward), reset by each forward
   bool kda_chain = env_not_off("KCP_CUDA_KDA_CHAIN");  // set_kda_chain
   // Whether the kept forward and the backward's recompute (which store h and vnew) take the transposed
   // kda chain (where kda_chain_shape also holds): only where its blocks fill the multiprocessors. Its
@@ -142,10 +142,9 @@ struct Pipeline::Impl {
     return kda_chain && kda_chain_blocks(int(p.V), p.N, int(p.HV)) >= (sms_assumed > 0 ? sms_assumed : sms);
   }
   // kda's windowed forward (chunkwise_windows.cu; set_kda_window): -1 automatic, 0 off, > 0 chunks per
-  // window; the windows the last forward ran; the chains' carry [N,HV,K,V] float32, grown on demand;
+  // window; the chains' carry [N,HV,K,V] float32, grown on demand;
   // the chains' stream (the device's highest priority) and two events per window and one.
   int kda_window = env_window_chunks();
-  int kda_windows_last = 0;
   float* d_carry = nullptr;
   size_t carry_bytes = 0;
   cudaStream_t chain_stream = nullptr;
@@ -336,21 +335,39 @@ struct Pipeline::Impl {
     KCP_CUDA_CHECK(cudaMalloc(&p, need));
     bytes = need;
   }
-  void launch_state(const StateParams& sp, int dtype) const {
+  // Returns the kernel's name (ForwardSchedule::state).
+  const char* launch_state(const StateParams& sp, int dtype) const {
     if (sp.c.gla) {
       StateParams g = sp;
       if (g.o.p && !g.h) g.h = static_cast<float*>(buf.h.data);
       launch_gla_state(g, dtype, stream);
-      return;
+      return "chunk_state_gla";
     }
     static const int env_groups = [] {
       const char* e = std::getenv("KCP_CUDA_STATE_GROUPS");
       return e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
     }();
-    if (sp.c.kg_t) launch_chunk_state_kda(sp, stream);
-    else if (state_fold_applies(sp.c, dtype))
+    if (sp.c.kg_t) {
+      launch_chunk_state_kda(sp, stream);
+      return "chunk_state_kda";
+    }
+    if (state_fold_applies(sp.c, dtype)) {
       launch_chunk_state_fold(sp, dtype, state_groups ? state_groups : env_groups, stream);
-    else launch_chunk_state(sp, dtype, stream, false);
+      return "chunk_state_fold";
+    }
+    launch_chunk_state(sp, dtype, stream, false);
+    return "chunk_state";
+  }
+  // A forward's state stage (plain: store_h false; kept: true): gla's halves where they apply, else
+  // launch_state; what ran goes to sched.
+  void forward_state(StateParams sp, int dtype, bool store_h) {
+    if (gla_halves(sp, dtype, store_h)) {
+      sched.state = "chunk_state_gla_halves";
+      return;
+    }
+    sp.h_tf32 = !store_h && sp.c.gla;  // gla's h stored for the output alone: TF32-rounded (chunk_state_gla.cu stored_h)
+    sched.state = launch_state(sp, dtype);
+    if (sp.c.kg_t) sched.chain_blocks = kda_chain_blocks(sp.Vw, sp.c.N, sp.c.HV);
   }
   // The backward (chunkwise_backward.cu): its workspace, and the forward recompute with h and vnew
   // plus the parameter block, for the sequences [seq_first, seq_first + seq_count) (count < 0: all).

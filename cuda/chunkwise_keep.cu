@@ -110,7 +110,6 @@ void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outp
   // h, vnew, w, u carved as backward_setup carves them; kda with 16-bit inputs takes the transposed chain
   // (kg^T in kg's slot) where kept_chain_transposed says so, as the backward's recompute does
   const Setup st = setup(p, in, 0, -1, true, kept_chain_transposed(p));
-  kda_chain_last = st.c.kg_t != nullptr;
   const bool fold = state_fold_applies(st.c, st.dtype);
   if (!d_fp) KCP_CUDA_CHECK(cudaMalloc(&d_fp, 6 * sizeof(unsigned long long)));
   StageTimer timer(stream);
@@ -132,7 +131,7 @@ void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outp
   }
   timer.mark();
   if (!reuse && !window) fork_side();  // after the front stages, which fill the device: F0 runs beside the chain
-  if (!window && !gla_halves(sp, st.dtype, true)) launch_state(sp, st.dtype);
+  if (!window) forward_state(sp, st.dtype, true);
   if (!reuse) fingerprint_inputs(in, d_fp, side);  // queued after the chain (or the last window's front)
   timer.mark();
   if (!reuse) {
@@ -143,6 +142,7 @@ void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outp
     launch_fingerprint_add(in.initial_state, kFrontInputs + 1, d_fp, stream);
   }
   kept.p = p, kept.views = view_keys(in), kept.valid = true, kept.terms = false, kept.kgt = st.c.kg_t != nullptr;
+  sched.kept = true, sched.front_reused = reuse;
   timer.mark();
   static const char* const kNames[] = {"front", "state+output", "fingerprint"};
   timer.report("forward (kept)", kNames);

@@ -75,7 +75,8 @@ void Pipeline::Impl::run_windows(StateParams sp, int dtype, int chunks) {
   const cudaEvent_t chains_done = window_events[2 * windows];
   KCP_CUDA_CHECK(cudaEventRecord(chains_done, chain_stream));
   KCP_CUDA_CHECK(cudaStreamWaitEvent(stream, chains_done, 0));
-  kda_windows_last = windows;
+  sched.state = "chunk_state_kda", sched.chain_blocks = kda_chain_blocks(sp.Vw, c.N, c.HV);
+  sched.windows = windows, sched.window_chunks = chunks;
 }
 
 }  // namespace kcp::cuda

@@ -3,7 +3,8 @@
 // transition_backward are supported with the forward and reject host views; host views are rejected by name before any
 // CUDA call. The registry's cuda-chunkwise (shape adapter, core/padded_backend.h) accepts K = 16 .. 128, any V and
 // chunk_size 32, and names the K <= 128 limit (its kernels: tests/cuda/test_cuda_shapes.cpp). The chunk
-// table's closed form (cuda/chunk_table.h) on layouts that have one and layouts that do not.
+// table's closed form (cuda/chunk_table.h) on layouts that have one and layouts that do not. The
+// forward's schedule in words (cuda/chunkwise.h ForwardSchedule, `kcp bench --explain`).
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -11,6 +12,7 @@
 #include "core/padded_backend.h"
 #include "cuda/backend_cuda.h"
 #include "cuda/chunk_table.h"
+#include "cuda/chunkwise.h"
 #include "cuda/key_dims.h"
 #include "validation/cases.h"
 #include "validation/registry.h"
@@ -76,6 +78,20 @@ TEST_CASE("host views are rejected with the argument's name") {
   const Problem p = c.problem(DType::f32);
   auto out = val::make_outputs<float>(p, true);
   CHECK_THROWS_WITH_AS(be->forward(p, c.inputs(), out.views()), doctest::Contains("q must be a CUDA device view"), Error);
+  CHECK(be->explain_last_forward().empty());  // a rejected forward picked no kernels
+}
+
+// The words `kcp bench --explain` prints for a forward's schedule (the GPU case in test_cuda_forward.cpp
+// checks that a forward records what it ran).
+TEST_CASE("a forward's schedule in words") {
+  cuda::ForwardSchedule s;
+  CHECK(s.describe() == "no state stage ran");
+  s.state = "chunk_state_fold";
+  CHECK(s.describe() == "state chunk_state_fold");
+  s.state = "chunk_state_kda", s.chain_blocks = 32, s.windows = 4, s.window_chunks = 128, s.kept = true;
+  CHECK(s.describe() == "state chunk_state_kda (32 blocks), 4 windows of 128 chunks (kkt, WY beside the chain), kept");
+  s.windows = 0, s.front_reused = true;
+  CHECK(s.describe() == "state chunk_state_kda (32 blocks), kept (front stages reused)");
 }
 
 TEST_CASE("the registry's cuda-chunkwise accepts padded shapes and names the K limit") {

@@ -135,3 +135,39 @@ TEST_CASE("cuda-chunkwise rejects mismatched q/k/v dtypes" * doctest::skip(!test
   in.k = k32.view;
   CHECK_THROWS_WITH_AS(gpu->forward(p, in, {o.view, {}}), doctest::Contains("q, k, v must share one dtype"), Error);
 }
+
+// `kcp bench --explain`'s second half: the backend names the state kernel its last forward ran (the
+// dispatch in Pipeline::Impl::launch_state / forward_state), and a kept forward says so.
+TEST_CASE("cuda-chunkwise explains the kernels its last forward picked" * doctest::skip(!test::gpu_present())) {
+  struct Expect {
+    Variant var;
+    DType qkv;
+    bool keep;
+    const char* text;
+  };
+  const Expect expects[] = {
+      {Variant::gdn, DType::bf16, false, "state chunk_state_fold"},
+      {Variant::gdn, DType::f32, false, "state chunk_state"},
+      {Variant::kda, DType::bf16, false, "state chunk_state_kda (2 blocks)"},  // V / 64 x N x HV = 1 x 1 x 2
+      {Variant::kda, DType::f32, false, "state chunk_state"},
+      {Variant::gla, DType::bf16, false, "state chunk_state_gla"},  // 3 chunks: no halves
+      {Variant::gdn, DType::bf16, true, "state chunk_state_fold, kept"},
+  };
+  const uint64_t seed = val::seed_from_env(620);
+  for (const Expect& e : expects) {
+    CAPTURE(e.text);
+    cuda::CudaBackendOptions bo;
+    bo.keep_forward = e.keep;
+    auto gpu = cuda::make_cuda_backend({}, bo);
+    CHECK(gpu->explain_last_forward().empty());  // no forward yet
+    val::CaseSpec s;
+    s.variant = e.var, s.T = 150, s.H = s.HV = 2, s.K = s.V = 64, s.seed = seed;
+    const val::CaseData c = test::round_case(val::make_case(s), e.qkv);
+    const Problem p = c.problem(DType::f32);
+    test::DeviceInputs din = test::upload_inputs(*gpu, c, e.qkv);
+    test::DeviceTensor o = test::poisoned(*gpu, DType::f32, shape_v(p));
+    gpu->forward(p, din.views, {o.view, {}});
+    gpu->synchronize();
+    CHECK(gpu->explain_last_forward() == e.text);
+  }
+}

@@ -127,6 +127,8 @@ TEST_CASE("kda forward, transposed chain in windows: the unwindowed chain bit fo
       const Got b = check_forward(*gpu, windowed, c, cc, ref.out, cc.chain, " windows of 3 chunks");
       const int64_t expect = cc.chain ? (test::cuda_chunk_count(c.problem(DType::f32)) + kWindow - 1) / kWindow : 0;
       CHECK_MESSAGE(windowed.kda_windows_used() == expect, cc.dc.name());
+      if (expect)  // what `kcp bench --explain` prints
+        CHECK(windowed.last_forward().describe().find(std::to_string(expect) + " windows of 3 chunks") != std::string::npos);
       CHECK_MESSAGE(a.o.vec() == b.o.vec(), cc.dc.name(), ": o differs from the unwindowed chain's");
       CHECK_MESSAGE(a.ht.vec() == b.ht.vec(), cc.dc.name(), ": the final state differs from the unwindowed chain's");
     }
