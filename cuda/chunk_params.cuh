@@ -174,6 +174,11 @@ struct StateParams {
   // windowed forward (plain or kept); carry [N,HV,K,V] float32.
   int win_begin = 0, win_end = 0;
   StateView carry;
+  // kda's transposed chain in one launch beside the windows' fronts (chunkwise_windows.cu): chunk c's
+  // tiles are ready once ready[c] holds `epoch` in its high word (its window's end in the low word),
+  // set by the fronts' signal after that window's WY. Null: every tile is ready at launch.
+  const unsigned long long* ready = nullptr;
+  unsigned epoch = 0;
 };
 
 // Output stage on its own (stage tests): o from q, h, vnew, Aqk.

@@ -23,6 +23,9 @@
 // the chain also stores h[c], the exact float32 S entering chunk c, one 4-byte store per element (whole
 // 32-byte sectors) while chunk c's first products run (so S is decayed after them, not before), and
 // vnew unrounded, formed in place of u in the u tile and written from there in 16-byte pieces.
+// In the windowed forward's one-launch mode (StateParams::ready, chunkwise_windows.cu) each thread,
+// before it copies the first chunk of a window, waits (an acquire load, polled with __nanosleep) for
+// the signal that window's front writes after its WY; signal_ready_kernel writes it.
 // Covered by tests/cuda/test_cuda_kda_chain.cpp (against chunk_state.cu and the float64 oracle),
 // test_cuda_keep.cpp (kept forward and recompute, bit for bit) and, through the forward and the
 // backward, test_cuda_forward.cpp, test_cuda_backward.cpp and the goldens.
@@ -275,6 +278,20 @@ __device__ __forceinline__ void write_output(const StateParams& sp, const ChunkI
   });
 }
 
+// Before chunk c's tiles are copied, in the windowed forward (StateParams::ready): wait until the
+// fronts have signalled c's window, once per window (ready_end: the end of the windows seen ready).
+// Every copying thread waits itself: no barrier is added to the step.
+__device__ __forceinline__ void wait_ready(const StateParams& sp, int c, int& ready_end) {
+  if (!sp.ready || c < ready_end) return;
+  unsigned long long f;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(f) : "l"(sp.ready + c) : "memory");
+    if (unsigned(f >> 32) == sp.epoch) break;
+    __nanosleep(100);
+  }
+  ready_end = int(f & 0xffffffffu);
+}
+
 template <int KD, bool kKeep>
 __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const StateParams sp) {
   using Sm = KdaSmem<KD>;
@@ -304,7 +321,9 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
   ChunkInfo next = c_begin + 1 < c_end ? p.chunks[c_begin + 1] : ck;  // the chunk table runs two ahead
   ChunkInfo prev = ck;  // the chunk whose o is staged
   uint32_t Sa[KD / 2];  // S^T entering chunk c, TF32, for its products; S then holds S^T Diag(2^(b_end))
+  int ready_end = 0;
   if (c_begin < c_end) {
+    wait_ready(sp, c_begin, ready_end);
     issue_tiles(sp, ck, c_begin, hv, v0, s, 0);
     issue_qg(p, ck, hv, s);
     cp_async_commit();
@@ -322,7 +341,10 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
     issue_state_products<KD>(Sa, dw + so, dq, X, Q);
     if constexpr (kKeep) store_h<KD>(sp, c, hv, v0, S);  // S is chunk c's entering state until decay_state
     if (c > c_begin && sp.o.p) write_output(sp, prev, hv, v0, s.Us(st ^ 1));  // chunk c-1's o, staged there
-    if (c + 1 < c_end) issue_tiles(sp, next, c + 1, hv, v0, s, st ^ 1);  // into the stage chunk c-1 used
+    if (c + 1 < c_end) {  // into the stage chunk c-1 used
+      wait_ready(sp, c + 1, ready_end);
+      issue_tiles(sp, next, c + 1, hv, v0, s, st ^ 1);
+    }
     wg::wait<1>();  // X
     wg::pin(X);
     uint32_t vn[NA];
@@ -362,7 +384,20 @@ void launch(const StateParams& sp, cudaStream_t stream) {
   else launch_kernel(chunk_state_kda_kernel<KD, false>, grid, kThreads, Sm::bytes, stream, sp);
 }
 
+// ready[c] = (epoch, c_end) for the chunks c of [c_begin, c_end): their kkt and WY are done (stream order).
+__global__ void signal_ready_kernel(unsigned long long* ready, int c_begin, int c_end, unsigned epoch) {
+  const int c = c_begin + int(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= c_end) return;
+  const unsigned long long f = (static_cast<unsigned long long>(epoch) << 32) | unsigned(c_end);
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(ready + c), "l"(f) : "memory");
+}
+
 }  // namespace
+
+void launch_signal_ready(unsigned long long* ready, int c_begin, int c_end, unsigned epoch, cudaStream_t stream) {
+  if (c_end <= c_begin) return;
+  launch_kernel(signal_ready_kernel, dim3((c_end - c_begin + 127) / 128), dim3(128), 0, stream, ready, c_begin, c_end, epoch);
+}
 
 void launch_chunk_state_kda(const StateParams& sp, cudaStream_t stream) {
   const ChunkParams& p = sp.c;

@@ -36,5 +36,7 @@ inline int64_t kda_chain_blocks(int V, int64_t N, int HV) { return int64_t(V / k
 // Grid (V / 64, N * HV), 128 threads. sp: the forward (init zero or given, o, final_state), with h and
 // vnew (both, for a backward) or neither.
 void launch_chunk_state_kda(const StateParams& sp, cudaStream_t stream);
+// The windowed forward's signal (StateParams::ready): chunks [c_begin, c_end) ready for the chain.
+void launch_signal_ready(unsigned long long* ready, int c_begin, int c_end, unsigned epoch, cudaStream_t stream);
 
 }  // namespace kcp::cuda

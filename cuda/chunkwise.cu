@@ -120,8 +120,8 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   timer.mark();
   StateParams sp = impl_->state_params(st, p, in, out);
   sp.o = rows_view<OutRowsView>(out.o, "o");
-  if (const int chunks = impl_->window_chunks(sp)) {  // kda: kkt and WY beside the chain (chunkwise_windows.cu)
-    impl_->run_windows(sp, st.dtype, chunks);
+  if (const Impl::WindowPlan plan = impl_->window_plan(sp); plan.chunks) {  // kda: kkt and WY beside the chain
+    impl_->run_windows(sp, st.dtype, plan);
     timer.mark();
     static const char* const kWindowNames[] = {"cumsum", "kkt+wy+state+output (windows)"};
     timer.report("forward", kWindowNames);
@@ -153,7 +153,8 @@ std::string ForwardSchedule::describe() const {
   std::string s = std::string("state ") + state;
   if (chain_blocks) s += " (" + std::to_string(chain_blocks) + " blocks)";
   if (windows)
-    s += ", " + std::to_string(windows) + " windows of " + std::to_string(window_chunks) + " chunks (kkt, WY beside the chain)";
+    s += ", " + std::to_string(windows) + " windows of " + std::to_string(window_chunks) + " chunks (kkt, WY beside the chain" +
+         (chain_per_window ? ", a chain launch per window)" : ", the chain in one launch)");
   if (kept) s += front_reused ? ", kept (front stages reused)" : ", kept";
   return s;
 }

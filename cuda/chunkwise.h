@@ -62,6 +62,7 @@ struct ForwardSchedule {
   int64_t chain_blocks = 0;   // chunk_state_kda's blocks (V / 64 per sequence and value head); else 0
   int windows = 0;            // kda: windows of window_chunks chunks (chunkwise_windows.cu); 0: none
   int window_chunks = 0;
+  bool chain_per_window = false;  // windows: a chain launch per window (else the chain in one launch)
   bool kept = false;          // keep_forward: h and vnew stored for a backward
   bool front_reused = false;  // the kept front stages of a transition or prepare were used
   std::string describe() const;  // "state chunk_state_kda (32 blocks), 4 windows of 128 chunks, kept"
@@ -108,12 +109,13 @@ class Pipeline {
   // How the last forward ran (ForwardSchedule); kda_chain_used and kda_windows_used read it.
   const ForwardSchedule& last_forward() const;
   // kda's forward with the transposed chain in windows of chunks: each window's kkt and WY run beside
-  // the previous window's chain, whose blocks leave most multiprocessors idle (chunkwise_windows.cu).
-  // -1: automatic (default; also KCP_CUDA_KDA_WINDOW unset or "auto"): where the chain's blocks fill
-  // at most half of the multiprocessors, min(4, chunks / 64) windows when that is at least 2; 0: never
-  // (KCP_CUDA_KDA_WINDOW=0 or off); > 0: windows of that many chunks wherever the transposed chain runs
-  // (the kept forward's too, where it takes that chain). The result is the unwindowed forward's bit for
-  // bit. Covered by tests/cuda/test_cuda_kda_chain.cpp and test_cuda_keep.cpp.
+  // the chain, whose blocks leave most multiprocessors idle (chunkwise_windows.cu: the chain in one
+  // launch waiting on the fronts' signals where its blocks are at most a quarter of the multiprocessors,
+  // else a chain launch per window). -1: automatic (default; also KCP_CUDA_KDA_WINDOW unset or "auto"):
+  // from 128 chunks, where the chain's blocks fill at most half of the multiprocessors (the sizes:
+  // window_plan); 0: never (KCP_CUDA_KDA_WINDOW=0 or off); > 0: windows of that many chunks wherever the
+  // transposed chain runs (the kept forward's too, where it takes that chain). The result is the
+  // unwindowed forward's bit for bit. Covered by tests/cuda/test_cuda_kda_chain.cpp and test_cuda_keep.cpp.
   void set_kda_window(int chunks);
   // The windows the last forward ran (0: none), for tests.
   int kda_windows_used() const;

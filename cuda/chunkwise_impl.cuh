@@ -21,85 +21,11 @@
 #include "cuda/chunk_wy.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/key_dims.h"
+#include "cuda/pipeline_views.cuh"
 
 namespace kcp::cuda {
 
-inline int dtype_code(const TensorView& t, const char* name) {
-  switch (t.dtype) {
-    case DType::f32: return kF32;
-    case DType::f16: return kF16;
-    case DType::bf16: return kBF16;
-    case DType::f64: return kF64;
-    default: throw Error(detail::concat("cuda-chunkwise: ", name, " must be a float tensor, got ", dtype_name(t.dtype)));
-  }
-}
-
-inline void expect_device(const TensorView& t, const char* name) {
-  KCP_CHECK(t.device == Device::cuda, "cuda-chunkwise: ", name, " must be a CUDA device view (use the backend's alloc/upload)");
-}
-
-// [B,T,X(,D)] with B and T merged into one token index.
-template <class View>
-inline View rows_view(const TensorView& t, const char* name) {
-  expect_device(t, name);
-  KCP_CHECK(t.dim(0) == 1 || t.stride[0] == t.dim(1) * t.stride[1], "cuda-chunkwise: ", name,
-            ": batch and time must be mergeable (stride[0] == T*stride[1]), got strides ", shape_str(t.stride));
-  KCP_CHECK(t.rank() == 3 || t.stride[3] == 1, "cuda-chunkwise: ", name, ": the last dimension must be contiguous");
-  View v;
-  v.p = t.data, v.st = t.stride[1], v.sx = t.stride[2], v.dt = dtype_code(t, name);
-  return v;
-}
-
-// q, k and v rows are copied 16 bytes at a time (cp.async).
-inline void expect_aligned_rows(const TensorView& t, const char* name) {
-  const int64_t es = dtype_size(t.dtype);
-  const bool ok = reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.stride[1] * es) % 16 == 0 && (t.stride[2] * es) % 16 == 0;
-  KCP_CHECK(ok, "cuda-chunkwise: ", name, ": rows must start on 16-byte boundaries (pointer and strides)");
-}
-
-inline StateView state_view(const TensorView& t, bool v_first, const char* name) {
-  expect_device(t, name);
-  StateView s;
-  s.p = t.data, s.dt = dtype_code(t, name);
-  if (t.rank() == 3) {  // transition buffers [HV,K,V]
-    s.sn = 0, s.shv = t.stride[0], s.si = t.stride[1], s.sj = t.stride[2];
-  } else {
-    s.sn = t.stride[0], s.shv = t.stride[1];
-    s.si = v_first ? t.stride[3] : t.stride[2], s.sj = v_first ? t.stride[2] : t.stride[3];
-  }
-  return s;
-}
-
-inline ScalarView scalar_view(const TensorView& t, const char* name) {
-  ScalarView s;
-  if (t.empty()) return s;
-  expect_device(t, name);
-  s.p = t.data, s.s = t.stride[0], s.dt = dtype_code(t, name);
-  return s;
-}
-
 inline size_t round_up(size_t b) { return (b + 255) / 256 * 256; }
-
-
-// A switch that is on unless the environment variable `name` is "0" (KCP_CUDA_CHUNK_GRID,
-// KCP_CUDA_KDA_CHAIN).
-inline bool env_not_off(const char* name) {
-  const char* e = std::getenv(name);
-  return !(e && std::string(e) == "0");
-}
-
-// KCP_CUDA_KDA_WINDOW: unset, "" or "auto" (automatic, -1), "0" or "off" (no windows), or a chunk
-// count (forced); anything else is an error, not a silent default.
-inline int env_window_chunks() {
-  const char* e = std::getenv("KCP_CUDA_KDA_WINDOW");
-  if (!e || !*e || std::string(e) == "auto") return -1;
-  if (std::string(e) == "off") return 0;
-  char* end = nullptr;
-  const long n = std::strtol(e, &end, 10);
-  KCP_CHECK(*end == '\0' && n >= 0 && n <= (1 << 30), "KCP_CUDA_KDA_WINDOW=", e,
-            ": expected auto, off, or a count of chunks per window >= 0");
-  return int(n);
-}
 
 struct Pipeline::Impl {
   int device = 0;                // the queue's CUDA ordinal (made current by every public method)
@@ -142,17 +68,30 @@ struct Pipeline::Impl {
     return kda_chain && kda_chain_blocks(int(p.V), p.N, int(p.HV)) >= (sms_assumed > 0 ? sms_assumed : sms);
   }
   // kda's windowed forward (chunkwise_windows.cu; set_kda_window): -1 automatic, 0 off, > 0 chunks per
-  // window; the chains' carry [N,HV,K,V] float32, grown on demand;
-  // the chains' stream (the device's highest priority) and two events per window and one.
+  // window; the chains' carry [N,HV,K,V] float32 and the fronts' signals [NT] (StateParams::ready),
+  // grown on demand, with the epoch of the last call that signalled; the chains' stream (the device's
+  // highest priority) and its events.
   int kda_window = env_window_chunks();
   float* d_carry = nullptr;
   size_t carry_bytes = 0;
+  unsigned long long* d_ready = nullptr;
+  size_t ready_bytes = 0;
+  unsigned ready_epoch = 0;
   cudaStream_t chain_stream = nullptr;
   std::vector<cudaEvent_t> window_events;
-  int window_chunks(const StateParams& sp) const;
-  // kkt, WY and the transposed chain a window of `chunks` chunks at a time (after the cumsum stage on
-  // `stream`; `stream` waits for the last chain).
-  void run_windows(StateParams sp, int dtype, int chunks);
+  // How a kda forward runs in windows: chunks per window (0: unwindowed) and whether the chain is one
+  // launch that waits on the fronts' signals (else a launch per window, its state carried between).
+  struct WindowPlan {
+    int chunks = 0;
+    bool one_launch = false;
+  };
+  WindowPlan window_plan(const StateParams& sp) const;
+  // kkt, WY and the transposed chain a window at a time (after the cumsum stage on `stream`; `stream`
+  // waits for the chain and the fronts).
+  void run_windows(const StateParams& sp, int dtype, WindowPlan plan);
+  void chain_in_one_launch(StateParams sp, int dtype, int chunks);
+  void chain_per_window(StateParams sp, int dtype, int chunks);
+  cudaStream_t chain_stream_events(size_t events);  // the chain's stream, with at least `events` events
   // gla's chain in halves (set_gla_halves; gla_halves): s_mid, f_local [HV,K,V] and decay [NT+1,HV,K], float32
   int gla_halves_mode = -1;
   bool grid_closed_form = env_not_off("KCP_CUDA_CHUNK_GRID");  // set_chunk_grid
@@ -211,6 +150,7 @@ struct Pipeline::Impl {
     cudaFree(d_fp);
     cudaFree(d_halves);
     cudaFree(d_carry);
+    cudaFree(d_ready);
     if (chain_stream) cudaStreamDestroy(chain_stream);
     for (cudaEvent_t e : window_events) cudaEventDestroy(e);
     if (side) cudaStreamDestroy(side), cudaEventDestroy(fork_ev), cudaEventDestroy(join_ev), cudaFreeHost(h_fp);

@@ -4,7 +4,7 @@
 //   forward_kept:  cumsum -> kkt + solve -> WY (w; u only for the unfolded state kernel) -> state
 //                  writing o, final_state, h and vnew (= backward_setup's recompute, plus o; kda on
 //                  the transposed chain where kept_chain_transposed says so, then in windows where
-//                  window_chunks does: chunkwise_windows.cu);
+//                  window_plan does: chunkwise_windows.cu);
 //                  F0 = fingerprint of the inputs (input_fingerprint.cuh) on the side stream beside
 //                  the state kernel (its chain waits on step latency and leaves the device mostly
 //                  idle); the problem kept.
@@ -121,8 +121,8 @@ void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outp
   sp.h = static_cast<float*>(buf.h.data);
   sp.vnew = st.c.gla ? nullptr : static_cast<float*>(buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
   // kda: kkt and WY of window w + 1 beside the chain of window w (chunkwise_windows.cu), F0 after them
-  const int window = reuse ? 0 : window_chunks(sp);  // chunks per window; 0: none
-  if (window) {
+  const WindowPlan window = reuse ? WindowPlan{} : window_plan(sp);
+  if (window.chunks) {
     launch_chunk_cumsum(st.c, st.dtype, stream);
     run_windows(sp, st.dtype, window);
   } else {
@@ -130,8 +130,8 @@ void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outp
     else if (!front_wy) launch_chunk_wy(st.c, st.dtype, stream, !fold);
   }
   timer.mark();
-  if (!reuse && !window) fork_side();  // after the front stages, which fill the device: F0 runs beside the chain
-  if (!window) forward_state(sp, st.dtype, true);
+  if (!reuse && !window.chunks) fork_side();  // after the front stages, which fill the device: F0 runs beside the chain
+  if (!window.chunks) forward_state(sp, st.dtype, true);
   if (!reuse) fingerprint_inputs(in, d_fp, side);  // queued after the chain (or the last window's front)
   timer.mark();
   if (!reuse) {

@@ -89,7 +89,10 @@ TEST_CASE("a forward's schedule in words") {
   s.state = "chunk_state_fold";
   CHECK(s.describe() == "state chunk_state_fold");
   s.state = "chunk_state_kda", s.chain_blocks = 32, s.windows = 4, s.window_chunks = 128, s.kept = true;
-  CHECK(s.describe() == "state chunk_state_kda (32 blocks), 4 windows of 128 chunks (kkt, WY beside the chain), kept");
+  CHECK(s.describe() == "state chunk_state_kda (32 blocks), 4 windows of 128 chunks (kkt, WY beside the chain, the chain in "
+                        "one launch), kept");
+  s.chain_per_window = true;
+  CHECK(s.describe().find("4 windows of 128 chunks (kkt, WY beside the chain, a chain launch per window)") != std::string::npos);
   s.windows = 0, s.front_reused = true;
   CHECK(s.describe() == "state chunk_state_kda (32 blocks), kept (front stages reused)");
 }

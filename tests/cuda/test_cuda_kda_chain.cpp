@@ -9,9 +9,11 @@
 // batch with empty and one-token sequences. Shapes the chain does not take (V = 96, K = 32, float32
 // inputs) run chunk_state.cu's: kda_chain_used() says which ran, so no case passes by never taking
 // the new chain. The same forward in windows of 3 chunks (Pipeline::set_kda_window: each window's kkt
-// and WY beside the chain of the one before, the state carried between windows) must give the
-// unwindowed chain's o and final state bit for bit, and ran in the windows expected (none where the
-// transposed chain does not run). Outputs NaN-poisoned first. Skipped where no CUDA device is present.
+// and WY beside the chain), in both modes (the chain in one launch waiting on the fronts' signals, and,
+// with one multiprocessor assumed, a chain launch per window with the state carried between), must
+// give the unwindowed chain's o and final state bit for bit, twice in a row (the signals' epochs), and
+// ran in the windows and mode expected (none where the transposed chain does not run). Outputs
+// NaN-poisoned first. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -119,18 +121,28 @@ TEST_CASE("kda forward, transposed chain in windows: the unwindowed chain bit fo
     SUBCASE(cc.dc.name().c_str()) {
       const val::CaseData c = test::round_case(val::make_case(cc.dc.spec), cc.dc.qkv);
       const auto ref = val::run_case<double>(*oracle, c, false);
-      cuda::Pipeline whole(gpu->queue()), windowed(gpu->queue());
+      cuda::Pipeline whole(gpu->queue());
       whole.set_kda_window(0);
-      windowed.set_kda_window(kWindow);
       const Got a = check_forward(*gpu, whole, c, cc, ref.out, cc.chain, " unwindowed");
       CHECK(whole.kda_windows_used() == 0);
-      const Got b = check_forward(*gpu, windowed, c, cc, ref.out, cc.chain, " windows of 3 chunks");
       const int64_t expect = cc.chain ? (test::cuda_chunk_count(c.problem(DType::f32)) + kWindow - 1) / kWindow : 0;
-      CHECK_MESSAGE(windowed.kda_windows_used() == expect, cc.dc.name());
-      if (expect)  // what `kcp bench --explain` prints
-        CHECK(windowed.last_forward().describe().find(std::to_string(expect) + " windows of 3 chunks") != std::string::npos);
-      CHECK_MESSAGE(a.o.vec() == b.o.vec(), cc.dc.name(), ": o differs from the unwindowed chain's");
-      CHECK_MESSAGE(a.ht.vec() == b.ht.vec(), cc.dc.name(), ": the final state differs from the unwindowed chain's");
+      // the device's multiprocessors: the chain in one launch waiting on the fronts' signals (its few
+      // blocks leave room); one assumed: a chain launch per window, the state carried between them
+      for (const int sms : {0, 1}) {
+        cuda::Pipeline windowed(gpu->queue());
+        windowed.set_kda_window(kWindow);
+        windowed.set_multiprocessors(sms);
+        const std::string mode = sms ? " windows of 3 chunks, a chain launch per window" : " windows of 3 chunks, one launch";
+        const Got b = check_forward(*gpu, windowed, c, cc, ref.out, cc.chain, mode);
+        CHECK_MESSAGE(windowed.kda_windows_used() == expect, cc.dc.name(), mode);
+        if (expect) {
+          CHECK_MESSAGE(windowed.last_forward().chain_per_window == (sms == 1), cc.dc.name(), mode);
+          CHECK(windowed.last_forward().describe().find(std::to_string(expect) + " windows of 3 chunks") != std::string::npos);
+        }
+        CHECK_MESSAGE(a.o.vec() == b.o.vec(), cc.dc.name(), mode, ": o differs from the unwindowed chain's");
+        CHECK_MESSAGE(a.ht.vec() == b.ht.vec(), cc.dc.name(), mode, ": the final state differs from the unwindowed chain's");
+        check_forward(*gpu, windowed, c, cc, ref.out, cc.chain, mode + " again");  // the signals' next epoch
+      }
     }
   }
 }
