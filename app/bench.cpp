@@ -279,11 +279,13 @@ Row bench_shape(Backend& be, Variant var, int64_t T, int64_t seqs, int64_t H, in
     return s.append(" |");
   };
   if (Support sup = be.supports(p); !sup) return {os.str() + "unsupported: " + sup.reason + " |"};
-  if (rs.transitions) return {bench_transitions(be, p, in, warmup, repeat, os.str(), gate).text + plan()};
+  // (each row's text first, then plan(): it reports the forwards the row ran)
+  auto with_plan = [&](Row r) { return Row{r.text + plan()}; };
+  if (rs.transitions) return with_plan(bench_transitions(be, p, in, warmup, repeat, os.str(), gate));
   DeviceBuffer o(be.queue(), size_t(T * H * V) * size_t(dtype_size(dt)));
   const Outputs out{TensorView(o.get(), dt, {1, T, H, V}, be.device()), {}};
-  if (!rs.cp_rank.empty()) return {bench_cp_rank(be, p, in, out, warmup, repeat, os.str(), rs.cp_rank).text + plan()};
-  if (backward) return {bench_backward(be, p, in, out, warmup, repeat, os.str(), gate).text + plan()};
+  if (!rs.cp_rank.empty()) return with_plan(bench_cp_rank(be, p, in, out, warmup, repeat, os.str(), rs.cp_rank));
+  if (backward) return with_plan(bench_backward(be, p, in, out, warmup, repeat, os.str(), gate));
   be.forward(p, in[0].in, out);  // set 0, judged before anything is timed
   const BenchVerdict v = gate.run(be, p, out.o, {});
   if (!v.ok) return {os.str() + v.text + " |" + plan()};

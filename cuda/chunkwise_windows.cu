@@ -26,16 +26,18 @@ namespace kcp::cuda {
 
 // Automatic (kda_window < 0), from the chain's blocks b on m multiprocessors (both modes measured on an
 // H200, docs/BENCHMARKS.md, 34th-36th sessions):
-// - 4 b <= m (H <= 16 at K = V = 128, one sequence): the chain in one launch, windows of NT / 8 chunks
-//   within [32, 64]. The fronts, on the m - b other multiprocessors, keep ahead of the chain. H = 16:
-//   T = 8192 0.670 -> 0.585 ms (4 windows of 32), T = 32768 2.18 -> 1.98-2.00 (8 of 64); windows of 16
-//   lose (0.64 / 2.43-2.46: each front's tail), so do 2 or 4 windows of 64 or 128 (0.625 / 2.07).
+// - 4 b <= m (H <= 16 at K = V = 128, one sequence) and NT >= 64: the chain in one launch, windows of
+//   NT / 8 chunks within [32, 64]. The fronts, on the m - b other multiprocessors, keep about level with
+//   the chain. H = 16: T = 4096 0.382 -> 0.352 ms (2 windows of 32), T = 8192 0.646-0.654 ->
+//   0.576-0.599 (4 of 32), 16384 1.23-1.25 -> 1.05-1.07 (8 of 32), 32768 2.19-2.21 -> 2.00 (8 of 64),
+//   65536 4.14-4.17 -> 3.78-3.89 (16 of 64); H = 8 T = 32768 1.90 -> 1.73-1.75. Windows of 16 lose
+//   (0.64 / 2.43-2.46 at T = 8192 / 32768: each front's tail), so do 2 or 4 of 64 or 128 (0.625 / 2.07).
 // - 4 b > m >= 2 b (H = 32): a chain launch per window, min(4, NT / 64) windows (the one-launch chain
 //   holds its multiprocessors while the fronts, the longer part there, have the rest: H = 32 T = 32768
 //   3.54 -> 4.15 ms). Per window it pays ~19 us (its launch, its first tiles, the carry) and its chain
 //   runs 22-39% slower beside a front (spans, T = 32768: 4 windows 1.48 ms of chains alone, 1.79
 //   beside the fronts); measured 2.60 -> 2.18-2.24 at H = 16 T = 32768 in 4 windows, 2.6-2.95 in 16.
-// - else (2 b > m, or NT < 128): no windows.
+// - else (2 b > m, or too few chunks): no windows.
 // Forced (kda_window > 0): those chunks, the mode by the same 4 b <= m.
 // The one-launch chain spins on the fronts' signals, so it needs the fronts to run beside all its
 // blocks: only where b is below the device's real multiprocessor count (sms), whatever the tests assume.
@@ -45,8 +47,9 @@ Pipeline::Impl::WindowPlan Pipeline::Impl::window_plan(const StateParams& sp) co
   const int64_t b = kda_chain_blocks(sp.Vw, c.N, c.HV), m = multiprocessors(c);
   const bool one_launch = 4 * b <= m && b < sms;
   if (kda_window > 0) return {kda_window, one_launch};
-  if (c.NT < 128 || 2 * b > m) return {};
-  if (one_launch) return {std::clamp(c.NT / 8, 32, 64), true};
+  if (2 * b > m) return {};
+  if (one_launch) return c.NT >= 64 ? WindowPlan{std::clamp(c.NT / 8, 32, 64), true} : WindowPlan{};
+  if (c.NT < 128) return {};
   const int windows = std::min(4, c.NT / 64);
   return {(c.NT + windows - 1) / windows, false};
 }
