@@ -20,6 +20,7 @@
 #include "cuda/chunk_state_fold.cuh"
 #include "cuda/chunk_wy.cuh"
 #include "cuda/cuda_check.cuh"
+#include "cuda/env_switches.h"
 #include "cuda/key_dims.h"
 #include "cuda/pipeline_views.cuh"
 

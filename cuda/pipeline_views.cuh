@@ -1,14 +1,10 @@
-// The pipeline's arguments as the kernels see them (cuda-chunkwise's checks of device views, row
-// alignment and mergeable batch and time, with the argument's name in every error), and the
-// environment switches the pipeline reads (KCP_CUDA_CHUNK_GRID, KCP_CUDA_KDA_CHAIN, KCP_CUDA_KDA_WINDOW).
-// Used by chunkwise_impl.cuh; the views' checks are covered by tests/cuda/test_cuda_backend.cpp,
-// test_cuda_forward.cpp and test_cuda_shapes.cpp (the errors they name); the switches by the GPU calls
-// that set them (docs/CUDA.md).
+// The pipeline's arguments as the kernels see them: cuda-chunkwise's checks of device views, row
+// alignment and mergeable batch and time, with the argument's name in every error. Used by
+// chunkwise_impl.cuh; covered by tests/cuda/test_cuda_backend.cpp, test_cuda_forward.cpp and
+// test_cuda_shapes.cpp (the errors they name).
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "core/backend.h"
 #include "cuda/chunk_params.cuh"
@@ -67,27 +63,6 @@ inline ScalarView scalar_view(const TensorView& t, const char* name) {
   expect_device(t, name);
   s.p = t.data, s.s = t.stride[0], s.dt = dtype_code(t, name);
   return s;
-}
-
-
-// A switch that is on unless the environment variable `name` is "0" (KCP_CUDA_CHUNK_GRID,
-// KCP_CUDA_KDA_CHAIN).
-inline bool env_not_off(const char* name) {
-  const char* e = std::getenv(name);
-  return !(e && std::string(e) == "0");
-}
-
-// KCP_CUDA_KDA_WINDOW: unset, "" or "auto" (automatic, -1), "0" or "off" (no windows), or a chunk
-// count (forced); anything else is an error, not a silent default.
-inline int env_window_chunks() {
-  const char* e = std::getenv("KCP_CUDA_KDA_WINDOW");
-  if (!e || !*e || std::string(e) == "auto") return -1;
-  if (std::string(e) == "off") return 0;
-  char* end = nullptr;
-  const long n = std::strtol(e, &end, 10);
-  KCP_CHECK(*end == '\0' && n >= 0 && n <= (1 << 30), "KCP_CUDA_KDA_WINDOW=", e,
-            ": expected auto, off, or a count of chunks per window >= 0");
-  return int(n);
 }
 
 }  // namespace kcp::cuda

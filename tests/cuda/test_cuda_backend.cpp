@@ -4,7 +4,8 @@
 // CUDA call. The registry's cuda-chunkwise (shape adapter, core/padded_backend.h) accepts K = 16 .. 128, any V and
 // chunk_size 32, and names the K <= 128 limit (its kernels: tests/cuda/test_cuda_shapes.cpp). The chunk
 // table's closed form (cuda/chunk_table.h) on layouts that have one and layouts that do not. The
-// forward's schedule in words (cuda/chunkwise.h ForwardSchedule, `kcp bench --explain`).
+// forward's schedule in words (cuda/chunkwise.h ForwardSchedule, `kcp bench --explain`), and the reading
+// of KCP_CUDA_KDA_WINDOW (cuda/env_switches.h).
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -13,6 +14,7 @@
 #include "cuda/backend_cuda.h"
 #include "cuda/chunk_table.h"
 #include "cuda/chunkwise.h"
+#include "cuda/env_switches.h"
 #include "cuda/key_dims.h"
 #include "validation/cases.h"
 #include "validation/registry.h"
@@ -155,5 +157,18 @@ TEST_CASE("chunk table: the closed form where the sequences have one length") {
       CHECK(a.len == chunks[i].len);
       CHECK(a.index_in_seq == chunks[i].index_in_seq);
     }
+  }
+}
+
+TEST_CASE("KCP_CUDA_KDA_WINDOW: auto, off or a count; anything else an error naming the variable") {
+  CHECK(cuda::window_chunks_setting(nullptr) == -1);
+  CHECK(cuda::window_chunks_setting("") == -1);
+  CHECK(cuda::window_chunks_setting("auto") == -1);
+  CHECK(cuda::window_chunks_setting("off") == 0);
+  CHECK(cuda::window_chunks_setting("0") == 0);
+  CHECK(cuda::window_chunks_setting("32") == 32);
+  for (const char* bad : {"12x", "-1", "abc", "3.5", "99999999999"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH_AS(cuda::window_chunks_setting(bad), doctest::Contains("KCP_CUDA_KDA_WINDOW="), Error);
   }
 }
