@@ -65,7 +65,7 @@ Pipeline::Impl::Setup Pipeline::Impl::setup(const Problem& p, const Inputs& in, 
   c.beta_scale = p.flags.allow_neg_eigval ? 2.0f : 1.0f;
   c.gate = int(p.gate_formula());
   c.lower_bound = p.flags.lower_bound ? float(*p.flags.lower_bound) : 0.0f;
-  c.sms = sms_assumed > 0 ? sms_assumed : sms;
+  c.sms = shape_sms();
   build_table(p, seq_first, seq_count);
   kgt = kgt && kda_chain_shape(c, st.dtype);
   size_workspace(p, stages, stages || seq_count >= 0 || !state_fold_applies(c, st.dtype), kgt);

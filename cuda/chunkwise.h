@@ -65,7 +65,9 @@ struct ForwardSchedule {
   bool chain_per_window = false;  // windows: a chain launch per window (else the chain in one launch)
   bool kept = false;          // keep_forward: h and vnew stored for a backward
   bool front_reused = false;  // the kept front stages of a transition or prepare were used
-  std::string describe() const;  // "state chunk_state_kda (32 blocks), 4 windows of 128 chunks, kept"
+  // e.g. "state chunk_state_kda (32 blocks), 8 windows of 64 chunks (kkt, WY beside the chain, the chain in
+  // one launch)", "state chunk_state, kept"
+  std::string describe() const;
 };
 
 class Pipeline {
@@ -112,8 +114,8 @@ class Pipeline {
   // the chain, whose blocks leave most multiprocessors idle (chunkwise_windows.cu: the chain in one
   // launch waiting on the fronts' signals where its blocks are at most a quarter of the multiprocessors,
   // else a chain launch per window). -1: automatic (default; also KCP_CUDA_KDA_WINDOW unset or "auto"):
-  // from 128 chunks, where the chain's blocks fill at most half of the multiprocessors (the sizes:
-  // window_plan); 0: never (KCP_CUDA_KDA_WINDOW=0 or off); > 0: windows of that many chunks wherever the
+  // where the chain's blocks fill at most half of the multiprocessors, from 64 chunks with the chain in
+  // one launch, from 128 with a launch per window (the sizes: window_plan); 0: never (KCP_CUDA_KDA_WINDOW=0 or off); > 0: windows of that many chunks wherever the
   // transposed chain runs (the kept forward's too, where it takes that chain). The result is the
   // unwindowed forward's bit for bit. Covered by tests/cuda/test_cuda_kda_chain.cpp and test_cuda_keep.cpp.
   void set_kda_window(int chunks);

@@ -66,8 +66,10 @@ struct Pipeline::Impl {
   // blocks) 8.46 -> 8.14 (docs/BENCHMARKS.md, 35th session). The two chains gave the same bits in
   // test_cuda_keep (plain forward on one, kept on the other, compared bit for bit).
   bool kept_chain_transposed(const Problem& p) const {
-    return kda_chain && kda_chain_blocks(int(p.V), p.N, int(p.HV)) >= (sms_assumed > 0 ? sms_assumed : sms);
+    return kda_chain && kda_chain_blocks(int(p.V), p.N, int(p.HV)) >= shape_sms();
   }
+  // The multiprocessor count the grid-shape choices assume (ChunkParams::sms): the tests' or the device's.
+  int shape_sms() const { return sms_assumed > 0 ? sms_assumed : sms; }
   // kda's windowed forward (chunkwise_windows.cu; set_kda_window): -1 automatic, 0 off, > 0 chunks per
   // window; the chains' carry [N,HV,K,V] float32 and the fronts' signals [NT] (StateParams::ready),
   // grown on demand, with the epoch of the last call that signalled; the chains' stream (the device's
@@ -93,6 +95,7 @@ struct Pipeline::Impl {
   void chain_in_one_launch(StateParams sp, int dtype, int chunks);
   void chain_per_window(StateParams sp, int dtype, int chunks);
   cudaStream_t chain_stream_events(size_t events);  // the chain's stream, with at least `events` events
+  void launch_front_window(const ChunkParams& c, int c0, int c1, int dtype);
   // gla's chain in halves (set_gla_halves; gla_halves): s_mid, f_local [HV,K,V] and decay [NT+1,HV,K], float32
   int gla_halves_mode = -1;
   bool grid_closed_form = env_not_off("KCP_CUDA_CHUNK_GRID");  // set_chunk_grid
@@ -307,8 +310,12 @@ struct Pipeline::Impl {
       return;
     }
     sp.h_tf32 = !store_h && sp.c.gla;  // gla's h stored for the output alone: TF32-rounded (chunk_state_gla.cu stored_h)
-    sched.state = launch_state(sp, dtype);
-    if (sp.c.kg_t) sched.chain_blocks = kda_chain_blocks(sp.Vw, sp.c.N, sp.c.HV);
+    record_state(launch_state(sp, dtype), sp);
+  }
+  // sched's state kernel, with the transposed kda chain's blocks where it ran.
+  void record_state(const char* kernel, const StateParams& sp) {
+    sched.state = kernel;
+    sched.chain_blocks = sp.c.kg_t ? kda_chain_blocks(sp.Vw, sp.c.N, sp.c.HV) : 0;
   }
   // The backward (chunkwise_backward.cu): its workspace, and the forward recompute with h and vnew
   // plus the parameter block, for the sequences [seq_first, seq_first + seq_count) (count < 0: all).

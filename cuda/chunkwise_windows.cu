@@ -67,11 +67,19 @@ cudaStream_t Pipeline::Impl::chain_stream_events(size_t events) {
   return chain_stream;
 }
 
+// One window's front on `side`: kkt and WY over the chunks [c0, c1).
+void Pipeline::Impl::launch_front_window(const ChunkParams& c, int c0, int c1, int dtype) {
+  ChunkParams cw = c;
+  cw.c_off = c0, cw.c_num = c1 - c0;
+  launch_chunk_kkt(cw, dtype, side);
+  launch_chunk_wy(cw, dtype, side);
+}
+
 void Pipeline::Impl::run_windows(const StateParams& sp, int dtype, WindowPlan plan) {
   const ChunkParams& c = sp.c;
   if (plan.one_launch) chain_in_one_launch(sp, dtype, plan.chunks);
   else chain_per_window(sp, dtype, plan.chunks);
-  sched.state = "chunk_state_kda", sched.chain_blocks = kda_chain_blocks(sp.Vw, c.N, c.HV);
+  record_state("chunk_state_kda", sp);
   sched.windows = (c.NT + plan.chunks - 1) / plan.chunks, sched.window_chunks = plan.chunks;
   sched.chain_per_window = !plan.one_launch;
 }
@@ -93,11 +101,9 @@ void Pipeline::Impl::chain_in_one_launch(StateParams sp, int dtype, int chunks) 
   // Every front is queued before the chain, so that a device (or CUDA_LAUNCH_BLOCKING, or a tool) that
   // runs the kernels one after another still finishes: the chain waits on the fronts, never the reverse.
   for (int c0 = 0, w = 0; c0 < c.NT; c0 += chunks, ++w) {
-    ChunkParams cw = c;
-    cw.c_off = c0, cw.c_num = std::min(chunks, c.NT - c0);
-    launch_chunk_kkt(cw, dtype, side);
-    launch_chunk_wy(cw, dtype, side);
-    launch_signal_ready(d_ready, c0, c0 + cw.c_num, ready_epoch, side);
+    const int c1 = std::min(c.NT, c0 + chunks);
+    launch_front_window(c, c0, c1, dtype);
+    launch_signal_ready(d_ready, c0, c1, ready_epoch, side);
     if (w == 0) {  // the chain starts after window 0's front; front 1 once the chain is next on its stream
       KCP_CUDA_CHECK(cudaEventRecord(front0, side));
       KCP_CUDA_CHECK(cudaStreamWaitEvent(chain_stream, front0, 0));
@@ -129,10 +135,7 @@ void Pipeline::Impl::chain_per_window(StateParams sp, int dtype, int chunks) {
   for (int w = 0; w < windows; ++w) {
     const int c0 = w * chunks, c1 = std::min(c.NT, c0 + chunks);
     if (w >= 1) KCP_CUDA_CHECK(cudaStreamWaitEvent(side, chain_go[w - 1], 0));  // the header says why
-    ChunkParams cw = c;
-    cw.c_off = c0, cw.c_num = c1 - c0;
-    launch_chunk_kkt(cw, dtype, side);
-    launch_chunk_wy(cw, dtype, side);
+    launch_front_window(c, c0, c1, dtype);
     KCP_CUDA_CHECK(cudaEventRecord(front_done[w], side));
     KCP_CUDA_CHECK(cudaStreamWaitEvent(chain_stream, front_done[w], 0));
     KCP_CUDA_CHECK(cudaEventRecord(chain_go[w], chain_stream));  // chain w - 1 and front w done
