@@ -120,7 +120,7 @@ void Pipeline::forward(const Problem& p, const Inputs& in, const Outputs& out) {
   timer.mark();
   StateParams sp = impl_->state_params(st, p, in, out);
   sp.o = rows_view<OutRowsView>(out.o, "o");
-  if (const Impl::WindowPlan plan = impl_->window_plan(sp); plan.chunks) {  // kda: kkt and WY beside the chain
+  if (const Impl::WindowPlan plan = impl_->admitted_window_plan(sp); plan.chunks) {  // kda: kkt and WY beside the chain
     impl_->run_windows(sp, st.dtype, plan);
     timer.mark();
     static const char* const kWindowNames[] = {"cumsum", "kkt+wy+state+output (windows)"};

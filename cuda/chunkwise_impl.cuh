@@ -23,6 +23,7 @@
 #include "cuda/env_switches.h"
 #include "cuda/key_dims.h"
 #include "cuda/pipeline_views.cuh"
+#include "cuda/spinning_chains.h"
 
 namespace kcp::cuda {
 
@@ -88,7 +89,8 @@ struct Pipeline::Impl {
     int chunks = 0;
     bool one_launch = false;
   };
-  WindowPlan window_plan(const StateParams& sp) const;
+  WindowPlan window_plan(const StateParams& sp, bool may_spin) const;
+  WindowPlan admitted_window_plan(const StateParams& sp);  // the plan to run (spinning_chains.h)
   // kkt, WY and the transposed chain a window at a time (after the cumsum stage on `stream`; `stream`
   // waits for the chain and the fronts).
   void run_windows(const StateParams& sp, int dtype, WindowPlan plan);
@@ -155,7 +157,11 @@ struct Pipeline::Impl {
     cudaFree(d_halves);
     cudaFree(d_carry);
     cudaFree(d_ready);
-    if (chain_stream) cudaStreamDestroy(chain_stream);
+    if (chain_stream) {  // its one-launch chain counts in SpinningChains until it has finished
+      cudaStreamSynchronize(chain_stream);
+      SpinningChains::process().release(this);
+      cudaStreamDestroy(chain_stream);
+    }
     for (cudaEvent_t e : window_events) cudaEventDestroy(e);
     if (side) cudaStreamDestroy(side), cudaEventDestroy(fork_ev), cudaEventDestroy(join_ev), cudaFreeHost(h_fp);
   }

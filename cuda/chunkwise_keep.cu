@@ -121,7 +121,7 @@ void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outp
   sp.h = static_cast<float*>(buf.h.data);
   sp.vnew = st.c.gla ? nullptr : static_cast<float*>(buf.vnew.data);  // gla: vnew = v (kernel hv reads v)
   // kda: kkt and WY of window w + 1 beside the chain of window w (chunkwise_windows.cu), F0 after them
-  const WindowPlan window = reuse ? WindowPlan{} : window_plan(sp);
+  const WindowPlan window = reuse ? WindowPlan{} : admitted_window_plan(sp);
   if (window.chunks) {
     launch_chunk_cumsum(st.c, st.dtype, stream);
     run_windows(sp, st.dtype, window);

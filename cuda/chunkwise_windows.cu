@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include "cuda/chunkwise_impl.cuh"
+#include "cuda/spinning_chains.h"
 
 namespace kcp::cuda {
 
@@ -40,18 +41,32 @@ namespace kcp::cuda {
 // - else (2 b > m, or too few chunks): no windows.
 // Forced (kda_window > 0): those chunks, the mode by the same 4 b <= m.
 // The one-launch chain spins on the fronts' signals, so it needs the fronts to run beside all its
-// blocks: only where b is below the device's real multiprocessor count (sms), whatever the tests assume.
-Pipeline::Impl::WindowPlan Pipeline::Impl::window_plan(const StateParams& sp) const {
+// blocks: only where b is below the device's real multiprocessor count (sms), whatever the tests assume,
+// and where `may_spin` (admitted_window_plan: no other pipeline's chains hold the room).
+Pipeline::Impl::WindowPlan Pipeline::Impl::window_plan(const StateParams& sp, bool may_spin) const {
   const ChunkParams& c = sp.c;
   if (!c.kg_t || kda_window == 0 || c.NT == 0) return {};
   const int64_t b = kda_chain_blocks(sp.Vw, c.N, c.HV), m = multiprocessors(c);
-  const bool one_launch = 4 * b <= m && b < sms;
+  const bool one_launch = may_spin && 4 * b <= m && b < sms;
   if (kda_window > 0) return {kda_window, one_launch};
   if (2 * b > m) return {};
   if (one_launch) return c.NT >= 64 ? WindowPlan{std::clamp(c.NT / 8, 32, 64), true} : WindowPlan{};
   if (c.NT < 128) return {};
   const int windows = std::min(4, c.NT / 64);
   return {(c.NT + windows - 1) / windows, false};
+}
+
+// window_plan, a one-launch chain only where SpinningChains admits it: this pipeline's chain and the
+// other pipelines' one-launch chains in flight on the device hold at most half its multiprocessors
+// (the lone chain is chosen where it holds a quarter; two such still leave the fronts half the
+// device). Beyond that, a chain launch per window: slower by its launches, but it never waits on a
+// kernel, so concurrent forwards cannot hold every multiprocessor spinning (spinning_chains.h).
+Pipeline::Impl::WindowPlan Pipeline::Impl::admitted_window_plan(const StateParams& sp) {
+  const WindowPlan plan = window_plan(sp, true);
+  if (!plan.one_launch) return plan;
+  const int64_t b = kda_chain_blocks(sp.Vw, sp.c.N, sp.c.HV), limit = std::min(multiprocessors(sp.c), sms) / 2;
+  if (SpinningChains::process().admit(device, this, b, limit)) return plan;
+  return window_plan(sp, false);
 }
 
 cudaStream_t Pipeline::Impl::chain_stream_events(size_t events) {
@@ -115,6 +130,8 @@ void Pipeline::Impl::chain_in_one_launch(StateParams sp, int dtype, int chunks) 
   launch_chunk_state_kda(sp, chain_stream);
   KCP_CUDA_CHECK(cudaEventRecord(fronts_done, side));
   KCP_CUDA_CHECK(cudaEventRecord(chain_done, chain_stream));
+  SpinningChains::process().launched(this,
+                                     [chain_done] { return cudaEventQuery(chain_done) != cudaErrorNotReady; });
   KCP_CUDA_CHECK(cudaStreamWaitEvent(stream, fronts_done, 0));
   KCP_CUDA_CHECK(cudaStreamWaitEvent(stream, chain_done, 0));
 }

@@ -3,7 +3,11 @@
 
 #include <doctest/doctest.h>
 
+#include <cuda_runtime.h>
+
 #include <bit>
+#include <chrono>
+#include <thread>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +20,20 @@
 namespace kcp::test {
 
 bool gpu_present() { return cuda::device_count() > 0; }
+
+StreamGate::StreamGate(Backend& be) {
+  // the host function owns a reference, so the flag outlives the gate if the gate goes first
+  auto* held = new std::shared_ptr<std::atomic<bool>>(open_);
+  auto wait = [](void* arg) {
+    std::unique_ptr<std::shared_ptr<std::atomic<bool>>> flag(static_cast<std::shared_ptr<std::atomic<bool>>*>(arg));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!(*flag)->load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  const cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(be.queue().native_stream()), wait, held);
+  if (e != cudaSuccess) delete held;
+  REQUIRE_MESSAGE(e == cudaSuccess, "cudaLaunchHostFunc: ", cudaGetErrorString(e));
+}
 
 int64_t cuda_chunk_count(const Problem& p) {
   int64_t n = 0;

@@ -4,6 +4,8 @@
 // downloads to float64 host tensors for compare().
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,21 @@ val::CaseSpec transition_case_spec(Variant var, DType qkv, uint64_t seed);
 // The 64-token chunks of p's sequences (the last of each shorter): the CUDA pipeline's chunk table, so
 // what Pipeline::kda_windows_used() counts windows of.
 int64_t cuda_chunk_count(const Problem& p);
+
+// Holds the backend's stream (a host function that waits) until release() or the destructor, or 20 s:
+// work queued behind it stays in flight, for the tests of what concurrent pipelines see. Nothing that
+// waits for the stream on the host may run before release (the 20 s are the bound if one does).
+class StreamGate {
+ public:
+  explicit StreamGate(Backend& be);
+  ~StreamGate() { release(); }
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+  void release() { open_->store(true); }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> open_ = std::make_shared<std::atomic<bool>>(false);
+};
 
 using kcp::DeviceTensor;
 DeviceTensor device_tensor(Backend& be, DType dt, const Shape& shape);              // uninitialized

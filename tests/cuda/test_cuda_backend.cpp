@@ -5,7 +5,8 @@
 // chunk_size 32, and names the K <= 128 limit (its kernels: tests/cuda/test_cuda_shapes.cpp). The chunk
 // table's closed form (cuda/chunk_table.h) on layouts that have one and layouts that do not. The
 // forward's schedule in words (cuda/chunkwise.h ForwardSchedule, `kcp bench --explain`), and the reading
-// of KCP_CUDA_KDA_WINDOW (cuda/env_switches.h).
+// of KCP_CUDA_KDA_WINDOW (cuda/env_switches.h). The admission of one-launch kda chains
+// (cuda/spinning_chains.h): the limit, the counting until done, one entry per owner.
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -16,6 +17,7 @@
 #include "cuda/chunkwise.h"
 #include "cuda/env_switches.h"
 #include "cuda/key_dims.h"
+#include "cuda/spinning_chains.h"
 #include "validation/cases.h"
 #include "validation/registry.h"
 
@@ -171,4 +173,27 @@ TEST_CASE("KCP_CUDA_KDA_WINDOW: auto, off or a count; anything else an error nam
     INFO(bad);
     CHECK_THROWS_WITH_AS(cuda::window_chunks_setting(bad), doctest::Contains("KCP_CUDA_KDA_WINDOW="), Error);
   }
+}
+
+TEST_CASE("spinning chains: admitted within the limit, counted until done, an owner's later chain in place of its earlier") {
+  cuda::SpinningChains chains;
+  int a = 0, b = 0, c = 0;  // owners
+  bool a_done = false;
+  REQUIRE(chains.admit(0, &a, 32, 66));
+  CHECK(chains.in_flight(0) == 32);  // admitted, not yet queued: it counts
+  chains.launched(&a, [&a_done] { return a_done; });
+  CHECK(chains.admit(0, &b, 32, 66));   // 64 <= 66
+  CHECK_FALSE(chains.admit(0, &c, 8, 66));  // 72 > 66: nothing recorded for c
+  CHECK(chains.in_flight(0) == 64);
+  CHECK(chains.admit(1, &c, 8, 66));    // another device's chains do not count
+  CHECK(chains.admit(0, &a, 32, 66));   // a's next chain replaces its earlier one (its own stream orders them)
+  CHECK(chains.in_flight(0) == 64);
+  chains.launched(&a, [&a_done] { return a_done; });
+  a_done = true;
+  CHECK(chains.in_flight(0) == 32);     // a has finished; b has not been launched
+  CHECK(chains.admit(0, &c, 34, 66));
+  chains.release(&b);
+  chains.release(&c);
+  CHECK(chains.in_flight(0) == 0);
+  CHECK(chains.in_flight(1) == 0);
 }

@@ -12,8 +12,10 @@
 // and WY beside the chain), in both modes (the chain in one launch waiting on the fronts' signals, and,
 // with one multiprocessor assumed, a chain launch per window with the state carried between), must
 // give the unwindowed chain's o and final state bit for bit, twice in a row (the signals' epochs), and
-// ran in the windows and mode expected (none where the transposed chain does not run). Outputs
-// NaN-poisoned first. Skipped where no CUDA device is present.
+// ran in the windows and mode expected (none where the transposed chain does not run). Two pipelines'
+// windowed forwards in flight at once (the stream held by a host function): the second runs a chain
+// launch per window instead of a second spinning chain beyond the limit (cuda/spinning_chains.h), with
+// its one-launch bits. Outputs NaN-poisoned first. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
 #include <string>
@@ -145,4 +147,60 @@ TEST_CASE("kda forward, transposed chain in windows: the unwindowed chain bit fo
       }
     }
   }
+}
+
+namespace {
+
+// o of a kda forward of `c` (float32, NaN-poisoned: uploads wait for the queue, so before any gate).
+test::DeviceTensor output_for(Backend& gpu, const val::CaseData& c) {
+  return test::poisoned(gpu, DType::f32, shape_v(c.problem(DType::f32)));
+}
+// The forward on `pipe` into o, queued only: the caller synchronizes before reading o.
+void queue_forward(cuda::Pipeline& pipe, const val::CaseData& c, const test::DeviceInputs& din, const test::DeviceTensor& o) {
+  pipe.forward(c.problem(DType::f32), din.views, {o.view, {}});
+}
+
+}  // namespace
+
+// Two pipelines' windowed forwards in flight at once (spinning_chains.h): A's one-launch chain holds 8
+// blocks; B (2 blocks, 8 multiprocessors assumed: alone it may spin, limit 4) must not add a spinning
+// chain beside A's, so it runs a chain launch per window, with the same bits as its one-launch run.
+TEST_CASE("kda forward in windows: a second pipeline's one-launch chain waits its turn" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  const uint64_t seed = val::seed_from_env(1950);
+  auto make = [&](int64_t H, int64_t KV, uint64_t s) {
+    val::CaseSpec spec;
+    spec.variant = Variant::kda, spec.B = 1, spec.T = 64 * 12, spec.H = spec.HV = H, spec.K = spec.V = KV, spec.seed = s;
+    return test::round_case(val::make_case(spec), DType::bf16);
+  };
+  const val::CaseData ca = make(4, 128, seed), cb = make(2, 64, seed + 1);
+  const test::DeviceInputs da = test::upload_inputs(*gpu, ca, DType::bf16), db = test::upload_inputs(*gpu, cb, DType::bf16);
+  cuda::Pipeline a(gpu->queue()), b(gpu->queue());
+  a.set_kda_window(3), b.set_kda_window(3), b.set_multiprocessors(8);
+  // alone (and sized: no buffer grows, so nothing below waits for the stream on the host)
+  const test::DeviceTensor oa = output_for(*gpu, ca), ob = output_for(*gpu, cb), oa2 = output_for(*gpu, ca),
+                           ob2 = output_for(*gpu, cb), ob3 = output_for(*gpu, cb);
+  queue_forward(a, ca, da, oa), queue_forward(b, cb, db, ob);
+  gpu->queue().synchronize();
+  REQUIRE(a.last_forward().chain_blocks == 8);
+  REQUIRE(b.last_forward().chain_blocks == 2);
+  REQUIRE(a.kda_windows_used() == 4);  // 12 chunks in windows of 3
+  REQUIRE(b.kda_windows_used() == 4);
+  CHECK_FALSE(a.last_forward().chain_per_window);
+  CHECK_FALSE(b.last_forward().chain_per_window);  // alone, B's chain spins
+  {
+    test::StreamGate gate(*gpu);  // A's chain stays in flight while B plans
+    queue_forward(a, ca, da, oa2);
+    queue_forward(b, cb, db, ob2);
+    CHECK_FALSE(a.last_forward().chain_per_window);
+    CHECK_MESSAGE(b.last_forward().chain_per_window, "B's one-launch chain was admitted beside A's");
+  }
+  gpu->queue().synchronize();
+  CHECK(test::to_host(*gpu, oa.view).vec() == test::to_host(*gpu, oa2.view).vec());
+  CHECK_MESSAGE(test::to_host(*gpu, ob.view).vec() == test::to_host(*gpu, ob2.view).vec(),
+                "B's o a chain launch per window differs from its one-launch o");
+  queue_forward(b, cb, db, ob3);  // A finished: B spins again
+  gpu->queue().synchronize();
+  CHECK_FALSE(b.last_forward().chain_per_window);
+  CHECK(test::to_host(*gpu, ob.view).vec() == test::to_host(*gpu, ob3.view).vec());
 }
