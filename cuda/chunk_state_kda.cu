@@ -23,12 +23,16 @@
 // the chain also stores h[c], the exact float32 S entering chunk c, one 4-byte store per element (whole
 // 32-byte sectors) while chunk c's first products run (so S is decayed after them, not before), and
 // vnew unrounded, formed in place of u in the u tile and written from there in 16-byte pieces.
+// Without an output (the backward's recompute, the CP transition) no qg or Aqk is copied and no Q^T or
+// o^T product runs. The CP transition (kInitTransition) walks V + K columns: S_ext on u's V from zero,
+// M on K more from the identity with u = 0 (their u tiles zero from the start, never copied).
 // In the windowed forward's one-launch mode (StateParams::ready, chunkwise_windows.cu) each thread,
 // before it copies the first chunk of a window, waits (an acquire load, polled with __nanosleep) for
 // the signal that window's front writes after its WY; signal_ready_kernel writes it.
 // Covered by tests/cuda/test_cuda_kda_chain.cpp (against chunk_state.cu and the float64 oracle),
-// test_cuda_keep.cpp (kept forward and recompute, bit for bit) and, through the forward and the
-// backward, test_cuda_forward.cpp, test_cuda_backward.cpp and the goldens.
+// test_cuda_keep.cpp (kept forward and recompute, bit for bit), test_cuda_transition.cpp (S_ext and M
+// against the oracle) and, through the forward and the backward, test_cuda_forward.cpp,
+// test_cuda_backward.cpp and the goldens.
 #include "cuda/chunk_state_kda.cuh"
 
 #include "cuda/cuda_check.cuh"
@@ -93,24 +97,27 @@ __device__ __forceinline__ void copy_tile_swizzled(char* dst, const float* src, 
   }
 }
 
-// The tiles of chunk ck (index ci) but qg, into stage st: w (rows at ra_row), u's columns [v0, v0 + 64),
-// 2^(b_end) (the WY stage's kg_decay row), kg^T (rows at ra_row) and the 8x8 blocks of Aqk on and below the
-// diagonal (the others stay zero from the start).
-template <int KD>
+// The tiles of chunk ck (index ci) but qg, into stage st: w (rows at ra_row), u's columns [v0, v0 + 64)
+// (none for M's columns: u = 0 there, the tile zero from the start), 2^(b_end) (the WY stage's kg_decay
+// row), kg^T (rows at ra_row) and, with an output, the 8x8 blocks of Aqk on and below the diagonal (the
+// others stay zero from the start).
+template <int KD, bool kOut>
 __device__ void issue_tiles(const StateParams& sp, const ChunkInfo& ck, int ci, int hv, int v0, const KdaSmem<KD>& s,
                             int st) {
   const ChunkParams& p = sp.c;
   const int64_t row0 = int64_t(ck.t0) * p.HV + hv;
   const int uw = u_width(sp);
+  const bool with_u = kOut || v0 < uw;  // M's columns only in the transition (no output); block-uniform
   auto copy = [&](auto full) {
     constexpr bool kFull = decltype(full)::value;
     copy_tile_swizzled<kChunk, KD, true, kFull>(s.Ws(st), p.w + row0 * KD, int64_t(p.HV) * KD, ck.len);
-    copy_rows_async<kChunk, 4 * BV, kThreads, kFull>(s.Us(st), kLdU, ck.len, sp.u + row0 * uw + v0, p.HV * uw);
+    if (with_u) copy_rows_async<kChunk, 4 * BV, kThreads, kFull>(s.Us(st), kLdU, ck.len, sp.u + row0 * uw + v0, p.HV * uw);
   };
   with_full_chunk(ck.len, copy);
   if (int(threadIdx.x) < KD / 4)
     cp_async16(s.decay(st) + 4 * threadIdx.x, p.kg_decay + (int64_t(ci) * p.HV + hv) * KD + 4 * threadIdx.x, true);
   copy_tile_swizzled<KD, kChunk, true, true>(s.Kt(st), p.kg_t + (int64_t(ci) * p.HV + hv) * KD * kChunk, kChunk, KD);
+  if constexpr (!kOut) return;
   const int r0 = int(threadIdx.x) >> 4, ch = int(threadIdx.x) & 15;
   const float* A = p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk + r0 * kChunk + 4 * ch;
   char* at = s.As(st) + wg::sw128_offset<float>(r0, 4 * ch, kChunk);
@@ -129,15 +136,19 @@ __device__ void issue_qg(const ChunkParams& p, const ChunkInfo& ck, int hv, cons
 
 // S^T entering the block's first chunk (accumulator column c is key perm_pos(c), row is value column
 // v0 + row): the carry where an earlier window walked the sequence's chunks before, else h0 where
-// given, else zero.
-template <int KD>
+// given, else zero; the CP transition (kInitTransition, kTransition: no output) starts M's columns (from
+// Vu) at the identity.
+template <int KD, bool kTransition>
 __device__ void load_initial_state(const StateParams& sp, int n, int hv, int v0, bool from_carry, float (&S)[KD / 2]) {
   const StateView& h0 = from_carry ? sp.carry : sp.h0;
   const bool given = from_carry || sp.init == kInitGiven;
+  const int m0 = kTransition && sp.init == kInitTransition ? v0 - sp.Vu : -KD;  // M's column at accumulator row 0
 #pragma unroll
-  for (int x = 0; x < KD / 2; ++x)
-    S[x] = given ? load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + perm_pos(wg::acc_col(x)) * h0.si + (v0 + wg::acc_row(x)) * h0.sj)
-                 : 0.0f;
+  for (int x = 0; x < KD / 2; ++x) {
+    const int key = perm_pos(wg::acc_col(x));
+    S[x] = given ? load_any(h0.p, h0.dt, n * h0.sn + hv * h0.shv + key * h0.si + (v0 + wg::acc_row(x)) * h0.sj)
+                 : (kTransition && m0 + wg::acc_row(x) == key ? 1.0f : 0.0f);
+  }
 }
 // The state after the block's last chunk: to the carry where a later window goes on, else final_state.
 template <int KD>
@@ -160,13 +171,13 @@ __device__ __forceinline__ void state_product(const uint32_t (&Sa)[KD / 2], uint
   }
   wg::commit();
 }
-// X^T = S^T w^T, then Q^T = S^T qg^T (two commit groups, X first).
-template <int KD>
+// X^T = S^T w^T, then, with an output, Q^T = S^T qg^T (two commit groups, X first).
+template <int KD, bool kOut>
 __device__ __forceinline__ void issue_state_products(const uint32_t (&Sa)[KD / 2], uint64_t dw, uint64_t dq, float (&X)[NA],
                                                      float (&Q)[NA]) {
   wg::fence();
   state_product<KD>(Sa, dw, X);
-  state_product<KD>(Sa, dq, Q);
+  if constexpr (kOut) state_product<KD>(Sa, dq, Q);
 }
 
 // vnew^T = u^T - X^T as TF32 bits: accumulator column c is chunk row perm_pos(c) (w's rows at ra_row).
@@ -232,24 +243,28 @@ __device__ __forceinline__ void decay_state(const float* decay, float (&S)[KD / 
   }
 }
 
-// S^T += vnew^T kg and o^T = scale Q^T + vnew^T Aqk^T, both on wgmma (S^T decayed already).
-template <int KD>
+// S^T += vnew^T kg and, with an output, o^T = scale Q^T + vnew^T Aqk^T, both on wgmma (S^T decayed already).
+template <int KD, bool kOut>
 __device__ __forceinline__ void update_and_output(float scale, uint64_t dk, uint64_t da, const uint32_t (&vn)[NA],
                                                   float (&S)[KD / 2], float (&Q)[NA]) {
+  if constexpr (kOut) {
 #pragma unroll
-  for (int x = 0; x < NA; ++x) Q[x] *= scale;
-  wg::pin(S), wg::pin(Q);
+    for (int x = 0; x < NA; ++x) Q[x] *= scale;
+    wg::pin(Q);
+  }
+  wg::pin(S);
   wg::fence();
 #pragma unroll
   for (int j = 0; j < kChunk / 8; ++j) {
     uint32_t a[4];
     wg::ra_fragment(vn, j, a);
     wg::mma_tf32_ra<KD>(S, a, adv(dk, k_step(j, KD)), true);
-    wg::mma_tf32_ra<BV>(Q, a, adv(da, k_step(j, kChunk)), true);
+    if constexpr (kOut) wg::mma_tf32_ra<BV>(Q, a, adv(da, k_step(j, kChunk)), true);
   }
   wg::commit();
   wg::wait<0>();
-  wg::pin(S), wg::pin(Q);
+  wg::pin(S);
+  if constexpr (kOut) wg::pin(Q);
 }
 
 // o^T (accumulator row = value column v, column = chunk row r) into the free u tile of its stage as
@@ -292,7 +307,7 @@ __device__ __forceinline__ void wait_ready(const StateParams& sp, int c, int& re
   ready_end = int(f & 0xffffffffu);
 }
 
-template <int KD, bool kKeep>
+template <int KD, bool kKeep, bool kOut>
 __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const StateParams sp) {
   using Sm = KdaSmem<KD>;
   extern __shared__ float4 smem_f4[];
@@ -309,12 +324,17 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
     c_begin = max(c_begin, wb), c_end = min(c_end, we);
   }
   expect_swizzle_aligned(smem_f4);
-  for (int st = 0; st < 2; ++st)  // Aqk's upper blocks: never copied
-    for (int i = threadIdx.x; i < Sm::bytes_aqk / 16; i += kThreads)
-      reinterpret_cast<float4*>(s.As(st))[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int st = 0; st < 2; ++st) {  // Aqk's upper blocks: never copied; M's columns: u = 0, never copied
+    if constexpr (kOut)
+      for (int i = threadIdx.x; i < Sm::bytes_aqk / 16; i += kThreads)
+        reinterpret_cast<float4*>(s.As(st))[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (!kOut && v0 >= u_width(sp))
+      for (int i = threadIdx.x; i < Sm::bytes_u / 16; i += kThreads)
+        reinterpret_cast<float4*>(s.Us(st))[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
   __syncthreads();  // the zeros land before any copy into the tile
   float S[KD / 2];
-  load_initial_state<KD>(sp, n, hv, v0, from_carry, S);
+  load_initial_state<KD, !kOut && !kKeep>(sp, n, hv, v0, from_carry, S);
   const uint64_t dw = wg::desc(s.Ws(0), 16, 1024, true), dq = wg::desc(s.Qs(), 16, 1024, true);
   const uint64_t dk = wg::desc(s.Kt(0), 16, 1024, true), da = wg::desc(s.As(0), 16, 1024, true);
   ChunkInfo ck = c_begin < c_end ? p.chunks[c_begin] : ChunkInfo{};
@@ -324,8 +344,8 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
   int ready_end = 0;
   if (c_begin < c_end) {
     wait_ready(sp, c_begin, ready_end);
-    issue_tiles(sp, ck, c_begin, hv, v0, s, 0);
-    issue_qg(p, ck, hv, s);
+    issue_tiles<KD, kOut>(sp, ck, c_begin, hv, v0, s, 0);
+    if constexpr (kOut) issue_qg(p, ck, hv, s);
     cp_async_commit();
     cp_async_wait<0>();
     wg::fence_proxy_async();
@@ -338,14 +358,14 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
     const uint64_t so = st ? uint64_t(Sm::bytes_a >> 4) : 0, sb = st ? uint64_t(Sm::bytes_b >> 4) : 0;
     const ChunkInfo after = c + 2 < c_end ? p.chunks[c + 2] : next;
     float X[NA], Q[NA];
-    issue_state_products<KD>(Sa, dw + so, dq, X, Q);
+    issue_state_products<KD, kOut>(Sa, dw + so, dq, X, Q);
     if constexpr (kKeep) store_h<KD>(sp, c, hv, v0, S);  // S is chunk c's entering state until decay_state
-    if (c > c_begin && sp.o.p) write_output(sp, prev, hv, v0, s.Us(st ^ 1));  // chunk c-1's o, staged there
+    if (kOut && c > c_begin) write_output(sp, prev, hv, v0, s.Us(st ^ 1));  // chunk c-1's o, staged there
     if (c + 1 < c_end) {  // into the stage chunk c-1 used
       wait_ready(sp, c + 1, ready_end);
-      issue_tiles(sp, next, c + 1, hv, v0, s, st ^ 1);
+      issue_tiles<KD, kOut>(sp, next, c + 1, hv, v0, s, st ^ 1);
     }
-    wg::wait<1>();  // X
+    wg::wait<kOut ? 1 : 0>();  // X
     wg::pin(X);
     uint32_t vn[NA];
     form_vnew<kKeep>(s.Us(st), X, vn);
@@ -354,14 +374,17 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
       write_vnew(sp, ck, hv, v0, s.Us(st));
     }
     wg::wait<0>();  // Q; Sa and the qg tile no longer read
-    wg::pin(Q), wg::pin(Sa);
-    if (c + 1 < c_end) issue_qg(p, next, hv, s);
+    if constexpr (kOut) wg::pin(Q);
+    wg::pin(Sa);
+    if (kOut && c + 1 < c_end) issue_qg(p, next, hv, s);
     cp_async_commit();
     if constexpr (kKeep) decay_state<KD>(s.decay(st), S);  // chunk c's 2^(b_end), h[c] stored
-    update_and_output<KD>(p.scale, dk + sb, da + sb, vn, S, Q);
+    update_and_output<KD, kOut>(p.scale, dk + sb, da + sb, vn, S, Q);
     wg::pin(vn);
-    __syncwarp();  // u's columns 16w .. 16w+15 are read (form_vnew) and o's written by warp w alone
-    stage_output(s.Us(st), Q);
+    if constexpr (kOut) {
+      __syncwarp();  // u's columns 16w .. 16w+15 are read (form_vnew) and o's written by warp w alone
+      stage_output(s.Us(st), Q);
+    }
     cp_async_wait<0>();  // chunk c+1's tiles
     wg::fence_proxy_async();
     __syncthreads();  // ... visible to wgmma and every thread; chunk c's tiles read by every wgmma
@@ -371,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_kda_kernel(const Stat
     }
     prev = ck, ck = next, next = after;
   }
-  if (c_begin < c_end && sp.o.p) write_output(sp, prev, hv, v0, s.Us((c_end - 1 - c_begin) & 1));
+  if (kOut && c_begin < c_end) write_output(sp, prev, hv, v0, s.Us((c_end - 1 - c_begin) & 1));
   store_final_state<KD>(sp, n, hv, v0, to_carry, S);
 }
 
@@ -380,8 +403,10 @@ void launch(const StateParams& sp, cudaStream_t stream) {
   using Sm = KdaSmem<KD>;
   static_assert(Sm::bytes <= 227 * 1024, "kda chain tiles exceed shared memory");
   const dim3 grid(sp.Vw / BV, sp.c.N * sp.c.HV);
-  if (sp.h) launch_kernel(chunk_state_kda_kernel<KD, true>, grid, kThreads, Sm::bytes, stream, sp);
-  else launch_kernel(chunk_state_kda_kernel<KD, false>, grid, kThreads, Sm::bytes, stream, sp);
+  if (sp.h && sp.o.p) launch_kernel(chunk_state_kda_kernel<KD, true, true>, grid, kThreads, Sm::bytes, stream, sp);
+  else if (sp.h) launch_kernel(chunk_state_kda_kernel<KD, true, false>, grid, kThreads, Sm::bytes, stream, sp);
+  else if (sp.o.p) launch_kernel(chunk_state_kda_kernel<KD, false, true>, grid, kThreads, Sm::bytes, stream, sp);
+  else launch_kernel(chunk_state_kda_kernel<KD, false, false>, grid, kThreads, Sm::bytes, stream, sp);
 }
 
 // ready[c] = (epoch, c_end) for the chunks c of [c_begin, c_end): their kkt and WY are done (stream order).
@@ -401,10 +426,14 @@ void launch_signal_ready(unsigned long long* ready, int c_begin, int c_end, unsi
 
 void launch_chunk_state_kda(const StateParams& sp, cudaStream_t stream) {
   const ChunkParams& p = sp.c;
-  KCP_CHECK(p.kda && !p.gla && (p.K == 64 || p.K == 128) && p.kg_t && sp.Vw == p.V && p.V % BV == 0 && sp.u == p.u &&
-                (sp.init == kInitZero || sp.init == kInitGiven) && !sp.h == !sp.vnew && !sp.h_tf32,
+  // the forward (V columns, from zero or h0), or the CP transition (kInitTransition: S_ext on the V
+  // columns of u from zero and M on K more from the identity, u = 0 there; no output, h or vnew)
+  const bool transition = sp.init == kInitTransition && sp.Vw == p.V + p.K && sp.Vu == p.V && !sp.o.p && !sp.h;
+  KCP_CHECK(p.kda && !p.gla && (p.K == 64 || p.K == 128) && p.kg_t && p.V % BV == 0 && sp.u == p.u &&
+                (transition || (sp.Vw == p.V && (sp.init == kInitZero || sp.init == kInitGiven))) &&
+                !sp.h == !sp.vnew && !sp.h_tf32,
             "cuda-chunkwise: the transposed kda chain serves kda's forward (K = 64 or 128, V a multiple of 64, kg^T "
-            "written by the WY stage), with h and vnew both or neither, without M columns");
+            "written by the WY stage), with h and vnew both or neither, and its CP transition (V + K columns, no output)");
   if (p.N * p.HV == 0) return;
   if (p.K == 64) launch<64>(sp, stream);
   else launch<128>(sp, stream);

@@ -263,12 +263,14 @@ void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outp
 void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t seq_begin, const TensorView& packed) {
   const int64_t count = check_transition_call(p, seq_begin, packed, Device::cuda, "transition_forward");
   impl_->kept.valid = impl_->front.valid = false;
+  impl_->sched = {};  // its state kernel goes there too (last_forward)
   if (count == 0) return;
   DeviceGuard guard(impl_->device);
   // With keep_forward, a transition of all sequences carves the workspace as the kept forward does
   // and leaves its front stages to it (keep_front; the CP layer's order: transition, local forward).
   const bool keep = impl_->keep_forward && seq_begin == 0 && count == p.N;
-  const Impl::Setup st = impl_->setup(p, in, seq_begin, count, keep);
+  // kda with 16-bit inputs: the transposed chain where its shape rule holds (c.kg_t set, as the forward)
+  const Impl::Setup st = impl_->setup(p, in, seq_begin, count, keep, impl_->kda_chain);
   StateParams sp;
   sp.c = st.c;
   sp.Vw = int(p.V + p.K), sp.Vu = int(p.V), sp.u = st.c.u, sp.init = kInitTransition;
@@ -280,10 +282,20 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
     launch_chunk_kkt(st.c, st.dtype, impl_->stream);
     if (keep) impl_->keep_front(p, in, false);  // cumsum, kkt; not WY
     launch_chunk_state_fold(sp, st.dtype, 0, impl_->stream);
+    impl_->record_state("chunk_state_fold", sp);
     return;
   }
   impl_->run_front(st);
-  if (keep) impl_->keep_front(p, in, true);
+  if (keep) impl_->keep_front(p, in, true, st.c.kg_t != nullptr);  // the kept forward then takes kg^T's chain
+  if (st.c.kg_t) {
+    // S_ext and M as the V + K columns of one launch of the transposed chain (V / 64 + K / 64 blocks per
+    // sequence and value head; 64 at H = 16, K = V = 128, where chunk_state.cu's 32-column blocks are
+    // 128), TF32 products as the forward's S (M too: test_cuda_transition holds it to the oracle).
+    launch_chunk_state_kda(sp, impl_->stream);
+    impl_->record_state("chunk_state_kda", sp);
+    return;
+  }
+  impl_->sched.state = st.c.gla ? "chunk_state_gla" : "chunk_state";
   if (st.c.gla) {  // gla's split chain for S_ext (from 0 with v); M is diagonal, the decay alone
     sp.Vw = int(p.V), sp.Vu = 0, sp.u = nullptr, sp.init = kInitZero;
     sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");

@@ -106,9 +106,10 @@ class Pipeline {
   // 1 (default, also KCP_CUDA_KDA_CHAIN unset or 1) or 0 (chunk_state.cu's chain, KCP_CUDA_KDA_CHAIN=0).
   // Covered by tests/cuda/test_cuda_kda_chain.cpp and test_cuda_keep.cpp.
   void set_kda_chain(bool on);
-  // Whether the last forward (plain or kept) ran the transposed kda chain (for tests).
+  // Whether the last forward (plain or kept) or transition_forward ran the transposed kda chain (for tests).
   bool kda_chain_used() const;
-  // How the last forward ran (ForwardSchedule); kda_chain_used and kda_windows_used read it.
+  // How the last forward (or transition_forward: its state kernel) ran (ForwardSchedule);
+  // kda_chain_used and kda_windows_used read it.
   const ForwardSchedule& last_forward() const;
   // kda's forward with the transposed chain in windows of chunks: each window's kkt and WY run beside
   // the chain, whose blocks leave most multiprocessors idle (chunkwise_windows.cu: the chain in one

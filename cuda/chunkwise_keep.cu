@@ -108,8 +108,9 @@ bool contents_held(bool trusted, unsigned long long* pair, cudaStream_t stream, 
 
 void Pipeline::Impl::forward_kept(const Problem& p, const Inputs& in, const Outputs& out) {
   // h, vnew, w, u carved as backward_setup carves them; kda with 16-bit inputs takes the transposed chain
-  // (kg^T in kg's slot) where kept_chain_transposed says so, as the backward's recompute does
-  const Setup st = setup(p, in, 0, -1, true, kept_chain_transposed(p));
+  // (kg^T in kg's slot) where kept_chain_transposed says so, as the backward's recompute does, or where
+  // the kept front stages (a transition's) wrote kg^T: their WY is used as it is
+  const Setup st = setup(p, in, 0, -1, true, front.valid ? front.kgt : kept_chain_transposed(p));
   const bool fold = state_fold_applies(st.c, st.dtype);
   if (!d_fp) KCP_CUDA_CHECK(cudaMalloc(&d_fp, 6 * sizeof(unsigned long long)));
   StageTimer timer(stream);

@@ -1,10 +1,12 @@
 // The CP primitives on the GPU: transition_forward (S_ext, M) of a range of sequences of packed
 // problems in one call, against the oracle's (cpu-recurrent, float64) per sequence, through the backend
-// and through pipelines that assume 1 or 24 multiprocessors (32-column blocks); and the CUDA
+// and through pipelines that assume 1 or 24 multiprocessors (32-column blocks; kda with 16-bit inputs
+// and V = 64, K = 64 and 128: the transposed chain, cuda/chunk_state_kda.cu, and chunk_state.cu's with
+// set_kda_chain(false), both under the same bar, which names the one that ran); and the CUDA
 // queue's transition algebra (fold oldest/farthest first, compose, start, identity) against the host
 // queue's (the reference loops, core/queue.cpp) on the same float32 values. Bars: S_ext and M follow
 // the forward's precision (kFloatVsDouble for float32 inputs; kCudaTf32 for 16-bit ones: kda's w and
-// kg come from TF32 stages and its M chain is 3xTF32; gdn's pair comes from the forward's folded
+// kg come from TF32 stages and its M chain is 3xTF32 on chunk_state.cu, TF32 on the transposed chain; gdn's pair comes from the forward's folded
 // kernel, S carried as 16-bit hi + lo and P Y in TF32: the forward's own precision, for which
 // kCudaTf32 is set; kcp bench --transitions at T = 32768 H = 16 saw 0.21 of it, H100 2026-11-27);
 // the algebra is float32 FMA chains against float64 host loops: kFloatVsDouble. Outputs are
@@ -13,6 +15,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "core/rng.h"
 #include "core/transition.h"
@@ -49,36 +53,50 @@ TEST_CASE("transition_forward of a range of sequences matches the oracle's (S_ex
   auto gpu = cuda::make_cuda_backend();
   auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
   const uint64_t seed = val::seed_from_env(700);
+  std::vector<std::pair<val::CaseSpec, DType>> cases;
   for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})  // gla: M is diagonal
-    for (DType dt : {DType::f32, DType::bf16}) {
-      const val::CaseSpec s = test::transition_case_spec(var, dt, seed);
-      SUBCASE((s.name() + " qkv=" + std::string(dtype_name(dt))).c_str()) {
-        const val::CaseData c = test::round_case(val::make_case(s), dt);
-        const Problem p64 = c.problem(DType::f64), p32 = c.problem(DType::f32);
-        test::DeviceInputs din = test::upload_inputs(*gpu, c, dt);
-        const double bar = dt == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
-        Tensor<double> ref(transition_shape(p64.N, p64.HV, p64.K, p64.V));
-        oracle->transition_forward(p64, c.inputs(), 0, ref.view());
-        // The backend as users call it (sms 0), and pipelines assuming 1 or 24 multiprocessors, which
-        // pick 32-column blocks wherever they divide (1: forward S_ext and M in two launches; 24: both
-        // in one launch at the 4-sequence range): every grid shape of the chains on these small cases.
-        for (const int sms : {0, 1, 24})
-        for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 4}, {1, 2}, {3, 1}}) {
-          INFO("sequences [", first, ", ", first + count, "), assumed multiprocessors ", sms);
-          test::DeviceTensor packed = test::poisoned(*gpu, DType::f32, transition_shape(count, p32.HV, p32.K, p32.V));
-          cuda::Pipeline pipe(gpu->queue());
-          pipe.set_multiprocessors(sms);
-          if (sms > 0) pipe.transition_forward(p32, din.views, first, packed.view);
-          else gpu->transition_forward(p32, din.views, first, packed.view);
-          const Tensor<double> got = test::to_host(*gpu, packed.view);
-          for (int64_t i = 0; i < count; ++i) {
-            const TensorView g = transition_element(got.view(), i), r = transition_element(ref.view(), first + i);
-            check_close("s_ext", to_tensor<double>(transition_s(g)), transition_s(r), bar);
-            check_close("m", to_tensor<double>(transition_m(g)), transition_m(r), bar);
-          }
+    for (DType dt : {DType::f32, DType::bf16}) cases.emplace_back(test::transition_case_spec(var, dt, seed), dt);
+  for (const auto [K, dt] : {std::pair<int64_t, DType>{64, DType::bf16}, {128, DType::f16}}) {
+    // kda with V = 64: the transposed chain's shape (S_ext and M as V + K columns of 64)
+    val::CaseSpec s = test::transition_case_spec(Variant::kda, dt, seed + 2);
+    s.K = K, s.V = 64;
+    cases.emplace_back(s, dt);
+  }
+  for (const auto& [s, dt] : cases) {
+    const bool kda_chain = s.variant == Variant::kda && dt != DType::f32 && s.V % 64 == 0;
+    SUBCASE((s.name() + " qkv=" + std::string(dtype_name(dt))).c_str()) {
+      const val::CaseData c = test::round_case(val::make_case(s), dt);
+      const Problem p64 = c.problem(DType::f64), p32 = c.problem(DType::f32);
+      test::DeviceInputs din = test::upload_inputs(*gpu, c, dt);
+      const double bar = dt == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
+      Tensor<double> ref(transition_shape(p64.N, p64.HV, p64.K, p64.V));
+      oracle->transition_forward(p64, c.inputs(), 0, ref.view());
+      // The backend as users call it (sms 0), and pipelines assuming 1 or 24 multiprocessors, which
+      // pick 32-column blocks wherever they divide (1: forward S_ext and M in two launches; 24: both
+      // in one launch at the 4-sequence range): every grid shape of the chains on these small cases.
+      // kda with 16-bit inputs and V = 64: the transposed chain (sms 24), chunk_state.cu's (sms 1).
+      for (const int sms : {0, 1, 24})
+      for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 4}, {1, 2}, {3, 1}}) {
+        INFO("sequences [", first, ", ", first + count, "), assumed multiprocessors ", sms);
+        test::DeviceTensor packed = test::poisoned(*gpu, DType::f32, transition_shape(count, p32.HV, p32.K, p32.V));
+        cuda::Pipeline pipe(gpu->queue());
+        pipe.set_multiprocessors(sms);
+        pipe.set_kda_chain(sms != 1);
+        if (sms > 0) {
+          pipe.transition_forward(p32, din.views, first, packed.view);
+          CHECK(pipe.kda_chain_used() == (kda_chain && sms != 1));
+        } else {
+          gpu->transition_forward(p32, din.views, first, packed.view);
+        }
+        const Tensor<double> got = test::to_host(*gpu, packed.view);
+        for (int64_t i = 0; i < count; ++i) {
+          const TensorView g = transition_element(got.view(), i), r = transition_element(ref.view(), first + i);
+          check_close("s_ext", to_tensor<double>(transition_s(g)), transition_s(r), bar);
+          check_close("m", to_tensor<double>(transition_m(g)), transition_m(r), bar);
         }
       }
     }
+  }
 }
 
 TEST_CASE("the CUDA queue's transition algebra equals the host queue's" * doctest::skip(!test::gpu_present())) {
