@@ -275,51 +275,64 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
   sp.c = st.c;
   sp.Vw = int(p.V + p.K), sp.Vu = int(p.V), sp.u = st.c.u, sp.init = kInitTransition;
   sp.final_state = state_view(packed, false, "transition");
+  StageTimer timer(impl_->stream);
+  timer.mark();
   if (state_fold_applies(st.c, st.dtype)) {  // gdn, 16-bit inputs: the forward's folded kernel (no WY stage)
     // on V + K columns: S_ext from 0 with v, M from I with v = 0; its precision is the forward's
     // (S carried as 16-bit hi + lo, TF32 P Y), checked against the oracle by test_cuda_transition.
     launch_chunk_cumsum(st.c, st.dtype, impl_->stream);
     launch_chunk_kkt(st.c, st.dtype, impl_->stream);
     if (keep) impl_->keep_front(p, in, false);  // cumsum, kkt; not WY
+    timer.mark();
     launch_chunk_state_fold(sp, st.dtype, 0, impl_->stream);
     impl_->record_state("chunk_state_fold", sp);
-    return;
+  } else {
+    impl_->run_front(st);
+    if (keep) impl_->keep_front(p, in, true, st.c.kg_t != nullptr);  // the kept forward then takes kg^T's chain
+    timer.mark();
+    impl_->transition_chains(sp, st.dtype, packed);
   }
-  impl_->run_front(st);
-  if (keep) impl_->keep_front(p, in, true, st.c.kg_t != nullptr);  // the kept forward then takes kg^T's chain
-  if (st.c.kg_t) {
+  timer.mark();
+  static const char* const kNames[] = {"front", "chains"};
+  timer.report("transition_forward", kNames);
+}
+
+// The transition's S_ext and M chains after the front stages (kda, gla, float32 inputs).
+void Pipeline::Impl::transition_chains(StateParams sp, int dtype, const TensorView& packed) {
+  const ChunkParams& c = sp.c;
+  if (c.kg_t) {
     // S_ext and M as the V + K columns of one launch of the transposed chain (V / 64 + K / 64 blocks per
     // sequence and value head; 64 at H = 16, K = V = 128, where chunk_state.cu's 32-column blocks are
     // 128), TF32 products as the forward's S (M too: test_cuda_transition holds it to the oracle).
-    launch_chunk_state_kda(sp, impl_->stream);
-    impl_->record_state("chunk_state_kda", sp);
+    launch_chunk_state_kda(sp, stream);
+    record_state("chunk_state_kda", sp);
     return;
   }
-  impl_->sched.state = st.c.gla ? "chunk_state_gla" : "chunk_state";
-  if (st.c.gla) {  // gla's split chain for S_ext (from 0 with v); M is diagonal, the decay alone
-    sp.Vw = int(p.V), sp.Vu = 0, sp.u = nullptr, sp.init = kInitZero;
-    sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");
-    launch_gla_state(sp, st.dtype, impl_->stream);
-    sp.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");
-    launch_gla_transition_m(sp, impl_->stream);
+  sched.state = c.gla ? "chunk_state_gla" : "chunk_state";
+  if (c.gla) {  // gla's split chain for S_ext (from 0 with v); M is diagonal, the decay alone
+    sp.Vw = c.V, sp.Vu = 0, sp.u = nullptr, sp.init = kInitZero;
+    sp.final_state = state_view(packed.narrow(3, 0, c.V), false, "s_ext");
+    launch_gla_state(sp, dtype, stream);
+    sp.final_state = state_view(packed.narrow(3, c.V, c.K), false, "m");
+    launch_gla_transition_m(sp, stream);
     return;
   }
-  if (chunk_state_blocks(st.c, int(p.V + p.K)) <= multiprocessors(st.c)) {
+  if (chunk_state_blocks(c, c.V + c.K) <= multiprocessors(c)) {
     // S_ext (from zero, with u) and M (from I, u = 0) as the V + K columns of one launch that fits on
     // the multiprocessors at once: the two chains run side by side instead of one after the other.
     // 3xTF32 for both (this path serves kda and float32 inputs, whose M keeps its 3xTF32 products;
     // S_ext only gains accuracy).
-    launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
+    launch_chunk_state(sp, dtype, stream, /*split=*/true);
     return;
   }
   // Else (more blocks than one wave) one launch after the other: S_ext, the state reached from zero,
   // with the forward's products; M on I with u = 0, 3xTF32.
-  sp.Vw = int(p.V), sp.Vu = 0, sp.u = st.c.u, sp.init = kInitZero;
-  sp.final_state = state_view(packed.narrow(3, 0, p.V), false, "s_ext");
-  launch_chunk_state(sp, st.dtype, impl_->stream, false);
-  sp.Vw = int(p.K), sp.u = nullptr, sp.init = kInitIdentity;
-  sp.final_state = state_view(packed.narrow(3, p.V, p.K), false, "m");
-  launch_chunk_state(sp, st.dtype, impl_->stream, /*split=*/true);
+  sp.Vw = c.V, sp.Vu = 0, sp.u = c.u, sp.init = kInitZero;
+  sp.final_state = state_view(packed.narrow(3, 0, c.V), false, "s_ext");
+  launch_chunk_state(sp, dtype, stream, false);
+  sp.Vw = c.K, sp.u = nullptr, sp.init = kInitIdentity;
+  sp.final_state = state_view(packed.narrow(3, c.V, c.K), false, "m");
+  launch_chunk_state(sp, dtype, stream, /*split=*/true);
 }
 
 }  // namespace kcp::cuda

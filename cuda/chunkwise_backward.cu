@@ -195,8 +195,11 @@ void Pipeline::transition_backward(const Problem& p, const Inputs& in, const Ten
   // A kept forward of these very sequences (all of them) left the front stages: read them, and leave
   // the record to the local backward that follows (chunkwise_keep.cu); else it is dropped.
   const bool kept = seq_begin == 0 && count == p.N ? impl_->keep_matches(p, in, false) : (impl_->kept.valid = false);
+  StageTimer timer(impl_->stream);
+  timer.mark();
   // The chains read neither the forward states nor vnew: no state recompute (keep_states = false).
   BwdParams bp = impl_->backward_setup(p, in, seq_begin, count, false, !kept);
+  timer.mark();
   bp.d_o = rows_view<RowsView>(d_o, "d_o");
   // kg, and the dS_ext columns' A_c, B_c (into dvnew, dh), unless a backward_prepare (or an earlier
   // transition) left them for this do; the local backward that follows may reuse them
@@ -204,6 +207,7 @@ void Pipeline::transition_backward(const Problem& p, const Inputs& in, const Ten
     launch_bwd_dhu_local(bp, impl_->stream);
     if (kept) impl_->keep_terms(d_o);
   }
+  timer.mark();
   // dS_ext (from 0, with do: columns [0, V)) and M^T (from I, do = 0: columns [V, V + K)) as the columns
   // of one chain launch, of which only the end is kept; the S part alone (dS_ext) as the local
   // backward's chain from 0, V columns.
@@ -211,6 +215,9 @@ void Pipeline::transition_backward(const Problem& p, const Inputs& in, const Ten
   if (transition_s_only(p, packed)) bp.init = kInitZero, bp.Vw = int(p.V);
   else bp.init = kInitTransition, bp.Vw = int(p.V + p.K);
   launch_bwd_dhu_serial(bp, impl_->stream);
+  timer.mark();
+  static const char* const kNames[] = {"front", "dhu-local", "dhu"};
+  timer.report("transition_backward", kNames);
 }
 
 }  // namespace kcp::cuda

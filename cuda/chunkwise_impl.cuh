@@ -336,6 +336,8 @@ struct Pipeline::Impl {
   void forward_kept(const Problem& p, const Inputs& in, const Outputs& out);
   // After front stages computed by this call on these inputs (wy: WY among them): records them.
   void keep_front(const Problem& p, const Inputs& in, bool wy, bool kgt = false);
+  // transition_forward's S_ext and M chains after its front stages (all but gdn's folded kernel)
+  void transition_chains(StateParams sp, int dtype, const TensorView& packed);
   // In forward_kept: whether the recorded front stages are for this problem and inputs (one host
   // synchronization); drops the record.
   bool front_matches(const Problem& p, const Inputs& in);
