@@ -18,6 +18,7 @@
 //  3. transition_backward (dS_ext, M^T) of a range of sequences against the oracle's (both as the
 //     columns of one chain launch), through the backend and with 32-column blocks (assumed 1 or 24 multiprocessors).
 //  4. d_o one element off a 16-byte boundary (gla's dh chain needs aligned rows: the scan instead).
+//  5. transition_backward's dS_ext with do in 16 bits (the chain's unsplit products), gdn and kda.
 // Every output is NaN-poisoned first: a NaN left is an unwritten element.
 // Bars (validation/tolerance.h, float_rule.h): 16-bit inputs: FLA's own bars for its chunk kernels
 // (kFlaChunkGrad for dq, dk, dv, dh0; kFlaChunkGateBeta for dg, dbeta, dA_log, ddt_bias), since the
@@ -375,6 +376,41 @@ TEST_CASE("transition_backward of a range of sequences matches the oracle's (dS_
           for (int64_t i = 0; i < count; ++i)
             test::check_rel_l2("ds_ext alone", s.name(), to_tensor<double>(transition_element(got_s.view(), i)),
                                transition_s(transition_element(ref.view(), first + i)), bar);
+        }
+      }
+    }
+}
+
+// transition_backward's dS_ext alone with do in 16 bits (CP's backward transition where it has M^T from
+// the forward, as `kcp cp-bench` and the CP layer call it with bf16 gradients): the dh chain's unsplit
+// products (one TF32 product per step), which the transition test above (float32 do: split products)
+// does not reach, against the oracle under the bar of 16-bit inputs. Cases: K = 64 and 128, V = 64 and
+// 128, packed with an empty, a one-token and short last chunks.
+TEST_CASE("transition_backward's dS_ext with 16-bit do matches the oracle's" * doctest::skip(!test::gpu_present())) {
+  auto gpu = cuda::make_cuda_backend();
+  auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
+  const uint64_t seed = val::seed_from_env(805);
+  struct TrShape { int64_t K, V, H, HV; DType qkv; };
+  for (const TrShape& sh : {TrShape{64, 64, 1, 2, DType::bf16}, TrShape{128, 128, 2, 2, DType::f16}, TrShape{128, 64, 1, 2, DType::bf16}})
+    for (Variant var : {Variant::gdn, Variant::kda}) {
+      val::CaseSpec s = test::transition_case_spec(var, sh.qkv, seed + uint64_t(sh.K + sh.V));
+      s.K = sh.K, s.V = sh.V, s.H = sh.H, s.HV = sh.HV;
+      SUBCASE((s.name() + " qkv=" + std::string(dtype_name(sh.qkv))).c_str()) {
+        val::CaseData c = test::round_case(val::make_case(s), sh.qkv);
+        for (double& x : c.d_o.vec()) x = round_to(sh.qkv, x);
+        const Problem p64 = c.problem(DType::f64), p32 = c.problem(DType::f32);
+        const test::DeviceInputs din = test::upload_inputs(*gpu, c, sh.qkv);
+        const test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, sh.qkv);
+        Tensor<double> ref(transition_shape(p64.N, p64.HV, p64.K, p64.V));
+        oracle->transition_backward(p64, c.inputs(), c.d_o.view(), 0, ref.view());
+        for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 4}, {1, 2}, {3, 1}}) {
+          INFO("sequences [", first, ", ", first + count, ")");
+          const test::DeviceTensor ds = test::poisoned(*gpu, DType::f32, transition_s_shape(count, p32.HV, p32.K, p32.V));
+          gpu->transition_backward(p32, din.views, d_o.view, first, ds.view);
+          const Tensor<double> got = test::to_host(*gpu, ds.view);
+          for (int64_t i = 0; i < count; ++i)
+            test::check_rel_l2("ds_ext", s.name(), to_tensor<double>(transition_element(got.view(), i)),
+                               transition_s(transition_element(ref.view(), first + i)), val::tol::kCudaTf32);
         }
       }
     }

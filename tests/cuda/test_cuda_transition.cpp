@@ -56,7 +56,7 @@ TEST_CASE("transition_forward of a range of sequences matches the oracle's (S_ex
   std::vector<std::pair<val::CaseSpec, DType>> cases;
   for (Variant var : {Variant::gdn, Variant::kda, Variant::gla})  // gla: M is diagonal
     for (DType dt : {DType::f32, DType::bf16}) cases.emplace_back(test::transition_case_spec(var, dt, seed), dt);
-  for (const auto [K, dt] : {std::pair<int64_t, DType>{64, DType::bf16}, {128, DType::f16}}) {
+  for (const auto& [K, dt] : {std::pair<int64_t, DType>{64, DType::bf16}, {128, DType::f16}}) {
     // kda with V = 64: the transposed chain's shape (S_ext and M as V + K columns of 64)
     val::CaseSpec s = test::transition_case_spec(Variant::kda, dt, seed + 2);
     s.K = K, s.V = 64;
