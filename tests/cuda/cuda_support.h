@@ -22,6 +22,12 @@ val::CaseData round_case(val::CaseData c, DType qkv, DType gates = DType::f32);
 // The transition tests' case: packed lengths {70, 0, 130, 1} (an empty and a one-token sequence),
 // H = 1, HV = 2, K = 64, V = 32; kda with the in-kernel L2 norm, gdn with the beta sigmoid.
 val::CaseSpec transition_case_spec(Variant var, DType qkv, uint64_t seed);
+// The sequence ranges [first, first + count) the transition tests ask for on that layout: all four, a
+// middle pair (from the empty sequence), the last (one token).
+struct SeqRange {
+  int64_t first, count;
+};
+inline constexpr SeqRange kTransitionRanges[] = {{0, 4}, {1, 2}, {3, 1}};
 // The 64-token chunks of p's sequences (the last of each shorter): the CUDA pipeline's chunk table, so
 // what Pipeline::kda_windows_used() counts windows of.
 int64_t cuda_chunk_count(const Problem& p);

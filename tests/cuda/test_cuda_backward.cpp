@@ -354,7 +354,7 @@ TEST_CASE("transition_backward of a range of sequences matches the oracle's (dS_
         // takes 32-column blocks (1: every range; 24: the 4-sequence range): both grid shapes of the
         // joint chain on these small cases.
         for (const int sms : {0, 1, 24})
-        for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 4}, {1, 2}, {3, 1}}) {
+        for (const auto [first, count] : test::kTransitionRanges) {
           INFO("sequences [", first, ", ", first + count, "), assumed multiprocessors ", sms);
           test::DeviceTensor packed = test::poisoned(*gpu, DType::f32, transition_shape(count, p32.HV, p32.K, p32.V));
           cuda::Pipeline pipe(gpu->queue());
@@ -403,7 +403,7 @@ TEST_CASE("transition_backward's dS_ext with 16-bit do matches the oracle's" * d
         const test::DeviceTensor d_o = test::to_device(*gpu, c.d_o, sh.qkv);
         Tensor<double> ref(transition_shape(p64.N, p64.HV, p64.K, p64.V));
         oracle->transition_backward(p64, c.inputs(), c.d_o.view(), 0, ref.view());
-        for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 4}, {1, 2}, {3, 1}}) {
+        for (const auto [first, count] : test::kTransitionRanges) {
           INFO("sequences [", first, ", ", first + count, ")");
           const test::DeviceTensor ds = test::poisoned(*gpu, DType::f32, transition_s_shape(count, p32.HV, p32.K, p32.V));
           gpu->transition_backward(p32, din.views, d_o.view, first, ds.view);

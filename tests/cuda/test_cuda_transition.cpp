@@ -76,7 +76,7 @@ TEST_CASE("transition_forward of a range of sequences matches the oracle's (S_ex
       // in one launch at the 4-sequence range): every grid shape of the chains on these small cases.
       // kda with 16-bit inputs and V = 64: the transposed chain (sms 24), chunk_state.cu's (sms 1).
       for (const int sms : {0, 1, 24})
-      for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 4}, {1, 2}, {3, 1}}) {
+      for (const auto [first, count] : test::kTransitionRanges) {
         INFO("sequences [", first, ", ", first + count, "), assumed multiprocessors ", sms);
         test::DeviceTensor packed = test::poisoned(*gpu, DType::f32, transition_shape(count, p32.HV, p32.K, p32.V));
         cuda::Pipeline pipe(gpu->queue());
