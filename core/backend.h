@@ -80,7 +80,8 @@ class Backend {
 
   // `kcp bench --explain`: the plan a forward of p follows (segments, calls), decided before it runs;
   // and how the last forward ran (the kernels a backend picked, e.g. cuda-chunkwise's state kernel and
-  // windows), known after. Empty where a backend has nothing to say.
+  // windows; after a transition_forward, its state kernel), known after. Empty where a backend has
+  // nothing to say.
   virtual std::string explain_forward(const Problem&) const { return {}; }
   virtual std::string explain_last_forward() const { return {}; }
 

@@ -54,7 +54,7 @@ class CudaChunkwiseBackend final : public Backend {
       expect_device(*v, n);
     pipeline().forward(p, in, out);
   }
-  // The kernels the last forward picked (Pipeline::last_forward); empty before the first.
+  // The kernels the last forward (or transition_forward) picked (Pipeline::last_forward); empty before the first.
   std::string explain_last_forward() const override {
     return pipeline_ && *pipeline_->last_forward().state ? pipeline_->last_forward().describe() : std::string();
   }
