@@ -304,8 +304,7 @@ void Pipeline::Impl::transition_chains(StateParams sp, int dtype, const TensorVi
     // S_ext and M as the V + K columns of one launch of the transposed chain (V / 64 + K / 64 blocks per
     // sequence and value head; 64 at H = 16, K = V = 128, where chunk_state.cu's 32-column blocks are
     // 128), TF32 products as the forward's S (M too: test_cuda_transition holds it to the oracle).
-    launch_chunk_state_kda(sp, stream);
-    record_state("chunk_state_kda", sp);
+    record_state(launch_state(sp, dtype), sp);  // launch_state takes that chain wherever kg_t is set
     return;
   }
   sched.state = c.gla ? "chunk_state_gla" : "chunk_state";

@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "core/transition.h"
@@ -335,6 +336,24 @@ TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctes
     }
 }
 
+namespace {
+
+// dS_ext alone ([count,HV,K,V]: the chain from 0 over V columns, no M^T columns) of the sequences
+// [first, first + count), written by `call` into a NaN-poisoned buffer, against the oracle's (`ref`: its
+// whole transitions of every sequence) under `bar`.
+template <class Call>
+void check_ds_ext_alone(Backend& gpu, const Problem& p32, int64_t first, int64_t count, const Tensor<double>& ref,
+                        const std::string& name, double bar, Call&& call) {
+  const test::DeviceTensor ds = test::poisoned(gpu, DType::f32, transition_s_shape(count, p32.HV, p32.K, p32.V));
+  call(ds.view);
+  const Tensor<double> got = test::to_host(gpu, ds.view);
+  for (int64_t i = 0; i < count; ++i)
+    test::check_rel_l2("ds_ext alone", name, to_tensor<double>(transition_element(got.view(), i)),
+                       transition_s(transition_element(ref.view(), first + i)), bar);
+}
+
+}  // namespace
+
 TEST_CASE("transition_backward of a range of sequences matches the oracle's (dS_ext, M^T)" * doctest::skip(!test::gpu_present())) {
   auto gpu = cuda::make_cuda_backend();
   auto oracle = ref::make_cpu_backend(ref::CpuAlgorithm::recurrent);
@@ -369,13 +388,10 @@ TEST_CASE("transition_backward of a range of sequences matches the oracle's (dS_
           }
           // dS_ext alone ([count,HV,K,V]: the chain from 0 over V columns, no M^T columns), as CP asks
           // where it has M^T from the forward
-          test::DeviceTensor ds = test::poisoned(*gpu, DType::f32, transition_s_shape(count, p32.HV, p32.K, p32.V));
-          if (sms > 0) pipe.transition_backward(p32, din.views, d_o.view, first, ds.view);
-          else gpu->transition_backward(p32, din.views, d_o.view, first, ds.view);
-          const Tensor<double> got_s = test::to_host(*gpu, ds.view);
-          for (int64_t i = 0; i < count; ++i)
-            test::check_rel_l2("ds_ext alone", s.name(), to_tensor<double>(transition_element(got_s.view(), i)),
-                               transition_s(transition_element(ref.view(), first + i)), bar);
+          check_ds_ext_alone(*gpu, p32, first, count, ref, s.name(), bar, [&](const TensorView& ds) {
+            if (sms > 0) pipe.transition_backward(p32, din.views, d_o.view, first, ds);
+            else gpu->transition_backward(p32, din.views, d_o.view, first, ds);
+          });
         }
       }
     }
@@ -405,12 +421,9 @@ TEST_CASE("transition_backward's dS_ext with 16-bit do matches the oracle's" * d
         oracle->transition_backward(p64, c.inputs(), c.d_o.view(), 0, ref.view());
         for (const auto [first, count] : test::kTransitionRanges) {
           INFO("sequences [", first, ", ", first + count, ")");
-          const test::DeviceTensor ds = test::poisoned(*gpu, DType::f32, transition_s_shape(count, p32.HV, p32.K, p32.V));
-          gpu->transition_backward(p32, din.views, d_o.view, first, ds.view);
-          const Tensor<double> got = test::to_host(*gpu, ds.view);
-          for (int64_t i = 0; i < count; ++i)
-            test::check_rel_l2("ds_ext", s.name(), to_tensor<double>(transition_element(got.view(), i)),
-                               transition_s(transition_element(ref.view(), first + i)), val::tol::kCudaTf32);
+          check_ds_ext_alone(*gpu, p32, first, count, ref, s.name(), val::tol::kCudaTf32, [&](const TensorView& ds) {
+            gpu->transition_backward(p32, din.views, d_o.view, first, ds);
+          });
         }
       }
     }
