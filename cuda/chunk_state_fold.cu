@@ -79,8 +79,7 @@ __device__ __forceinline__ void store_tf32_t(char* dst, int op32, const float (&
 }
 
 // Shared-memory descriptors of every operand tile (stage 0 for the loaded tiles; stage 1 is
-// + bytes_stage / 16). Advancing by a byte offset adds offset / 16: shared addresses stay below
-// 2^18, so the 14-bit address field never carries into LBO.
+// + bytes_stage / 16, wg::adv).
 struct FoldDescs {
   uint64_t k, q, km, p, a, sb0, sb1, y, n, vt0, vt1;
 };
@@ -96,10 +95,9 @@ __device__ FoldDescs make_descs(const FoldSmem<Tin, KD, BV>& s) {
   d.vt0 = wg::desc(s.Vt(0), kB, 128), d.vt1 = wg::desc(s.Vt(1), kB, 128);
   return d;
 }
-__device__ __forceinline__ uint64_t adv(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
-// Start offset of K step ks (32 bytes: 16 16-bit or 8 TF32 values) in a swizzled K-major tile of 64
-// rows: 4 steps per 128-byte row, then the next region.
-constexpr uint32_t kStepK(int ks) { return (ks / 4) * kChunk * 128 + (ks % 4) * 32; }
+using wg::adv;
+// Start of K step ks in a swizzled K-major tile of 64 rows (k, q, P, Aqk).
+constexpr uint32_t kStepK(int ks) { return wg::sw128_k_step(ks, kChunk); }
 
 // X = k @ S and QX = q @ S (two commit groups: X first). `so`: stage offset / 16.
 template <class Tin, int KD, int BV>

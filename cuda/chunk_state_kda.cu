@@ -81,7 +81,7 @@ __device__ __forceinline__ void state_product(const uint32_t (&Sa)[KD / 2], uint
   for (int j = 0; j < KD / 8; ++j) {
     uint32_t a[4];
     wg::ra_fragment(Sa, j, a);
-    wg::mma_tf32_ra<BV>(acc, a, adv(db, k_step(j, kChunk)), j > 0);
+    wg::mma_tf32_ra<BV>(acc, a, adv(db, wg::sw128_k_step(j, kChunk)), j > 0);
   }
   wg::commit();
 }
@@ -172,8 +172,8 @@ __device__ __forceinline__ void update_and_output(float scale, uint64_t dk, uint
   for (int j = 0; j < kChunk / 8; ++j) {
     uint32_t a[4];
     wg::ra_fragment(vn, j, a);
-    wg::mma_tf32_ra<KD>(S, a, adv(dk, k_step(j, KD)), true);
-    if constexpr (kOut) wg::mma_tf32_ra<BV>(Q, a, adv(da, k_step(j, kChunk)), true);
+    wg::mma_tf32_ra<KD>(S, a, adv(dk, wg::sw128_k_step(j, KD)), true);
+    if constexpr (kOut) wg::mma_tf32_ra<BV>(Q, a, adv(da, wg::sw128_k_step(j, kChunk)), true);
   }
   wg::commit();
   wg::wait<0>();

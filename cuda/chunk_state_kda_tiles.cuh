@@ -41,9 +41,7 @@ struct KdaSmem {
   __device__ float* decay(int st) const { return reinterpret_cast<float*>(Kt(2)) + st * KD; }  // kg_decay's row
 };
 
-// Start of K step ks (8 TF32 values) in a swizzled K-major tile with `rows` rows per 128-byte region.
-constexpr uint32_t k_step(int ks, int rows) { return (ks / 4) * rows * 128 + (ks % 4) * 32; }
-__device__ __forceinline__ uint64_t adv(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
+using wg::adv;
 
 // 16-byte copies of a float tile of kRows rows x kCols into its swizzled layout, row r from
 // src + r * stride to tile row (kPerm ? ra_row(r) : r), rows >= L zero-filled (kFull: L >= kRows, no

@@ -51,6 +51,13 @@ __device__ __forceinline__ uint64_t desc(const void* smem, uint32_t lbo, uint32_
          (uint64_t(swizzle128) << 62);
 }
 
+// A descriptor advanced by `bytes` (its address field counts 16-byte units; shared addresses stay below
+// 2^18, so the 14-bit field never carries into LBO).
+__device__ __forceinline__ uint64_t adv(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
+// Start of K step ks (32 bytes: 16 16-bit or 8 TF32 values) in a 128-byte-swizzled K-major tile of
+// `rows` rows: 4 steps per 128-byte row, then the next rows x 128-byte region.
+__host__ __device__ constexpr uint32_t sw128_k_step(int ks, int rows) { return (ks / 4) * rows * 128 + (ks % 4) * 32; }
+
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
