@@ -10,6 +10,8 @@
 //   k @ S, q @ S      A = k, q tiles (K-major), B = S split into 16-bit hi + lo parts (N-major)
 //   P @ Y, Aqk @ vnew TF32: A = P, Aqk tiles, B = Y, vnew (K-major, TF32-rounded)
 //   k^T @ Vt          A = the same k tile read M-major, B = Vt = vnew E split into hi + lo
+// The hi and lo parts of a B operand sit side by side along N: one wgmma of N = 2 BV gives A (hi) and
+// A (lo) in separate accumulator columns, summed in float32 after the wait; A's tile is read once.
 // The state S [K,BV] stays float32 in the accumulators; its 16-bit hi + lo split carries about 16
 // significant bits into the products (TF32 would carry 11). Rows of S past K (K = 32: one m64 tile
 // covers 64 rows) are computed from neighbouring data and never stored.
@@ -55,18 +57,26 @@ __device__ RowFactors row_factors(const ChunkParams& p, int L, int st, const Sm&
   return rf;
 }
 
-// Accumulator pairs (x, x+1) as 16-bit hi + lo parts into N-major blocked tiles: entry x of m64 tile
-// mh sits at op16 + ((8 mh + h) CGV + j) 128 (row 64 mh + acc_row(x), columns acc_col(x), acc_col(x)+1).
+// Accumulator pairs (x, x+1) as 16-bit hi + lo parts into an N-major blocked tile of 2 BV columns
+// (hi in columns < BV, lo in the next BV): entry x of m64 tile mh sits at op16 + ((8 mh + h) CG + j) 128
+// (CG = 2 BV / 8; row 64 mh + acc_row(x), columns acc_col(x), acc_col(x)+1), its lo part BV / 8 groups on.
 template <class Tin, int BV, int NA>
-__device__ __forceinline__ void store_split(char* hi, char* lo, int op16, int mh, const float (&d)[NA], float f0, float f1) {
+__device__ __forceinline__ void store_split(char* tile, int op16, int mh, const float (&d)[NA], float f0, float f1) {
 #pragma unroll
   for (int x = 0; x < NA; x += 2) {
-    const int h = (x >> 1) & 1, j = x >> 2, off = op16 + ((8 * mh + h) * (BV / 8) + j) * 128;
+    const int h = (x >> 1) & 1, j = x >> 2, off = op16 + ((8 * mh + h) * (BV / 4) + j) * 128;
     uint32_t a, b;
     wg::split_pair<Tin>(d[x] * (h ? f1 : f0), d[x + 1] * (h ? f1 : f0), a, b);
-    *reinterpret_cast<uint32_t*>(hi + off) = a;
-    *reinterpret_cast<uint32_t*>(lo + off) = b;
+    *reinterpret_cast<uint32_t*>(tile + off) = a;
+    *reinterpret_cast<uint32_t*>(tile + off + (BV / 8) * 128) = b;
   }
+}
+
+// The product of a hi + lo operand pair: accumulator columns < BV (hi) plus the next BV (lo).
+template <int BV>
+__device__ __forceinline__ void sum_parts(const float (&d2)[BV], float (&d)[BV / 2]) {
+#pragma unroll
+  for (int x = 0; x < BV / 2; ++x) d[x] = d2[x] + d2[x + BV / 2];
 }
 
 // TF32-rounded accumulator values into a K-major blocked float tile (rows = v, columns = chunk rows):
@@ -81,41 +91,38 @@ __device__ __forceinline__ void store_tf32_t(char* dst, int op32, const float (&
 // Shared-memory descriptors of every operand tile (stage 0 for the loaded tiles; stage 1 is
 // + bytes_stage / 16, wg::adv).
 struct FoldDescs {
-  uint64_t k, q, km, p, a, sb0, sb1, y, n, vt0, vt1;
+  uint64_t k, q, km, p, a, sb, y, n, vt;
 };
 template <class Tin, int KD, int BV>
 __device__ FoldDescs make_descs(const FoldSmem<Tin, KD, BV>& s) {
-  constexpr uint32_t kB = (BV / 8) * 128;
+  constexpr uint32_t kB = (BV / 4) * 128;  // LBO of the hi + lo tiles (2 BV columns)
   FoldDescs d;
   d.k = wg::desc(s.Ks(0), 16, 1024, true), d.q = wg::desc(s.Qs(0), 16, 1024, true);  // K-major A, swizzled
   d.km = wg::desc(s.Ks(0), kChunk * 128, 1024, true);  // M-major A: the k tile read as k^T (regions of 64 i)
   d.p = wg::desc(s.Ps(0), 16, 1024, true), d.a = wg::desc(s.As(0), 16, 1024, true);
-  d.sb0 = wg::desc(s.Sb(0), kB, 128), d.sb1 = wg::desc(s.Sb(1), kB, 128);  // N-major B, interleaved
+  d.sb = wg::desc(s.Sb(), kB, 128);  // N-major B, interleaved
   d.y = wg::desc(s.Yb(), 128, 16 * 128), d.n = wg::desc(s.Nb(), 128, 16 * 128);
-  d.vt0 = wg::desc(s.Vt(0), kB, 128), d.vt1 = wg::desc(s.Vt(1), kB, 128);
+  d.vt = wg::desc(s.Vt(), kB, 128);
   return d;
 }
 using wg::adv;
 // Start of K step ks in a swizzled K-major tile of 64 rows (k, q, P, Aqk).
 constexpr uint32_t kStepK(int ks) { return wg::sw128_k_step(ks, kChunk); }
 
-// X = k @ S and QX = q @ S (two commit groups: X first). `so`: stage offset / 16.
+// X2 = k @ [S hi, S lo] and QX2 = q @ [S hi, S lo] (two commit groups: X2 first; sum_parts after the
+// wait). `so`: stage offset / 16.
 template <class Tin, int KD, int BV>
-__device__ void issue_state_products(const FoldDescs& d, uint64_t so, float (&X)[BV / 2], float (&QX)[BV / 2]) {
-  constexpr uint32_t kB = (BV / 8) * 128;
-  wg::pin(X), wg::pin(QX);
+__device__ void issue_state_products(const FoldDescs& d, uint64_t so, float (&X2)[BV], float (&QX2)[BV]) {
+  constexpr uint32_t kB = (BV / 4) * 128;
+  wg::pin(X2), wg::pin(QX2);
   wg::fence();
 #pragma unroll
-  for (int part = 0; part < 2; ++part)  // A = k (K-major), B = S hi, then S lo (N-major)
-#pragma unroll
-    for (int kk = 0; kk < KD / 16; ++kk)
-      wg::mma16<Tin, BV, 0, 1>(X, adv(d.k + so, kStepK(kk)), adv(part ? d.sb1 : d.sb0, 2 * kk * kB), part + kk > 0);
+  for (int kk = 0; kk < KD / 16; ++kk)  // A = k (K-major), B = S hi, lo (N-major)
+    wg::mma16<Tin, 2 * BV, 0, 1>(X2, adv(d.k + so, kStepK(kk)), adv(d.sb, 2 * kk * kB), kk > 0);
   wg::commit();
 #pragma unroll
-  for (int part = 0; part < 2; ++part)
-#pragma unroll
-    for (int kk = 0; kk < KD / 16; ++kk)
-      wg::mma16<Tin, BV, 0, 1>(QX, adv(d.q + so, kStepK(kk)), adv(part ? d.sb1 : d.sb0, 2 * kk * kB), part + kk > 0);
+  for (int kk = 0; kk < KD / 16; ++kk)
+    wg::mma16<Tin, 2 * BV, 0, 1>(QX2, adv(d.q + so, kStepK(kk)), adv(d.sb, 2 * kk * kB), kk > 0);
   wg::commit();
 }
 
@@ -126,17 +133,15 @@ __device__ __forceinline__ void tf32_chunk_product(float (&d)[BV / 2], uint64_t 
   for (int ks = 0; ks < kChunk / 8; ++ks) wg::mma_tf32<BV>(d, adv(dt, kStepK(ks)), adv(db, 256 * ks), accumulate || ks > 0);
 }
 
-// S += k^T @ Vt (A = the k tile read M-major, one m64 tile per 64 key rows; B = Vt hi, lo).
+// U2 = k^T @ [Vt hi, Vt lo] (A = the k tile read M-major, one m64 tile per 64 key rows).
 template <class Tin, int KD, int BV>
-__device__ void issue_update(const FoldDescs& d, uint64_t so, float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
-  constexpr uint32_t kB = (BV / 8) * 128;
+__device__ void issue_update(const FoldDescs& d, uint64_t so, float (&U2)[KD >= 64 ? KD / 64 : 1][BV]) {
+  constexpr uint32_t kB = (BV / 4) * 128;
 #pragma unroll
   for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
 #pragma unroll
-    for (int part = 0; part < 2; ++part)
-#pragma unroll
-      for (int ks = 0; ks < kChunk / 16; ++ks)
-        wg::mma16<Tin, BV, 1, 1>(S[mh], adv(d.km + so, 2 * ks * 1024 + mh * kChunk * 128), adv(part ? d.vt1 : d.vt0, 2 * ks * kB), true);
+    for (int ks = 0; ks < kChunk / 16; ++ks)
+      wg::mma16<Tin, 2 * BV, 1, 1>(U2[mh], adv(d.km + so, 2 * ks * 1024 + mh * kChunk * 128), adv(d.vt, 2 * ks * kB), ks > 0);
 }
 
 // o rows < L in the dtype of the o view: column pairs stored together where the view is aligned for
@@ -230,7 +235,7 @@ __device__ __forceinline__ void publish_state(const StateParams& sp, const FoldS
                                               const float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
 #pragma unroll
   for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
-    if (KD >= 64 || wg::acc_row(0) < KD) store_split<Tin, BV>(s.Sb(0), s.Sb(1), tp.op16, mh, S[mh], 1.0f, 1.0f);
+    if (KD >= 64 || wg::acc_row(0) < KD) store_split<Tin, BV>(s.Sb(), tp.op16, mh, S[mh], 1.0f, 1.0f);
   if (sp.h) write_h<KD, BV / 2>(sp, c, hv, v0, S);
   wg::fence_proxy_async();
   __syncthreads();  // chunk c's tiles and the S operands visible to wgmma; chunk c-1 done by all
@@ -242,9 +247,12 @@ template <class Tin, int KD, int BV>
 __device__ __forceinline__ void compute_vnew(const StateParams& sp, const FoldSmem<Tin, KD, BV>& s, int st, uint64_t so,
                                              const ThreadPlan<Tin, KD, BV>& tp, const FoldDescs& dsc,
                                              const RowFactors& rf, const ChunkInfo& ck, int hv, int v0,
-                                             float (&X)[BV / 2], float (&QX)[BV / 2], float (&VN)[BV / 2]) {
-  wg::wait<1>();  // X
-  wg::pin(X);
+                                             float (&X2)[BV], float (&QX2)[BV], float (&QX)[BV / 2],
+                                             float (&VN)[BV / 2]) {
+  wg::wait<1>();  // X2
+  wg::pin(X2);
+  float X[BV / 2];
+  sum_parts<BV>(X2, X);
   form_y(s, st, tp, rf, X);
   wg::fence_proxy_async();
   __syncthreads();
@@ -252,14 +260,16 @@ __device__ __forceinline__ void compute_vnew(const StateParams& sp, const FoldSm
   wg::fence();
   tf32_chunk_product<BV>(VN, dsc.p + so, dsc.y, false);
   wg::commit();
-  wg::wait<0>();  // VN and QX
-  wg::pin(VN), wg::pin(QX);
-  store_split<Tin, BV>(s.Vt(0), s.Vt(1), tp.op16, 0, VN, rf.e[0], rf.e[1]);  // Vt = vnew E for the update
+  wg::wait<0>();  // VN and QX2
+  wg::pin(VN), wg::pin(QX2);
+  sum_parts<BV>(QX2, QX);
+  store_split<Tin, BV>(s.Vt(), tp.op16, 0, VN, rf.e[0], rf.e[1]);  // Vt = vnew E for the update
   store_tf32_t(s.Nb(), tp.op32, VN);                                         // vnew for the output
   if (sp.vnew) write_vnew(sp, ck, hv, v0, VN);
 }
 
-// S = 2^(b_end) S + k^T @ Vt and o = f QX + Aqk @ vnew (both on wgmma), then o to memory.
+// S = 2^(b_end) S + k^T @ Vt (the product on wgmma, summed into S after the wait) and o = f QX +
+// Aqk @ vnew (wgmma), then o to memory.
 template <class Tin, int KD, int BV>
 __device__ __forceinline__ void update_and_output(const StateParams& sp, const FoldSmem<Tin, KD, BV>& s, int st,
                                                   uint64_t so, const FoldDescs& dsc, const RowFactors& rf,
@@ -268,24 +278,29 @@ __device__ __forceinline__ void update_and_output(const StateParams& sp, const F
   constexpr int MH = KD >= 64 ? KD / 64 : 1;
   const float decay = exp2f(s.gate(st, 0)[ck.len - 1]);
 #pragma unroll
-  for (int x = 0; x < BV / 2; ++x) {
-    QX[x] *= rf.f[(x >> 1) & 1];
-#pragma unroll
-    for (int mh = 0; mh < MH; ++mh) S[mh][x] *= decay;
-  }
+  for (int x = 0; x < BV / 2; ++x) QX[x] *= rf.f[(x >> 1) & 1];
   wg::fence_proxy_async();
   __syncthreads();
+  float U2[MH][BV];
   wg::pin(QX);
 #pragma unroll
-  for (int mh = 0; mh < MH; ++mh) wg::pin(S[mh]);
+  for (int mh = 0; mh < MH; ++mh) wg::pin(U2[mh]);
   wg::fence();
-  issue_update<Tin, KD, BV>(dsc, so, S);
+  issue_update<Tin, KD, BV>(dsc, so, U2);
   tf32_chunk_product<BV>(QX, dsc.a + so, dsc.n, true);
   wg::commit();
+#pragma unroll
+  for (int x = 0; x < BV / 2; ++x)  // beside the products
+#pragma unroll
+    for (int mh = 0; mh < MH; ++mh) S[mh][x] *= decay;
   wg::wait<0>();
   wg::pin(QX);
 #pragma unroll
-  for (int mh = 0; mh < MH; ++mh) wg::pin(S[mh]);
+  for (int mh = 0; mh < MH; ++mh) {
+    wg::pin(U2[mh]);
+#pragma unroll
+    for (int x = 0; x < BV / 2; ++x) S[mh][x] += U2[mh][x] + U2[mh][x + BV / 2];
+  }
   if (sp.o.p) store_output(sp, ck, hv, v0, QX);
 }
 
@@ -317,12 +332,12 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_fold_kernel(const Sta
     const ChunkInfo after = c + 2 < c_end ? p.chunks[c + 2] : next;
     cp_async_wait<0>();
     publish_state(sp, s, tp, c, hv, v0, S);
-    float X[NA], QX[NA], VN[NA];
-    issue_state_products<Tin, KD, BV>(dsc, so, X, QX);
+    float X2[BV], QX2[BV], QX[NA], VN[NA];
+    issue_state_products<Tin, KD, BV>(dsc, so, X2, QX2);
     if (c + 1 < c_end) issue_loads(sp, tp, next, c + 1, hv, v0, s.stage(st ^ 1));
     cp_async_commit();
     const RowFactors rf = row_factors(p, ck.len, st, s);
-    compute_vnew(sp, s, st, so, tp, dsc, rf, ck, hv, v0, X, QX, VN);
+    compute_vnew(sp, s, st, so, tp, dsc, rf, ck, hv, v0, X2, QX2, QX, VN);
     update_and_output(sp, s, st, so, dsc, rf, ck, hv, v0, QX, S);
     ck = next, next = after;
   }

@@ -3,7 +3,9 @@
 //   k, q [64][max(K,64)] 16-bit; P, Aqk [64][64] float32 (only the 8x8 blocks on and below the
 //   diagonal are copied; the rest is zeroed once); v [64][BV] row-major; gates b, beta, rstd_k,
 //   rstd_q [4][64]. Written by the threads each chunk, interleaved core matrices (wg::blocked_offset):
-//   S hi/lo [K][BV] and Vt hi/lo [64][BV] (16-bit, N-major), Y and vnew [BV][64] (TF32, K-major).
+//   S [K][2 BV] and Vt [64][2 BV] (16-bit, N-major: the hi parts in columns < BV, the lo parts in the
+//   next BV, so that one wgmma of N = 2 BV reads its A tile once for both), Y and vnew [BV][64] (TF32,
+//   K-major).
 // ThreadPlan: the per-thread constants of the copies and operand stores, computed once; 8
 // consecutive threads copy one 128-byte global line into one swizzled row (whole sectors, no bank
 // conflicts), so every address in the chunk loop is a base plus a compile-time offset.
@@ -38,10 +40,10 @@ struct FoldSmem {
   // gates of the chunk: 0 b (log2 cumsum), 1 beta, 2 rstd_k, 3 rstd_q
   __device__ const float* gate(int st, int a) const { return reinterpret_cast<const float*>(Vs(st) + bytes_v) + a * kChunk; }
   __device__ char* ops() const { return base + 2 * bytes_stage; }
-  __device__ char* Sb(int part) const { return ops() + part * bytes_s; }                     // blocked [K][BV], hi / lo
-  __device__ char* Yb() const { return ops() + 2 * bytes_s; }                                // blocked [BV][64] f32
-  __device__ char* Nb() const { return Yb() + bytes_t; }                                     // blocked [BV][64] f32
-  __device__ char* Vt(int part) const { return Nb() + bytes_t + part * bytes_vt; }           // blocked [64][BV], hi / lo
+  __device__ char* Sb() const { return ops(); }                                   // blocked [K][2 BV]: hi, lo
+  __device__ char* Yb() const { return ops() + 2 * bytes_s; }                     // blocked [BV][64] f32
+  __device__ char* Nb() const { return Yb() + bytes_t; }                          // blocked [BV][64] f32
+  __device__ char* Vt() const { return Nb() + bytes_t; }                          // blocked [64][2 BV]: hi, lo
 };
 
 // Per-thread constants of the chunk loop (computed once): where this thread's cp.async copies and
@@ -54,14 +56,14 @@ struct ThreadPlan {
   int kq_row, kq_col, kq_dst;  // row of copy 0, element column, smem offset (copy i: + kRowStep * 128 i)
   int v_row, v_col;            // smem offset 16 tid (copy i: + 2048 i)
   int t_src, t_ch, t_dst;      // P, Aqk: float offset in the global tile, 16-byte chunk, smem offset (+ 1024 i)
-  int op16, op32;              // blocked offsets of accumulator entry 0: 16-bit N-major, float K-major
+  int op16, op32;              // blocked offsets of accumulator entry 0: 16-bit N-major (hi part), float K-major
   __device__ ThreadPlan() {
     const int tid = threadIdx.x, w = tid >> 5, l = tid & 31, g = l >> 2, t = l & 3;
     kq_row = tid / kCpr, kq_col = 8 * (tid % kCpr);
     kq_dst = wg::sw128_offset<Tin>(kq_row, kq_col, kChunk);
     v_row = tid / vCpr, v_col = 8 * (tid % vCpr);
     t_ch = tid & 15, t_src = (tid >> 4) * kChunk + 4 * t_ch, t_dst = wg::sw128_offset<float>(tid >> 4, 4 * t_ch, kChunk);
-    op16 = 2 * w * (BV / 8) * 128 + g * 16 + 4 * t;
+    op16 = 2 * w * (BV / 4) * 128 + g * 16 + 4 * t;  // rows of 2 BV columns
     op32 = (4 * w + g / 4) * 128 + 2 * t * 16 + (g % 4) * 4;
   }
 };

@@ -83,54 +83,6 @@ __device__ __forceinline__ void mma_tf32(float (&d)[N / 2], uint64_t da, uint64_
 #define KCP_WG_OUT8(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
 #define KCP_WG_OUT16(d) KCP_WG_OUT8(d), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
                         "+f"(d[14]), "+f"(d[15])
-
-template <class T, int N, int kTA, int kTB>
-__device__ __forceinline__ void mma16(float (&d)[N / 2], uint64_t da, uint64_t db, bool accumulate) {
-  static_assert(N == 16 || N == 32, "instantiated for N = 16, 32");
-  constexpr bool kBF = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (N == 16 && kBF)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 " KCP_WG_D8 ", %8, %9, p, 1, 1, %11, %12;\n}\n"
-                 : KCP_WG_OUT8(d) : "l"(da), "l"(db), "r"(int(accumulate)), "n"(kTA), "n"(kTB));
-  else if constexpr (N == 16)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 " KCP_WG_D8 ", %8, %9, p, 1, 1, %11, %12;\n}\n"
-                 : KCP_WG_OUT8(d) : "l"(da), "l"(db), "r"(int(accumulate)), "n"(kTA), "n"(kTB));
-  else if constexpr (kBF)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " KCP_WG_D16 ", %16, %17, p, 1, 1, %19, %20;\n}\n"
-                 : KCP_WG_OUT16(d) : "l"(da), "l"(db), "r"(int(accumulate)), "n"(kTA), "n"(kTB));
-  else
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " KCP_WG_D16 ", %16, %17, p, 1, 1, %19, %20;\n}\n"
-                 : KCP_WG_OUT16(d) : "l"(da), "l"(db), "r"(int(accumulate)), "n"(kTA), "n"(kTB));
-}
-
-template <int N>
-__device__ __forceinline__ void mma_tf32(float (&d)[N / 2], uint64_t da, uint64_t db, bool accumulate) {
-  static_assert(N == 16 || N == 32, "instantiated for N = 16, 32");
-  if constexpr (N == 16)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 " KCP_WG_D8 ", %8, %9, p, 1, 1;\n}\n"
-                 : KCP_WG_OUT8(d) : "l"(da), "l"(db), "r"(int(accumulate)));
-  else
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 " KCP_WG_D16 ", %16, %17, p, 1, 1;\n}\n"
-                 : KCP_WG_OUT16(d) : "l"(da), "l"(db), "r"(int(accumulate)));
-}
-
-#undef KCP_WG_OUT16
-#undef KCP_WG_OUT8
-#undef KCP_WG_D16
-#undef KCP_WG_D8
-
-// D (+)= A B, m64nNk8, TF32, A from registers (a0..a3: this thread's entries (g, t), (g+8, t), (g, t+4),
-// (g+8, t+4) of its warp's 16 rows, g = lane / 4, t = lane mod 4; CUTLASS's ALayout_64x8), B K-major
-// from shared memory. An accumulator fed back as A: k-block j takes {d[4j], d[4j+2], d[4j+1], d[4j+3]}
-// (ra_fragment), which puts accumulator column 8j + 2t + e at k position 8j + t + 4e.
-template <int N>
-__device__ __forceinline__ void mma_tf32_ra(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, bool accumulate);
-
 #define KCP_WG_D32 \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"  \
   "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
@@ -154,6 +106,56 @@ __device__ __forceinline__ void mma_tf32_ra(float (&d)[N / 2], const uint32_t (&
   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
+template <class T, int N, int kTA, int kTB>
+__device__ __forceinline__ void mma16(float (&d)[N / 2], uint64_t da, uint64_t db, bool accumulate) {
+  static_assert(N == 16 || N == 32 || N == 64, "instantiated for N = 16, 32, 64");
+  constexpr bool kBF = std::is_same_v<T, __nv_bfloat16>;
+  if constexpr (N == 16 && kBF)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 " KCP_WG_D8 ", %8, %9, p, 1, 1, %11, %12;\n}\n"
+                 : KCP_WG_OUT8(d) : "l"(da), "l"(db), "r"(int(accumulate)), "n"(kTA), "n"(kTB));
+  else if constexpr (N == 16)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 " KCP_WG_D8 ", %8, %9, p, 1, 1, %11, %12;\n}\n"
+                 : KCP_WG_OUT8(d) : "l"(da), "l"(db), "r"(int(accumulate)), "n"(kTA), "n"(kTB));
+  else if constexpr (N == 32 && kBF)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " KCP_WG_D16 ", %16, %17, p, 1, 1, %19, %20;\n}\n"
+                 : KCP_WG_OUT16(d) : "l"(da), "l"(db), "r"(int(accumulate)), "n"(kTA), "n"(kTB));
+  else if constexpr (N == 32)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " KCP_WG_D16 ", %16, %17, p, 1, 1, %19, %20;\n}\n"
+                 : KCP_WG_OUT16(d) : "l"(da), "l"(db), "r"(int(accumulate)), "n"(kTA), "n"(kTB));
+  else if constexpr (kBF)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " KCP_WG_D32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+                 : KCP_WG_OUT32(d) : "l"(da), "l"(db), "r"(int(accumulate)), "n"(kTA), "n"(kTB));
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " KCP_WG_D32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+                 : KCP_WG_OUT32(d) : "l"(da), "l"(db), "r"(int(accumulate)), "n"(kTA), "n"(kTB));
+}
+
+template <int N>
+__device__ __forceinline__ void mma_tf32(float (&d)[N / 2], uint64_t da, uint64_t db, bool accumulate) {
+  static_assert(N == 16 || N == 32, "instantiated for N = 16, 32");
+  if constexpr (N == 16)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 " KCP_WG_D8 ", %8, %9, p, 1, 1;\n}\n"
+                 : KCP_WG_OUT8(d) : "l"(da), "l"(db), "r"(int(accumulate)));
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 " KCP_WG_D16 ", %16, %17, p, 1, 1;\n}\n"
+                 : KCP_WG_OUT16(d) : "l"(da), "l"(db), "r"(int(accumulate)));
+}
+
+// D (+)= A B, m64nNk8, TF32, A from registers (a0..a3: this thread's entries (g, t), (g+8, t), (g, t+4),
+// (g+8, t+4) of its warp's 16 rows, g = lane / 4, t = lane mod 4; CUTLASS's ALayout_64x8), B K-major
+// from shared memory. An accumulator fed back as A: k-block j takes {d[4j], d[4j+2], d[4j+1], d[4j+3]}
+// (ra_fragment), which puts accumulator column 8j + 2t + e at k position 8j + t + 4e.
+template <int N>
+__device__ __forceinline__ void mma_tf32_ra(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, bool accumulate);
+
 template <int N>
 __device__ __forceinline__ void mma_tf32_ra(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, bool accumulate) {
   static_assert(N == 64 || N == 128, "instantiated for N = 64, 128");
@@ -169,8 +171,12 @@ __device__ __forceinline__ void mma_tf32_ra(float (&d)[N / 2], const uint32_t (&
 
 #undef KCP_WG_OUT64
 #undef KCP_WG_OUT32
+#undef KCP_WG_OUT16
+#undef KCP_WG_OUT8
 #undef KCP_WG_D64
 #undef KCP_WG_D32
+#undef KCP_WG_D16
+#undef KCP_WG_D8
 
 // The register A operand of k-block j from accumulator values x (as TF32 bits), in mma_tf32_ra's order.
 template <int M>
