@@ -264,7 +264,7 @@ __device__ __forceinline__ void compute_vnew(const StateParams& sp, const FoldSm
   wg::pin(VN), wg::pin(QX2);
   sum_parts<BV>(QX2, QX);
   store_split<Tin, BV>(s.Vt(), tp.op16, 0, VN, rf.e[0], rf.e[1]);  // Vt = vnew E for the update
-  store_tf32_t(s.Nb(), tp.op32, VN);                                         // vnew for the output
+  store_tf32_t(s.Nb(), tp.op32, VN);                                // vnew for the output
   if (sp.vnew) write_vnew(sp, ck, hv, v0, VN);
 }
 
