@@ -64,11 +64,11 @@ template <class Tin, int BV, int NA>
 __device__ __forceinline__ void store_split(char* tile, int op16, int mh, const float (&d)[NA], float f0, float f1) {
 #pragma unroll
   for (int x = 0; x < NA; x += 2) {
-    const int h = (x >> 1) & 1, j = x >> 2, off = op16 + ((8 * mh + h) * (BV / 4) + j) * 128;
+    const int h = (x >> 1) & 1, j = x >> 2, off = op16 + (8 * mh + h) * kHiLoGroup<BV> + j * 128;
     uint32_t a, b;
     wg::split_pair<Tin>(d[x] * (h ? f1 : f0), d[x + 1] * (h ? f1 : f0), a, b);
     *reinterpret_cast<uint32_t*>(tile + off) = a;
-    *reinterpret_cast<uint32_t*>(tile + off + (BV / 8) * 128) = b;
+    *reinterpret_cast<uint32_t*>(tile + off + kLoPart<BV>) = b;
   }
 }
 
@@ -95,7 +95,7 @@ struct FoldDescs {
 };
 template <class Tin, int KD, int BV>
 __device__ FoldDescs make_descs(const FoldSmem<Tin, KD, BV>& s) {
-  constexpr uint32_t kB = (BV / 4) * 128;  // LBO of the hi + lo tiles (2 BV columns)
+  constexpr uint32_t kB = kHiLoGroup<BV>;
   FoldDescs d;
   d.k = wg::desc(s.Ks(0), 16, 1024, true), d.q = wg::desc(s.Qs(0), 16, 1024, true);  // K-major A, swizzled
   d.km = wg::desc(s.Ks(0), kChunk * 128, 1024, true);  // M-major A: the k tile read as k^T (regions of 64 i)
@@ -113,7 +113,7 @@ constexpr uint32_t kStepK(int ks) { return wg::sw128_k_step(ks, kChunk); }
 // wait). `so`: stage offset / 16.
 template <class Tin, int KD, int BV>
 __device__ void issue_state_products(const FoldDescs& d, uint64_t so, float (&X2)[BV], float (&QX2)[BV]) {
-  constexpr uint32_t kB = (BV / 4) * 128;
+  constexpr uint32_t kB = kHiLoGroup<BV>;
   wg::pin(X2), wg::pin(QX2);
   wg::fence();
 #pragma unroll
@@ -136,7 +136,7 @@ __device__ __forceinline__ void tf32_chunk_product(float (&d)[BV / 2], uint64_t 
 // U2 = k^T @ [Vt hi, Vt lo] (A = the k tile read M-major, one m64 tile per 64 key rows).
 template <class Tin, int KD, int BV>
 __device__ void issue_update(const FoldDescs& d, uint64_t so, float (&U2)[KD >= 64 ? KD / 64 : 1][BV]) {
-  constexpr uint32_t kB = (BV / 4) * 128;
+  constexpr uint32_t kB = kHiLoGroup<BV>;
 #pragma unroll
   for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
 #pragma unroll

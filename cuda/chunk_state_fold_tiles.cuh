@@ -20,6 +20,12 @@ namespace kcp::cuda::fold {
 
 constexpr int kThreads = 128;  // one warpgroup
 constexpr int kTileT = 4 * kChunk * kChunk;  // bytes of a 64x64 float tile (P, Aqk)
+// The hi + lo operand tiles (S, Vt: N-major blocked, 2 BV 16-bit columns, hi in columns < BV): bytes of
+// one 8-row group (the descriptors' LBO), and the lo part's offset within a group.
+template <int BV>
+constexpr uint32_t kHiLoGroup = (BV / 4) * 128;
+template <int BV>
+constexpr uint32_t kLoPart = (BV / 8) * 128;
 
 template <class Tin, int KD, int BV>
 struct FoldSmem {
@@ -63,7 +69,7 @@ struct ThreadPlan {
     kq_dst = wg::sw128_offset<Tin>(kq_row, kq_col, kChunk);
     v_row = tid / vCpr, v_col = 8 * (tid % vCpr);
     t_ch = tid & 15, t_src = (tid >> 4) * kChunk + 4 * t_ch, t_dst = wg::sw128_offset<float>(tid >> 4, 4 * t_ch, kChunk);
-    op16 = 2 * w * (BV / 4) * 128 + g * 16 + 4 * t;  // rows of 2 BV columns
+    op16 = 2 * w * kHiLoGroup<BV> + g * 16 + 4 * t;  // rows of 2 BV columns
     op32 = (4 * w + g / 4) * 128 + 2 * t * 16 + (g % 4) * 4;
   }
 };

@@ -36,12 +36,12 @@
 // test_cuda_backward.cpp and the goldens.
 #include "cuda/chunk_state_kda.cuh"
 
+#include "cuda/chunk_state_kda_tiles.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/device_math.cuh"
 #include "cuda/tile_mma.cuh"
 #include "cuda/tile_store.cuh"
 #include "cuda/wgmma.cuh"
-#include "cuda/chunk_state_kda_tiles.cuh"
 
 namespace kcp::cuda {
 namespace {
