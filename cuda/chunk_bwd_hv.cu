@@ -28,6 +28,7 @@
 #include "cuda/dispatch.cuh"
 #include "cuda/tile_mma.cuh"
 #include "cuda/tile_store.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace kcp::cuda {
 namespace {
@@ -65,20 +66,82 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
 }
 
 
+// The unsplit products of one slab (16-bit inputs: every operand is stored TF32) on wgmma, by warp
+// group w / 4 of a half: m64 over the chunk's rows, N = KW / 2 h columns from (w / 4) KW / 2 and 32 X
+// columns from 32 (w / 4). wgmma m64nN's accumulators are mma.sync's m16n8 tiles side by side
+// (wgmma.cuh), so HvAcc and the epilogue are those of the mma.sync form below. A (do, dXu, vnew,
+// dvnew) from registers by ldmatrix; B (h, dh, vnew rows: K-major) from the swizzled slabs. A commit
+// group per k step, the A fragments double-buffered: a group's registers are loaded again only after
+// wait<1> has retired it (wgmma reads register operands asynchronously).
+template <int KW, bool kH, int kX>
+__device__ void slab_products_wg(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
+  constexpr int NH = KW / 2;
+  const int m0 = 16 * (w & 3), hb = (w >> 2) * NH, xb = 32 * (w >> 2);
+  auto& doh = reinterpret_cast<float(&)[NH / 2]>(a.doh);
+  auto& xw = reinterpret_cast<float(&)[NH / 2]>(a.xw);
+  auto& vdh = reinterpret_cast<float(&)[NH / 2]>(a.vdh);
+  auto& X = reinterpret_cast<float(&)[16]>(a.X);
+  const uint64_t dh_h = wg::desc(s.h + hb * kSlab, 16, 1024, true), dh_dh = wg::desc(s.dh + hb * kSlab, 16, 1024, true);
+  const uint64_t dh_vn = wg::desc(s.vn + xb * kSlab, 16, 1024, true);
+  struct Frags {
+    FragA<false> x, o, xu, vn;  // X's A (do or dvnew), do (kX = 1), dXu, vnew
+  };
+  auto load = [&](Frags& f, int k0) {
+    f.x = ldm_a_row<false>(kX == 0 ? s.dO : s.dvn, kLdV, m0, k0, true);
+    if constexpr (kH) {
+      if constexpr (kX == 1) f.o = ldm_a_row<false>(s.dO, kLdV, m0, k0, true);
+      f.xu = ldm_a_row<false>(s.dxu, kLdV, m0, k0, true);
+      f.vn = ldm_a_slab<true, false>(s.vn, m0, k0);
+    }
+  };
+  auto issue = [&](const Frags& f, int k0) {
+    const uint32_t kb = 4 * k0;  // bytes along the swizzled rows
+    wg::fence();
+    if constexpr (kH) {
+      wg::mma_tf32_ra<NH>(doh, kX == 0 ? f.x.hi : f.o.hi, wg::adv(dh_h, kb), true);
+      wg::mma_tf32_ra<NH>(xw, f.xu.hi, wg::adv(dh_h, kb), true);
+      wg::mma_tf32_ra<NH>(vdh, f.vn.hi, wg::adv(dh_dh, kb), true);
+    }
+    wg::mma_tf32_ra<32>(X, f.x.hi, wg::adv(dh_vn, kb), true);
+    wg::commit();
+  };
+  auto pin = [](Frags& f) {  // the registers a retired group read (none unloaded: no undefined values kept)
+    wg::pin(f.x.hi);
+    if constexpr (kH && kX == 1) wg::pin(f.o.hi);
+    if constexpr (kH) wg::pin(f.xu.hi), wg::pin(f.vn.hi);
+  };
+  static_assert(kSlab == 32, "four k steps a slab");
+  Frags f0, f1;
+  load(f0, 0), issue(f0, 0);
+  load(f1, 8), issue(f1, 8);
+  wg::wait<1>(), pin(f0);
+  load(f0, 16), issue(f0, 16);
+  wg::wait<1>(), pin(f1);
+  load(f1, 24), issue(f1, 24);
+  wg::wait<0>(), pin(f0), pin(f1);
+  wg::pin(doh), wg::pin(xw), wg::pin(vdh), wg::pin(X);
+}
+
 // One slab of the products of warp w of a half (tensor cores, TF32 or 3xTF32 by S): the three h
 // products (kH) and dA (kX = 0, a = do) or W1 (kX = 1, a = dvnew). Warp w: rows 16 (w % 4); h columns
 // (w / 4) KW/2 + 8 nt, X columns 32 (w / 4) + 8 nt. gla (kDelta = false): no xw = dXu h^T, no W1.
 // Every operand is stored TF32-rounded unless S, so no fragment is converted on load (exact = true;
 // split products split every fragment anyway): do and gla's v by SlabPrefetch::store, dXu by
-// slab_dxu, vnew, dvnew, h, dh by round_own_copies.
+// slab_dxu, vnew, dvnew, h, dh by round_own_copies. The delta rule's unsplit products run on wgmma
+// (slab_products_wg); its vnew, h, dh slabs are swizzled (kSw, chunk_bwd_hv_tiles.cuh).
 template <int KW, bool kH, int kX, bool kDelta, bool S>
 __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
+  if constexpr (kDelta && !S) {
+    slab_products_wg<KW, kH, kX>(s, a, w);
+    return;
+  }
   constexpr int NTW = KW / 16;
+  constexpr bool kSw = kDelta;  // HvShape::kSw
   static_assert(NTW % 2 == 0, "B fragments come in pairs of 8-column tiles");
   constexpr bool kXp = kDelta || kX == 0;  // the X product is needed
   const int m0 = 16 * (w & 3), hb = (w >> 2) * (KW / 2), xb = 32 * (w >> 2);
-  // Fragments by ldmatrix: the slabs are row-major [64][kLdV] (A: rows of do, dvnew, dXu, vnew) and
-  // h, dh, vnew are n-major for B (h^T, dh^T, vnew^T), kLdV = 4 mod 32 words: conflict-free.
+  // Fragments by ldmatrix: the slabs are row-major (A: rows of do, dvnew, dXu, vnew) and h, dh, vnew
+  // n-major for B (h^T, dh^T, vnew^T), padded (kLdV = 4 mod 32 words) or swizzled: conflict-free.
 #pragma unroll 1
   for (int k0 = 0; k0 < kSlab; k0 += 8) {
     FragA<S> ax;
@@ -88,12 +151,12 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
       if constexpr (kX == 0 && kXp) ado = ax;
       else ado = ldm_a_row<S>(s.dO, kLdV, m0, k0, true);
       if constexpr (kDelta) axu = ldm_a_row<S>(s.dxu, kLdV, m0, k0, true);
-      const FragA<S> avn = ldm_a_row<S>(s.vn, kLdV, m0, k0, true);
+      const FragA<S> avn = ldm_a_slab<kSw, S>(s.vn, m0, k0);
 #pragma unroll
       for (int nt = 0; nt < NTW; nt += 2) {
         FragB<S> bh[2], bdh[2];
-        ldm_b_nk2<S>(bh[0], bh[1], s.h, kLdV, k0, hb + 8 * nt, true);
-        ldm_b_nk2<S>(bdh[0], bdh[1], s.dh, kLdV, k0, hb + 8 * nt, true);
+        ldm_b_slab2<kSw, S>(bh[0], bh[1], s.h, k0, hb + 8 * nt);
+        ldm_b_slab2<kSw, S>(bdh[0], bdh[1], s.dh, k0, hb + 8 * nt);
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           mma<S>(a.doh[nt + u], ado, bh[u]);
@@ -107,7 +170,7 @@ __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
 #pragma unroll
       for (int nt = 0; nt < 4; nt += 2) {
         FragB<S> b[2];
-        ldm_b_nk2<S>(b[0], b[1], s.vn, kLdV, k0, xb + 8 * nt, true);
+        ldm_b_slab2<kSw, S>(b[0], b[1], s.vn, k0, xb + 8 * nt);
         mma<S>(a.X[nt], ax, b[0]);
         mma<S>(a.X[nt + 1], ax, b[1]);
       }
@@ -174,6 +237,7 @@ __device__ __forceinline__ void hv_slabs(const BwdParams& bp, float* smem, const
     round_own_copies<KD, kDelta, !kSplit, NT>(carve_hv<KD, kDelta>(smem, j & 1, 0));
     pdo.template store<!kSplit>(s.dO);  // only product operands: rounded once here unless split
     if constexpr (!kDelta) pv.template store<!kSplit>(s.vn);
+    if constexpr (kDelta && !kSplit) wg::fence_proxy_async();  // this thread's slab writes, for wgmma
     __syncthreads();  // slab j complete; slab j - 1 consumed (its buffer takes slab j + 1)
     if (j + 1 < ns) {
       issue_slab<KD, kDelta, NT>(bp, carve_hv<KD, kDelta>(smem, (j + 1) & 1, 0), it, kSlab * (j + 1));
@@ -197,6 +261,7 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, HvShape<KD, kDe
   constexpr int NT = S::kThreads;
   const ChunkParams& p = bp.c;
   extern __shared__ __align__(16) float smem[];
+  if constexpr (S::kSw) expect_swizzle_aligned(smem);
   const HvItem it = hv_item<KD, kDelta>(p, blockIdx.x);
   const HvThread th = hv_thread<KD, kDelta>();
   SlabPrefetch<NT, !kSplit> pdo, pv;  // do (and gla's v) of the next slab

@@ -1,8 +1,12 @@
 // Kernel hv's layout and loads (chunk_bwd_hv.cu): one block of two 256-thread halves per (chunk,
 // value head) at a time (gla: one half per block, HvShape::kKeyBlocks blocks per item), the V slabs
 // double-buffered in shared memory:
-//   P' [64][68] | dXu [64][36] | buffer 0, 1: do, vnew, dvnew [64][36], h, dh [max(K, 64)][36] |
+//   P' [64][68] | dXu [64][36] | buffer 0, 1: do, dvnew [64][36], vnew [64][32], h, dh [K][32] |
 //   beta, gdn gates [64] | rowsum(h dh) per half [64] | reductions [16 x 64]
+// (delta rule). vnew, h and dh are the B operands of wgmma (the unsplit products, chunk_bwd_hv.cu):
+// rows of 32 floats = 128 bytes in wgmma's 128-byte swizzle (sw_off), every region 1024-byte aligned;
+// do, dvnew and dXu, read only as register A fragments or by mma.sync, keep the padded rows.
+// gla: do, v [64][36], h, dh [max(K, 64)][36] per buffer, no swizzle.
 // (kda's and gla's row-block key totals X1, X2 per half [4][KW] reuse buffer 0 after the slabs; raw P is staged
 // in buffer 1 before slab 0; gla has no P', dXu, dvnew, and h, dh hold the block's 64 or fewer key rows).
 // The slab loads: cp.async for the float32 workspaces (vnew, dvnew, h, dh),
@@ -17,6 +21,14 @@ namespace kcp::cuda::hv {
 
 constexpr int kLdV = kLdS;  // [64][32] V slabs: A fragments (rows) and n-major B fragments, 4 mod 32 words
 constexpr int kSlabFloats = kChunk * kLdV;
+
+// Float offset of element (r, c), c < 32, of a slab whose 128-byte rows are in wgmma's 128-byte
+// swizzle (wgmma.cuh sw128_offset for 4-byte elements): the 16-byte chunk c / 4 of row r stored at
+// chunk (c / 4) ^ (r % 8). ldmatrix rows of one chunk then fall on distinct banks, as with kLdV.
+__host__ __device__ constexpr int sw_off(int r, int c) { return r * kSlab + ((((c >> 2) ^ r) & 7) << 2) + (c & 3); }
+// The slab offset of (r, c) in the layout kSw (swizzled) or padded rows of kLdV.
+template <bool kSw>
+__host__ __device__ constexpr int slab_off(int r, int c) { return kSw ? sw_off(r, c) : r * kLdV + c; }
 
 template <int KD, bool kDelta>
 struct HvShape {
@@ -33,8 +45,10 @@ struct HvShape {
   static constexpr int kRowsHeld = kDelta ? KD : KW;  // key rows of h, dh a block copies
   static constexpr int HR = kRowsHeld > kChunk ? kRowsHeld : kChunk;  // rows of the h, dh slabs (copies fill 64 rows)
   static constexpr int kSlabs = kDelta ? 3 : 2;  // do, vnew (gla: v), dvnew (delta rule only)
-  // one slab buffer: do, vnew, dvnew [64][kLdV], then h, dh [HR][kLdV]
-  static constexpr int buf = kSlabs * kSlabFloats + 2 * HR * kLdV;
+  static constexpr bool kSw = kDelta;            // vnew, h, dh swizzled (the wgmma B operands)
+  static constexpr int ldh = kSw ? kSlab : kLdV;  // floats per row of the vnew, h, dh slabs
+  // one slab buffer: do, dvnew [64][kLdV], vnew [64][ldh], then h, dh [HR][ldh] (gla: do, v, h, dh)
+  static constexpr int buf = (kSlabs - 1) * kSlabFloats + kChunk * ldh + 2 * HR * ldh;
   static constexpr int area = 2 * buf;
   static_assert(kHalves * 8 * KW <= buf, "the key totals X1, X2 [4][KW] per half fit in buffer 0");
   static constexpr int kRed = 16 * kChunk;  // 16 partials of v . dXu per row; then row sums
@@ -42,6 +56,8 @@ struct HvShape {
   // floats: P', dXu, the two buffers, scalars (beta, gdn gates, hdh per half, reductions)
   static constexpr int floats = kPdxu + area + 2 * kChunk + kHalves * kChunk + kRed;
   static_assert(!kDelta || kChunk * kLdC <= buf, "raw P is staged in buffer 1");
+  static_assert(!kSw || (kPdxu % 256 == 0 && kSlabFloats % 256 == 0 && buf % 256 == 0),
+                "swizzled slabs start on 1024-byte boundaries");
 };
 
 struct HvSmem {
@@ -57,8 +73,8 @@ __device__ HvSmem carve_hv(float* s, int b, int z) {
   m.P = kDelta ? s : nullptr, s += kDelta ? kChunk * kLdC : 0;
   m.dxu = kDelta ? s : nullptr, s += kDelta ? kSlabFloats : 0;
   float* bf = s + b * S::buf;
-  m.dO = bf, m.vn = bf + kSlabFloats, m.dvn = kDelta ? bf + 2 * kSlabFloats : nullptr;
-  m.h = bf + S::kSlabs * kSlabFloats + z * S::KW * kLdV, m.dh = m.h + S::HR * kLdV;
+  m.dO = bf, m.dvn = kDelta ? bf + kSlabFloats : nullptr, m.vn = bf + (S::kSlabs - 1) * kSlabFloats;
+  m.h = m.vn + kChunk * S::ldh + z * S::KW * S::ldh, m.dh = m.h + S::HR * S::ldh;
   m.X1 = s + 8 * z * S::KW, m.X2 = m.X1 + 4 * S::KW;
   s += S::area;
   m.bet = s, m.gsc = s + kChunk, m.hdh = s + 2 * kChunk + z * kChunk, m.red = s + (2 + S::kHalves) * kChunk;
@@ -74,6 +90,32 @@ __device__ __forceinline__ HvThread hv_thread() {
   const int i = threadIdx.x;
   const int z = HvShape<KD, kDelta>::kKeyBlocks == 2 ? int(blockIdx.x & 1) : i / kBwdThreads;
   return {z, i % kBwdThreads, (i % kBwdThreads) >> 5};
+}
+
+// ldm_a_row and ldm_b_nk2 (tile_mma.cuh) on a slab in layout kSw (the operands are stored exact).
+template <bool kSw, bool S>
+__device__ __forceinline__ FragA<S> ldm_a_slab(const float* s, int m0, int k0) {
+  if constexpr (!kSw) {
+    return ldm_a_row<S>(s, kLdV, m0, k0, true);
+  } else {
+    const int l = threadIdx.x & 31;
+    FragA<S> a;
+    ldmatrix_x4(a.hi, s + sw_off(m0 + (l & 7) + ((l >> 3) & 1) * 8, k0 + (l >> 4) * 4));
+    a.finish(true);
+    return a;
+  }
+}
+template <bool kSw, bool S>
+__device__ __forceinline__ void ldm_b_slab2(FragB<S>& b0, FragB<S>& b1, const float* s, int k0, int n0) {
+  if constexpr (!kSw) {
+    ldm_b_nk2<S>(b0, b1, s, kLdV, k0, n0, true);
+  } else {
+    const int l = threadIdx.x & 31;
+    uint32_t r[4];
+    ldmatrix_x4(r, s + sw_off(n0 + (l & 7) + (l >> 4) * 8, k0 + ((l >> 3) & 1) * 4));
+    b0.hi[0] = r[0], b0.hi[1] = r[1], b1.hi[0] = r[2], b1.hi[1] = r[3];
+    b0.finish(true), b1.finish(true);
+  }
 }
 
 // bits[u] = element off(u) of view v where in(u), else 0 (0.0 in every code), the dtype switch
@@ -175,14 +217,14 @@ struct SlabV {
 // the slab's first column; rows >= L zero-filled): thread t copies quads t + u NT, i.e. row t / 8 +
 // u NT / 8, columns 4 (t % 8) .. + 3 (copy_rows_async's mapping, which round_own_copies relies on),
 // without its division and loop bound (issue_slab's copies were a tenth of hv's instructions, ncu).
-template <int NT, int kRows>
+template <int NT, int kRows, bool kSw = false>
 __device__ __forceinline__ void copy_slab_async(float* s, const float* g, int64_t ldg, int L) {
   static_assert(NT % 8 == 0 && (kRows * 8) % NT == 0, "whole rows per pass");
   const int r0 = int(threadIdx.x) >> 3, c = 4 * (int(threadIdx.x) & 7);
 #pragma unroll
   for (int u = 0; u < kRows * 8 / NT; ++u) {
     const int r = r0 + u * (NT / 8);
-    cp_async16(s + r * kLdV + c, g + (r < L ? r : 0) * ldg + c, r < L);
+    cp_async16(s + slab_off<kSw>(r, c), g + (r < L ? r : 0) * ldg + c, r < L);
   }
 }
 
@@ -211,10 +253,10 @@ __device__ void issue_slab(const BwdParams& bp, const HvSmem& s, const HvItem& i
   const ChunkInfo& ck = it.ck;
   const int64_t ldv = int64_t(p.HV) * p.V, row0 = (int64_t(ck.t0) * p.HV + it.hv) * p.V + j0;
   const int64_t h0 = (it.blk * KD + it.key0) * p.V + j0;
-  if constexpr (kDelta) copy_slab_async<NT, kChunk>(s.vn, bp.vnew + row0, ldv, ck.len);
+  if constexpr (kDelta) copy_slab_async<NT, kChunk, S::kSw>(s.vn, bp.vnew + row0, ldv, ck.len);
   if constexpr (kDelta) copy_slab_async<NT, kChunk>(s.dvn, bp.dvnew + row0, ldv, ck.len);  // gla: dv written by dhu
-  copy_slab_async<NT, S::HR>(s.h, bp.h + h0, p.V, S::kRowsHeld);
-  copy_slab_async<NT, S::HR>(s.dh, bp.dh + h0, p.V, S::kRowsHeld);
+  copy_slab_async<NT, S::HR, S::kSw>(s.h, bp.h + h0, p.V, S::kRowsHeld);
+  copy_slab_async<NT, S::HR, S::kSw>(s.dh, bp.dh + h0, p.V, S::kRowsHeld);
   cp_async_commit();
 }
 
@@ -236,14 +278,15 @@ __device__ void round_own_copies(const HvSmem& s) {
     const float4 x = lds4(p);
     *reinterpret_cast<float4*>(p) = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
   };
+  constexpr bool kSw = HvShape<KD, kDelta>::kSw;
 #pragma unroll
   for (int idx = threadIdx.x; idx < kChunk * kQuads; idx += NT) {
     const int r = idx / kQuads, c = 4 * (idx % kQuads);
-    if constexpr (kRound && kDelta) round4(s.vn + r * kLdV + c), round4(s.dvn + r * kLdV + c);
+    if constexpr (kRound && kDelta) round4(s.vn + slab_off<kSw>(r, c)), round4(s.dvn + r * kLdV + c);
 #pragma unroll
     for (int r0 = 0; r0 < HvShape<KD, kDelta>::kRowsHeld; r0 += kChunk) {
-      float* h = s.h + (r0 + r) * kLdV + c;
-      float* dh = s.dh + (r0 + r) * kLdV + c;
+      float* h = s.h + slab_off<kSw>(r0 + r, c);
+      float* dh = s.dh + slab_off<kSw>(r0 + r, c);
       float x = dot4(lds4(h), lds4(dh), 0.0f);
       if constexpr (kRound) round4(h), round4(dh);
       x += __shfl_xor_sync(0xffffffffu, x, 1);

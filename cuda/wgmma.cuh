@@ -158,8 +158,16 @@ __device__ __forceinline__ void mma_tf32_ra(float (&d)[N / 2], const uint32_t (&
 
 template <int N>
 __device__ __forceinline__ void mma_tf32_ra(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t db, bool accumulate) {
-  static_assert(N == 64 || N == 128, "instantiated for N = 64, 128");
-  if constexpr (N == 64)
+  static_assert(N == 16 || N == 32 || N == 64 || N == 128, "instantiated for N = 16, 32, 64, 128");
+  if constexpr (N == 16)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 " KCP_WG_D8 ", {%8,%9,%10,%11}, %12, p, 1, 1;\n}\n"
+                 : KCP_WG_OUT8(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)));
+  else if constexpr (N == 32)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 " KCP_WG_D16 ", {%16,%17,%18,%19}, %20, p, 1, 1;\n}\n"
+                 : KCP_WG_OUT16(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)));
+  else if constexpr (N == 64)
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 " KCP_WG_D32 ", {%32,%33,%34,%35}, %36, p, 1, 1;\n}\n"
                  : KCP_WG_OUT32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(int(accumulate)));
