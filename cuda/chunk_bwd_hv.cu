@@ -15,9 +15,11 @@
 // gla (kDelta = false): vnew = v is read from v; P = I and beta_e = 0, so dXu = dvnew = dv (written by dhu, chunk_bwd_dh_gla.cu: no dvnew slab here), and the xw and
 // dbeta terms vanish (beta factors): no P, no P^T dvnew, no dXu h^T, no W1 (kernel wy does not run,
 // kernel intra takes dL = 0), no dbeta partials.
-// Every product on tensor cores, mma.sync m16n8k8: split operands (3xTF32, tile_mma.cuh) where
-// bwd_split_products says so (float32 inputs), else one TF32 product (chunk_bwd.cuh). Warp w of a
-// half owns rows 16 (w % 4) and half of the columns.
+// Every product on tensor cores: split operands (3xTF32, tile_mma.cuh) on mma.sync m16n8k8 where
+// bwd_split_products says so (float32 inputs), else one TF32 product (chunk_bwd.cuh): dXu on
+// mma.sync, the h and X products of the delta rule on wgmma m64nNk8 (slab_products_wg; A from
+// registers, B from the slabs in the 128-byte swizzle), gla's on mma.sync. Warp w of a half owns rows
+// 16 (w % 4) and half of the columns (wgmma: warp group w / 4 of the half, the same accumulators).
 // Epilogue (dq, dk inter parts, gate and dbeta partials): chunk_bwd_hv_epilogue.cuh.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
@@ -72,7 +74,9 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
 // (wgmma.cuh), so HvAcc and the epilogue are those of the mma.sync form below. A (do, dXu, vnew,
 // dvnew) from registers by ldmatrix; B (h, dh, vnew rows: K-major) from the swizzled slabs. A commit
 // group per k step, the A fragments double-buffered: a group's registers are loaded again only after
-// wait<1> has retired it (wgmma reads register operands asynchronously).
+// wait<1> has retired it (wgmma reads register operands asynchronously). Measured against A read
+// from the slabs by descriptor (do, dXu, dvnew swizzled too; the front products issued before
+// slab_dxu so that they run during it): slower, gdn hv 1.72 -> 1.79 ms at T = 32768 (docs/CUDA.md).
 template <int KW, bool kH, int kX>
 __device__ void slab_products_wg(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
   constexpr int NH = KW / 2;
