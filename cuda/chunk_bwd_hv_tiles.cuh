@@ -1,7 +1,7 @@
 // Kernel hv's layout and loads (chunk_bwd_hv.cu): one block of two 256-thread halves per (chunk,
 // value head) at a time (gla: one half per block, HvShape::kKeyBlocks blocks per item), the V slabs
 // double-buffered in shared memory:
-//   P' [64][68] | dXu [64][36] | buffer 0, 1: do, dvnew [64][36], vnew [64][32], h, dh [K][32] |
+//   P' [64][68] | dXu [64][36] | buffer 0, 1: do, dvnew [64][36], vnew [64][32], h, dh [max(K, 64)][32] |
 //   beta, gdn gates [64] | rowsum(h dh) per half [64] | reductions [16 x 64]
 // (delta rule). vnew, h and dh are the B operands of wgmma (the unsplit products, chunk_bwd_hv.cu):
 // rows of 32 floats = 128 bytes in wgmma's 128-byte swizzle (sw_off), every region 1024-byte aligned;
