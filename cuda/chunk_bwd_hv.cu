@@ -85,8 +85,9 @@ __device__ void slab_products_wg(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
   auto& xw = reinterpret_cast<float(&)[NH / 2]>(a.xw);
   auto& vdh = reinterpret_cast<float(&)[NH / 2]>(a.vdh);
   auto& X = reinterpret_cast<float(&)[16]>(a.X);
-  const uint64_t dh_h = wg::desc(s.h + hb * kSlab, 16, 1024, true), dh_dh = wg::desc(s.dh + hb * kSlab, 16, 1024, true);
-  const uint64_t dh_vn = wg::desc(s.vn + xb * kSlab, 16, 1024, true);
+  // B descriptors (K-major, swizzled): h and dh rows of the group's h columns, vnew rows of its X columns
+  const uint64_t b_h = wg::desc(s.h + hb * kSlab, 16, 1024, true), b_dh = wg::desc(s.dh + hb * kSlab, 16, 1024, true);
+  const uint64_t b_vn = wg::desc(s.vn + xb * kSlab, 16, 1024, true);
   struct Frags {
     FragA<false> x, o, xu, vn;  // X's A (do or dvnew), do (kX = 1), dXu, vnew
   };
@@ -102,11 +103,11 @@ __device__ void slab_products_wg(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
     const uint32_t kb = 4 * k0;  // bytes along the swizzled rows
     wg::fence();
     if constexpr (kH) {
-      wg::mma_tf32_ra<NH>(doh, kX == 0 ? f.x.hi : f.o.hi, wg::adv(dh_h, kb), true);
-      wg::mma_tf32_ra<NH>(xw, f.xu.hi, wg::adv(dh_h, kb), true);
-      wg::mma_tf32_ra<NH>(vdh, f.vn.hi, wg::adv(dh_dh, kb), true);
+      wg::mma_tf32_ra<NH>(doh, kX == 0 ? f.x.hi : f.o.hi, wg::adv(b_h, kb), true);
+      wg::mma_tf32_ra<NH>(xw, f.xu.hi, wg::adv(b_h, kb), true);
+      wg::mma_tf32_ra<NH>(vdh, f.vn.hi, wg::adv(b_dh, kb), true);
     }
-    wg::mma_tf32_ra<32>(X, f.x.hi, wg::adv(dh_vn, kb), true);
+    wg::mma_tf32_ra<32>(X, f.x.hi, wg::adv(b_vn, kb), true);
     wg::commit();
   };
   auto pin = [](Frags& f) {  // the registers a retired group read (none unloaded: no undefined values kept)
@@ -135,12 +136,12 @@ __device__ void slab_products_wg(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
 // (slab_products_wg); its vnew, h, dh slabs are swizzled (kSw, chunk_bwd_hv_tiles.cuh).
 template <int KW, bool kH, int kX, bool kDelta, bool S>
 __device__ void slab_products(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
-  if constexpr (kDelta && !S) {
+  if constexpr (kHvWgmma<kDelta, S>) {
     slab_products_wg<KW, kH, kX>(s, a, w);
     return;
   }
   constexpr int NTW = KW / 16;
-  constexpr bool kSw = kDelta;  // HvShape::kSw
+  constexpr bool kSw = HvShape<kChunk, kDelta>::kSw;  // the layout depends on kDelta only
   static_assert(NTW % 2 == 0, "B fragments come in pairs of 8-column tiles");
   constexpr bool kXp = kDelta || kX == 0;  // the X product is needed
   const int m0 = 16 * (w & 3), hb = (w >> 2) * (KW / 2), xb = 32 * (w >> 2);
@@ -241,7 +242,7 @@ __device__ __forceinline__ void hv_slabs(const BwdParams& bp, float* smem, const
     round_own_copies<KD, kDelta, !kSplit, NT>(carve_hv<KD, kDelta>(smem, j & 1, 0));
     pdo.template store<!kSplit>(s.dO);  // only product operands: rounded once here unless split
     if constexpr (!kDelta) pv.template store<!kSplit>(s.vn);
-    if constexpr (kDelta && !kSplit) wg::fence_proxy_async();  // this thread's slab writes, for wgmma
+    if constexpr (kHvWgmma<kDelta, kSplit>) wg::fence_proxy_async();  // this thread's slab writes, for wgmma
     __syncthreads();  // slab j complete; slab j - 1 consumed (its buffer takes slab j + 1)
     if (j + 1 < ns) {
       issue_slab<KD, kDelta, NT>(bp, carve_hv<KD, kDelta>(smem, (j + 1) & 1, 0), it, kSlab * (j + 1));

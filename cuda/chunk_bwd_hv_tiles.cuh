@@ -30,6 +30,10 @@ __host__ __device__ constexpr int sw_off(int r, int c) { return r * kSlab + ((((
 template <bool kSw>
 __host__ __device__ constexpr int slab_off(int r, int c) { return kSw ? sw_off(r, c) : r * kLdV + c; }
 
+// Whether kernel hv's products run on wgmma (the delta rule, unsplit: 16-bit inputs), else mma.sync.
+template <bool kDelta, bool kSplit>
+constexpr bool kHvWgmma = kDelta && !kSplit;
+
 template <int KD, bool kDelta>
 struct HvShape {
   static constexpr int KW = KD < 64 ? KD : 64;  // key rows per half
@@ -95,27 +99,11 @@ __device__ __forceinline__ HvThread hv_thread() {
 // ldm_a_row and ldm_b_nk2 (tile_mma.cuh) on a slab in layout kSw (the operands are stored exact).
 template <bool kSw, bool S>
 __device__ __forceinline__ FragA<S> ldm_a_slab(const float* s, int m0, int k0) {
-  if constexpr (!kSw) {
-    return ldm_a_row<S>(s, kLdV, m0, k0, true);
-  } else {
-    const int l = threadIdx.x & 31;
-    FragA<S> a;
-    ldmatrix_x4(a.hi, s + sw_off(m0 + (l & 7) + ((l >> 3) & 1) * 8, k0 + (l >> 4) * 4));
-    a.finish(true);
-    return a;
-  }
+  return ldm_a_at<S>([s](int r, int c) { return s + slab_off<kSw>(r, c); }, m0, k0, true);
 }
 template <bool kSw, bool S>
 __device__ __forceinline__ void ldm_b_slab2(FragB<S>& b0, FragB<S>& b1, const float* s, int k0, int n0) {
-  if constexpr (!kSw) {
-    ldm_b_nk2<S>(b0, b1, s, kLdV, k0, n0, true);
-  } else {
-    const int l = threadIdx.x & 31;
-    uint32_t r[4];
-    ldmatrix_x4(r, s + sw_off(n0 + (l & 7) + (l >> 4) * 8, k0 + ((l >> 3) & 1) * 4));
-    b0.hi[0] = r[0], b0.hi[1] = r[1], b1.hi[0] = r[2], b1.hi[1] = r[3];
-    b0.finish(true), b1.finish(true);
-  }
+  ldm_b_nk2_at<S>(b0, b1, [s](int n, int k) { return s + slab_off<kSw>(n, k); }, k0, n0, true);
 }
 
 // bits[u] = element off(u) of view v where in(u), else 0 (0.0 in every code), the dtype switch

@@ -148,24 +148,37 @@ __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const float* row_a
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
 }
-// A[16x8] at (m0,k0) of a row-major float tile (ld = 4 mod 32). `exact`: values are already TF32.
-template <bool S>
-__device__ __forceinline__ FragA<S> ldm_a_row(const float* s, int ld, int m0, int k0, bool exact) {
+// A[16x8] at (m0,k0) of a float tile whose element (r, c) is at(r, c) (16-byte aligned groups of
+// four columns; rows of one group on distinct banks). `exact`: values are already TF32.
+template <bool S, class At>
+__device__ __forceinline__ FragA<S> ldm_a_at(At at, int m0, int k0, bool exact) {
   const int l = threadIdx.x & 31;
   FragA<S> a;
-  ldmatrix_x4(a.hi, s + (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + k0 + (l >> 4) * 4);
+  const int r = m0 + (l & 7) + ((l >> 3) & 1) * 8, c = k0 + (l >> 4) * 4;
+  ldmatrix_x4(a.hi, at(r, c));
   a.finish(exact);
   return a;
 }
-// B fragments of two adjacent n-tiles (n0, n0+8) at k0 from a float tile stored n-major,
-// BT[n][k] = B(k,n) (ld = 4 mod 32).
+// ... of a row-major float tile (ld = 4 mod 32).
 template <bool S>
-__device__ __forceinline__ void ldm_b_nk2(FragB<S>& b0, FragB<S>& b1, const float* s, int ld, int k0, int n0, bool exact) {
+__device__ __forceinline__ FragA<S> ldm_a_row(const float* s, int ld, int m0, int k0, bool exact) {
+  return ldm_a_at<S>([s, ld](int r, int c) { return s + r * ld + c; }, m0, k0, exact);
+}
+// B fragments of two adjacent n-tiles (n0, n0+8) at k0 from a float tile stored n-major, BT[n][k] =
+// B(k,n) at at(n, k) (as ldm_a_at).
+template <bool S, class At>
+__device__ __forceinline__ void ldm_b_nk2_at(FragB<S>& b0, FragB<S>& b1, At at, int k0, int n0, bool exact) {
   const int l = threadIdx.x & 31;
   uint32_t r[4];
-  ldmatrix_x4(r, s + (n0 + (l & 7) + (l >> 4) * 8) * ld + k0 + ((l >> 3) & 1) * 4);
+  const int n = n0 + (l & 7) + (l >> 4) * 8, k = k0 + ((l >> 3) & 1) * 4;
+  ldmatrix_x4(r, at(n, k));
   b0.hi[0] = r[0], b0.hi[1] = r[1], b1.hi[0] = r[2], b1.hi[1] = r[3];
   b0.finish(exact), b1.finish(exact);
+}
+// ... of a row-major BT (ld = 4 mod 32).
+template <bool S>
+__device__ __forceinline__ void ldm_b_nk2(FragB<S>& b0, FragB<S>& b1, const float* s, int ld, int k0, int n0, bool exact) {
+  ldm_b_nk2_at<S>(b0, b1, [s, ld](int n, int k) { return s + n * ld + k; }, k0, n0, exact);
 }
 template <bool S>
 __device__ __forceinline__ FragB<S> ldm_b_nk(const float* s, int ld, int k0, int n0, bool exact) {
