@@ -115,6 +115,16 @@ inline bool gla_dh_chain_applies(const BwdParams& bp) {
          p.K % 32 == 0 && p.V % 32 == 0 && p.qg && p.kg && p.kg == bp.dkv && bp.dh;
 }
 
+// gdn's dhu reads k itself (bfloat16 rows, exact TF32 operands) and applies kg's row factor
+// rstd_k 2^(b_end - b_r) to the product, dvnew = A_c + Diag(f) (k dh), instead of reading the float32
+// kg that dhu_local would write for it: half the bytes a chain step copies for that operand, no kg
+// round trip through memory, and no TF32 rounding of kg (k is exact in TF32; the factor multiplies in
+// float32). Both kernels evaluate this one predicate, so dhu_local writes kg exactly when dhu reads it.
+__host__ __device__ __forceinline__ bool dhu_reads_raw_k(const ChunkParams& p) {
+  return !p.kda && !p.gla && p.k.dt == kBF16 && reinterpret_cast<uintptr_t>(p.k.p) % 16 == 0 && p.k.st % 8 == 0 &&
+         p.k.sx % 8 == 0 && p.K % 8 == 0;
+}
+
 // The backward's products split into 3xTF32 (float32 accuracy, tile_mma.cuh) when an input it reads
 // is float32 (q, k, v, do) or in the CP transition's chain (dhu with kInitTransition: M^T stays
 // float32-accurate, as the forward's M; the transition's chunk-local terms, dhu_local, run before

@@ -9,7 +9,8 @@
 // dh starts from d_final_state (or 0); for the CP transition (kInitTransition) one launch carries
 // dS_ext (columns [0, V), from 0, with do) and M^T (columns [V, V + K), from I, no A_c, B_c). After chunk 0 dh is written to dh0. The next chunk's kg, w arrive by
 // cp.async and its A_c, B_c by loads into registers (each thread's accumulator positions) while the
-// current chunk is computed; the products on tensor cores (3xTF32 where bwd_split_products says so,
+// current chunk is computed (gdn with bfloat16 k: k's rows and the row factors f_r = rstd_k 2^(b_end - b_r)
+// instead of kg, dvnew = A_c + Diag(f) (k dh): chunk_bwd.cuh dhu_reads_raw_k); the products on tensor cores (3xTF32 where bwd_split_products says so,
 // else one TF32 product: dh stays float32, only its operand copy is rounded; dvnew's shared copy,
 // only ever a product operand, is stored rounded, and w arrives rounded (chunk_wy.cu stores it so
 // when the inputs are 16-bit, which unsplit products imply): their fragments load unconverted). BV = 32 where the grid still has
@@ -30,19 +31,26 @@ namespace {
 // [rows][BV] tiles read as k-major B fragments: row stride 8 or 24 mod 32 words (conflict-free)
 template <int BV>
 constexpr int kLdB = BV == 16 ? 24 : BV + 8;
+// dh's row stride: kLdB, or with raw k (kRaw) 4 mod 16 words, since the B fragments of k dh then read
+// rows k0 + 2t and k0 + 2t + 1 (the permuted k order of ldm_a_row16_perm): 2 ld = 8 mod 32 keeps
+// those eight rows on distinct banks. Never above kLdB (the allocation).
+template <int BV, bool kRaw>
+constexpr int kLdDh = kRaw ? (BV == 16 ? 20 : BV + 4) : kLdB<BV>;
 
 template <int KD, int BV>
 struct DhuSmem {
-  static constexpr int ldk = KD + 4;  // kg [64][KD]: row-major A fragments (4 mod 32)
+  static constexpr int ldk = KD + 4;  // kg [64][KD]: row-major A fragments (4 mod 32); raw k: bf16 rows of 2 ldk
   static constexpr int ldw = KD + 8;  // w [64][KD]: transposed A fragments (8 mod 32)
-  static constexpr int buf = kChunk * ldk + kChunk * ldw + KD;
+  static constexpr int buf = kChunk * ldk + kChunk * ldw + KD + 2 * kChunk;
   static constexpr int floats = KD * kLdB<BV> + kChunk * kLdB<BV> + 2 * buf;
   float *dh, *dvn, *b0;
   __device__ explicit DhuSmem(float* s) : dh(s), dvn(s + KD * kLdB<BV>), b0(s + (KD + kChunk) * kLdB<BV>) {}
-  // buffer b (0, 1): kg, w, b_end [KD]
+  // buffer b (0, 1): kg (or k's bf16 rows), w, b_end [KD], raw k's gate rows b_r and rstd_k [2][64]
   __device__ float* kg(int b) const { return b0 + b * buf; }
+  __device__ __nv_bfloat16* k16(int b) const { return reinterpret_cast<__nv_bfloat16*>(kg(b)); }
   __device__ float* w(int b) const { return kg(b) + kChunk * ldk; }
   __device__ float* ge(int b) const { return w(b) + kChunk * ldw; }
+  __device__ float* rows(int b) const { return ge(b) + KD; }
 };
 
 // Warp tiles: dvnew [64, BV]: rows 16 (w % 4), 8-column tiles (w / 4) BV/16 + j; the update
@@ -88,18 +96,28 @@ struct LocalTerms {
   }
 };
 
-// cp.async of chunk ck's tiles into buffer b: kg, w (rows >= L zero), b_end.
-template <int KD, int BV, bool kKDA>
+// cp.async of chunk ck's tiles into buffer b: kg (raw: k's bf16 rows, with the gate and rstd_k rows),
+// w (rows >= L zero), b_end. Each thread copies fixed row segments (copy_rows_async: addresses stepped
+// by a constant; the per-element index arithmetic was ~30% of the step's instructions, ncu).
+template <int KD, int BV, bool kKDA, bool kRaw>
 __device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv) {
   using S = DhuSmem<KD, BV>;
   const ChunkParams& p = bp.c;
   const int L = ck.len;
-  for (int idx = threadIdx.x; idx < kChunk * KD / 4; idx += kBwdThreads) {
-    const int r = idx / (KD / 4), i = 4 * (idx % (KD / 4)), rr = r < L ? r : 0;
-    const int64_t o = (int64_t(ck.t0 + rr) * p.HV + hv) * KD + i;
-    cp_async16(s.kg(b) + r * S::ldk + i, bp.dkv + o, r < L);
-    if (!p.gla) cp_async16(s.w(b) + r * S::ldw + i, p.w + o, r < L);  // gla: w = 0
+  const int ldx = p.HV * KD;  // kg, w: [TT,HV,K]
+  if constexpr (kRaw) {
+    const int h = hv / p.G;
+    const auto* k = static_cast<const __nv_bfloat16*>(p.k.p) + (ck.t0 * p.k.st + int64_t(h) * p.k.sx);
+    copy_rows_async<kChunk, 2 * KD, kBwdThreads>(s.k16(b), 2 * S::ldk, L, k, int(p.k.st));
+    const int r = threadIdx.x & (kChunk - 1);
+    const bool valid = r < L;
+    const int64_t tt = ck.t0 + (valid ? r : 0);
+    if (threadIdx.x < kChunk) cp_async4(s.rows(b) + r, p.gcum + tt * p.HV + hv, valid);
+    else if (threadIdx.x < 2 * kChunk && p.l2norm) cp_async4(s.rows(b) + kChunk + r, p.rstd_k + tt * p.H + h, valid);
+  } else {
+    copy_rows_async<kChunk, 4 * KD, kBwdThreads>(s.kg(b), S::ldk, L, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD, ldx);
   }
+  if (!p.gla) copy_rows_async<kChunk, 4 * KD, kBwdThreads>(s.w(b), S::ldw, L, p.w + (int64_t(ck.t0) * p.HV + hv) * KD, ldx);  // gla: w = 0
   const float* ge = p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * (kKDA ? KD : 1);
   if constexpr (kKDA) {
     for (int idx = threadIdx.x; idx < KD / 4; idx += kBwdThreads) cp_async16(s.ge(b) + 4 * idx, ge + 4 * idx, true);
@@ -109,26 +127,58 @@ __device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
   cp_async_commit();
 }
 
-// dvnew = A_c + kg dh on tensor cores (3xTF32 when kSp).
-template <int KD, int BV, bool kSp>
+// c += a b where a's values are exact TF32 (k's bf16 rows; its split low part is zero): the split
+// product drops the a.lo term.
+template <bool S>
+__device__ __forceinline__ void mma_exact_a(float (&c)[4], const FragA<false>& a, const FragB<S>& b) {
+  if constexpr (S) mma_tf32(c, a.hi, b.lo);
+  mma_tf32(c, a.hi, b.hi);
+}
+
+// dvnew = A_c + kg dh on tensor cores (3xTF32 when kSp); raw k: A_c + Diag(f) (k dh), f_r = rstd_k
+// 2^(b_end - b_r) (rows >= L: k's rows are zero), k's fragments in the permuted k order of
+// ldm_a_row16_perm and dh's rows read to match (k0 + 2t, k0 + 2t + 1).
+template <int KD, int BV, bool kSp, bool kRaw>
 __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv, int v0,
                           const LocalTerms<KD, BV>& lt) {
   using S = DhuSmem<KD, BV>;
   using Tl = DhuTiling<KD, BV>;
-  constexpr int ld = kLdB<BV>;
+  constexpr int ld = kLdB<BV>, ldh = kLdDh<BV, kRaw>;
   const int m0 = Tl::mv();
-  const float* kg = s.kg(b);
   float c[Tl::NV][4];
 #pragma unroll
   for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) c[j][e] = lt.a[j][e];
+    for (int e = 0; e < 4; ++e) c[j][e] = kRaw ? 0.0f : lt.a[j][e];
+  if constexpr (kRaw) {
+    auto dh_perm = [&](int k, int n) { return s.dh[((k & ~7) + 2 * (k & 3) + ((k >> 2) & 1)) * ldh + n]; };
 #pragma unroll 4
-  for (int k0 = 0; k0 < KD; k0 += 8) {
-    const FragA<kSp> a = ldm_a_row<kSp>(kg, S::ldk, m0, k0, false);  // row-major, ldk = 4 mod 32
+    for (int k0 = 0; k0 < KD; k0 += 8) {
+      const FragA<false> a = ldm_a_row16_perm(s.k16(b), 2 * S::ldk, m0, k0);
+#pragma unroll
+      for (int j = 0; j < Tl::NV; ++j) mma_exact_a<kSp>(c[j], a, load_b<kSp>(dh_perm, k0, Tl::nv(j)));
+    }
+    const float* g = s.rows(b);
+    const float be = s.ge(b)[0];
+    float f[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = m0 + lane_g() + 8 * h;
+      f[h] = (bp.c.l2norm ? g[kChunk + r] : 1.0f) * exp2f(be - g[r]);
+    }
 #pragma unroll
     for (int j = 0; j < Tl::NV; ++j)
-      mma<kSp>(c[j], a, load_b<kSp>([&](int k, int n) { return s.dh[k * ld + n]; }, k0, Tl::nv(j)));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[j][e] = fmaf(f[e >> 1], c[j][e], lt.a[j][e]);
+  } else {
+    const float* kg = s.kg(b);
+#pragma unroll 4
+    for (int k0 = 0; k0 < KD; k0 += 8) {
+      const FragA<kSp> a = ldm_a_row<kSp>(kg, S::ldk, m0, k0, false);  // row-major, ldk = 4 mod 32
+#pragma unroll
+      for (int j = 0; j < Tl::NV; ++j)
+        mma<kSp>(c[j], a, load_b<kSp>([&](int k, int n) { return s.dh[k * ldh + n]; }, k0, Tl::nv(j)));
+    }
   }
 #pragma unroll
   for (int j = 0; j < Tl::NV; ++j)
@@ -141,12 +191,13 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
     }
 }
 
-// dh <- Diag(2^b_end) dh + B_c - w^T dvnew on tensor cores (3xTF32 when kSp).
-template <int KD, int BV, bool kKDA, bool kSp>
+// dh <- Diag(2^b_end) dh + B_c - w^T dvnew on tensor cores (3xTF32 when kSp), accumulated negated,
+// -dh = (-Diag(2^b_end) dh - B_c) + w^T dvnew, so that w's fragments load without a negation each.
+template <int KD, int BV, bool kKDA, bool kSp, bool kRaw>
 __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTerms<KD, BV>& lt) {
   using S = DhuSmem<KD, BV>;
   using Tl = DhuTiling<KD, BV>;
-  constexpr int ld = kLdB<BV>;
+  constexpr int ld = kLdB<BV>, ldh = kLdDh<BV, kRaw>;
   const int w = threadIdx.x >> 5;
   const float* wt = s.w(b);
   float c[Tl::MW][Tl::NU][4];
@@ -158,10 +209,10 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = acc_row(m0, e), j = acc_col(8 * nt, e);
-        c[q][nt][e] = fmaf(exp2f(s.ge(b)[kKDA ? i : 0]), s.dh[i * ld + j], lt.b[q][nt][e]);
+        c[q][nt][e] = -fmaf(exp2f(s.ge(b)[kKDA ? i : 0]), s.dh[i * ldh + j], lt.b[q][nt][e]);
       }
     for (int k0 = 0; k0 < L; k0 += 8) {
-      const FragA<kSp> a = load_a<kSp, true>([&](int m, int k) { return -wt[k * S::ldw + m]; }, m0, k0);
+      const FragA<kSp> a = load_a<kSp, true>([&](int m, int k) { return wt[k * S::ldw + m]; }, m0, k0);
 #pragma unroll
       for (int nt = 0; nt < Tl::NU; ++nt)
         mma<kSp>(c[q][nt], a, load_b<kSp, true>([&](int k, int n) { return s.dvn[k * ld + n]; }, k0, 8 * nt));
@@ -174,20 +225,20 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
 #pragma unroll
     for (int nt = 0; nt < Tl::NU; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s.dh[acc_row(16 * (w + 8 * q), e) * ld + acc_col(8 * nt, e)] = c[q][nt][e];
+      for (int e = 0; e < 4; ++e) s.dh[acc_row(16 * (w + 8 * q), e) * ldh + acc_col(8 * nt, e)] = -c[q][nt][e];
   }
 }
 
-template <int KD, int BV, bool kKDA, bool kSplit>
+template <int KD, int BV, bool kKDA, bool kSplit, bool kRaw>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_constant__ BwdParams bp) {
-  constexpr int ld = kLdB<BV>;
+  constexpr int ldh = kLdDh<BV, kRaw>;
   const ChunkParams& p = bp.c;
   const int n = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV;
   extern __shared__ __align__(16) float smem[];
   const DhuSmem<KD, BV> s(smem);
   const bool local = bp.d_o.p != nullptr && v0 < p.V;  // the columns with do (the M^T columns have none)
   for (int idx = threadIdx.x; idx < KD * BV; idx += kBwdThreads)
-    s.dh[(idx / BV) * ld + idx % BV] = dhu_init(bp, n, hv, idx / BV, v0 + idx % BV);
+    s.dh[(idx / BV) * ldh + idx % BV] = dhu_init(bp, n, hv, idx / BV, v0 + idx % BV);
   const int c_hi = p.seq_chunk0[n + 1] - 1, c_lo = p.seq_chunk0[n];
   // The chunk table is read a chunk ahead (ck: chunk c, ckn: c - 1, loaded while c + 1 ran), so no
   // step waits on it before its copies and loads can be addressed.
@@ -196,7 +247,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
   if (c_hi >= c_lo) {
     ck = p.chunks[c_hi];
     ckn = c_hi > c_lo ? p.chunks[c_hi - 1] : ck;
-    dhu_fetch<KD, BV, kKDA>(bp, s, 0, ck, hv);
+    dhu_fetch<KD, BV, kKDA, kRaw>(bp, s, 0, ck, hv);
     cur.load(bp, ck, c_hi, hv, v0, local);
   }
   for (int c = c_hi, b = 0; c >= c_lo; --c, b ^= 1) {
@@ -204,7 +255,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
     __syncthreads();  // buffer b has arrived; buffer b ^ 1 and dvn are free
     const ChunkInfo ckp = ckn;  // chunk c - 1
     if (c > c_lo) {
-      dhu_fetch<KD, BV, kKDA>(bp, s, b ^ 1, ckp, hv);
+      dhu_fetch<KD, BV, kKDA, kRaw>(bp, s, b ^ 1, ckp, hv);
       nxt.load(bp, ckp, c - 1, hv, v0, local);
       if (c - 1 > c_lo) ckn = p.chunks[c - 2];
     }
@@ -212,12 +263,12 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
       float* g = bp.dh + (int64_t(c) * p.HV + hv) * KD * bp.Vw + v0;
       for (int idx = threadIdx.x; idx < KD * BV / 4; idx += kBwdThreads) {
         const int i = idx / (BV / 4), j = 4 * (idx % (BV / 4));
-        *reinterpret_cast<float4*>(g + int64_t(i) * bp.Vw + j) = *reinterpret_cast<const float4*>(s.dh + i * ld + j);
+        *reinterpret_cast<float4*>(g + int64_t(i) * bp.Vw + j) = *reinterpret_cast<const float4*>(s.dh + i * ldh + j);
       }
     }
-    dhu_dvnew<KD, BV, kSplit>(bp, s, b, ck, hv, v0, cur);
+    dhu_dvnew<KD, BV, kSplit, kRaw>(bp, s, b, ck, hv, v0, cur);
     __syncthreads();
-    dhu_update<KD, BV, kKDA, kSplit>(s, b, p.gla ? 0 : ck.len, cur);  // gla: no w^T dvnew term (w = 0)
+    dhu_update<KD, BV, kKDA, kSplit, kRaw>(s, b, p.gla ? 0 : ck.len, cur);  // gla: no w^T dvnew term (w = 0)
     cur = nxt;
     ck = ckp;
   }
@@ -225,7 +276,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
   if (bp.dh0.p)
     for (int idx = threadIdx.x; idx < KD * BV; idx += kBwdThreads) {
       const int i = idx / BV, j = idx % BV;
-      store_any(bp.dh0.p, bp.dh0.dt, n * bp.dh0.sn + hv * bp.dh0.shv + i * bp.dh0.si + (v0 + j) * bp.dh0.sj, s.dh[i * ld + j]);
+      store_any(bp.dh0.p, bp.dh0.dt, n * bp.dh0.sn + hv * bp.dh0.shv + i * bp.dh0.si + (v0 + j) * bp.dh0.sj, s.dh[i * ldh + j]);
     }
 }
 
@@ -251,8 +302,9 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream) {
       constexpr int BV = decltype(bv)::value;
       const size_t smem = sizeof(float) * DhuSmem<KD, BV>::floats;
       const dim3 grid(p.N, p.HV, bp.Vw / BV);
-      if (p.kda) launch_kernel(bwd_dhu_kernel<KD, BV, true, kS>, grid, dim3(kBwdThreads), smem, stream, bp);
-      else launch_kernel(bwd_dhu_kernel<KD, BV, false, kS>, grid, dim3(kBwdThreads), smem, stream, bp);
+      if (p.kda) launch_kernel(bwd_dhu_kernel<KD, BV, true, kS, false>, grid, dim3(kBwdThreads), smem, stream, bp);
+      else if (dhu_reads_raw_k(p)) launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true>, grid, dim3(kBwdThreads), smem, stream, bp);
+      else launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, false>, grid, dim3(kBwdThreads), smem, stream, bp);
     };
     if (wide) run(std::integral_constant<int, 32>{});
     else run(std::integral_constant<int, 16>{});

@@ -2,7 +2,8 @@
 // parallel over the chunks (CPU twins chunk_bwd_dAv's dv_loc and chunk_state_backward's qg^T do).
 // Grid (chunks, HV), 256 threads; per chunk, b the gate cumsum (log2 units), L rows:
 //   kg  = kn Diag-per-row 2^(b_end - b_r)        [L,K]  -> bp.dkv  (free until the chunk stage; kda
-//                                                          and gla: there already, the forward's)
+//                                                          and gla: there already, the forward's; gdn
+//                                                          with bf16 k: not formed, dhu_reads_raw_k)
 //         (kn = k rstd_k, qn = q rstd_q: the fused L2 norm applied on load, load_qk_slabs)
 //   A_c = Aqk^T do                               [L,V]  -> bp.dvnew (dhu adds kg dh: dvnew; not for gla,
 //                                                          whose dv pass forms A_c itself: chunk_bwd_dh_gla.cu)
@@ -45,25 +46,28 @@ __device__ void local_gated_rows(const BwdParams& bp, const LocalSmem<KD>& s, co
   float *qs = s.A, *ks = qs + kChunk * kLdS, *gs = kKDA ? ks + kChunk * kLdS : s.gsc;
   float* kg = bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD;  // row r at kg + r * HV * KD
   const int64_t ldg = int64_t(p.HV) * KD;
-  const bool vec = qk_rows_vec16(p), store_kg = bp.dkv != p.kg;
+  // gdn with bfloat16 k: dhu reads k itself (dhu_reads_raw_k), no kg is formed
+  const bool vec = qk_rows_vec16(p), store_kg = bp.dkv != p.kg && !dhu_reads_raw_k(p);
   QkSlab next;
-  next.load(p, ck.t0, h, L, 0, true, vec);
+  next.load(p, ck.t0, h, L, 0, true, vec, store_kg);
   for (int d0 = 0; d0 < KD; d0 += kSlab) {
     __syncthreads();  // the previous slab is consumed
     if constexpr (kKDA) copy_gates_async<true>(gs, kLdS, p, ck, hv, d0, kSlab);  // in flight during the q, k stores
-    next.store(qs, ks, kLdS, p, ck.t0, h, L, d0);
-    if (d0 + kSlab < KD) next.load(p, ck.t0, h, L, d0 + kSlab, true, vec);
+    next.store(qs, store_kg ? ks : nullptr, kLdS, p, ck.t0, h, L, d0);
+    if (d0 + kSlab < KD) next.load(p, ck.t0, h, L, d0 + kSlab, true, vec, store_kg);
     cp_async_wait_all();
     __syncthreads();
     for (int idx = threadIdx.x; idx < kChunk * kSlab / 4; idx += kBwdThreads) {
       const int r = idx / (kSlab / 4), c = 4 * (idx % (kSlab / 4));
-      const float4 k4 = lds4(ks + r * kLdS + c), q4 = lds4(qs + r * kLdS + c);
+      const float4 q4 = lds4(qs + r * kLdS + c);
       float g[4], ge[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) g[e] = gate_of<kKDA>(gs, kLdS, r, c + e), ge[e] = gate_of<kKDA>(gs, kLdS, L - 1, c + e);
-      if (r < L && store_kg)
+      if (r < L && store_kg) {
+        const float4 k4 = lds4(ks + r * kLdS + c);
         *reinterpret_cast<float4*>(kg + r * ldg + d0 + c) = make_float4(k4.x * exp2f(ge[0] - g[0]), k4.y * exp2f(ge[1] - g[1]),
                                                                          k4.z * exp2f(ge[2] - g[2]), k4.w * exp2f(ge[3] - g[3]));
+      }
       auto qg = [&](float q, int e) { return operand_store<kSplit>(p.scale * q * exp2f(g[e])); };  // only a product operand
       *reinterpret_cast<float4*>(s.qg + r * LocalSmem<KD>::ldq + d0 + c) = make_float4(qg(q4.x, 0), qg(q4.y, 1), qg(q4.z, 2), qg(q4.w, 3));  // rows >= L: q = 0
     }

@@ -239,27 +239,28 @@ __device__ __forceinline__ bool qk_rows_vec16(const ChunkParams& p) {
 struct QkSlab {
   QkGroup gq, gk;  // zero for rows >= L
   bool vec = false;
-  // vec: qk_rows_vec16(p), evaluated once by a caller that loads several slabs
-  __device__ void load(const ChunkParams& p, int64_t t0, int h, int L, int c0, bool with_q, bool vec_ok) {
+  // vec: qk_rows_vec16(p), evaluated once by a caller that loads several slabs; store() then takes a
+  // null sk where with_k was false (dhu_local with dhu_reads_raw_k: no kg to form)
+  __device__ void load(const ChunkParams& p, int64_t t0, int h, int L, int c0, bool with_q, bool vec_ok, bool with_k = true) {
     static_assert(kBwdThreads == kChunk * kSlab / 8, "one 8-key group of q and of k per thread");
     vec = vec_ok;
     const int r = int(threadIdx.x) >> 2, c = 8 * (int(threadIdx.x) & 3);  // row r, keys c0 + c .. + 7
     gq = QkGroup{}, gk = QkGroup{};
     if (vec && r < L) {
       if (with_q) qk_group_load(gq, q_rows(p), p.H, t0 + r, h, c0 + c);
-      qk_group_load(gk, k_rows(p), p.H, t0 + r, h, c0 + c);
+      if (with_k) qk_group_load(gk, k_rows(p), p.H, t0 + r, h, c0 + c);
     }
   }
   __device__ void store(float* sq, float* sk, int lds, const ChunkParams& p, int64_t t0, int h, int L, int c0) const {
     if (!vec) {
       const QkRows xq = q_rows(p), xk = k_rows(p);
       if (sq) load_rows_lean<kSlab>(sq, lds, p.q, t0, h, L, c0, kSlab, xq.rstd ? xq.rstd + h : nullptr, p.H);
-      load_rows_lean<kSlab>(sk, lds, p.k, t0, h, L, c0, kSlab, xk.rstd ? xk.rstd + h : nullptr, p.H);
+      if (sk) load_rows_lean<kSlab>(sk, lds, p.k, t0, h, L, c0, kSlab, xk.rstd ? xk.rstd + h : nullptr, p.H);
       return;
     }
     const int r = int(threadIdx.x) >> 2, c = 8 * (int(threadIdx.x) & 3);
     if (sq) qk_group_store(gq, p.q.dt, sq + r * lds + c);
-    qk_group_store(gk, p.q.dt, sk + r * lds + c);
+    if (sk) qk_group_store(gk, p.q.dt, sk + r * lds + c);
   }
 };
 __device__ __forceinline__ void load_qk_slabs(float* sq, float* sk, int lds, const ChunkParams& p, int64_t t0, int h,
