@@ -145,18 +145,30 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
   using Tl = DhuTiling<KD, BV>;
   constexpr int ld = kLdB<BV>, ldh = kLdDh<BV, kRaw>;
   const int m0 = Tl::mv();
-  float c[Tl::NV][4];
+  float c[Tl::NV][4], c2[Tl::NV][4];  // k dh over the even and the odd k steps (dependent chains of KD / 16)
 #pragma unroll
   for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) c[j][e] = kRaw ? 0.0f : lt.a[j][e];
+    for (int e = 0; e < 4; ++e) c[j][e] = kRaw ? 0.0f : lt.a[j][e], c2[j][e] = 0.0f;
   if constexpr (kRaw) {
-    auto dh_perm = [&](int k, int n) { return s.dh[((k & ~7) + 2 * (k & 3) + ((k >> 2) & 1)) * ldh + n]; };
-#pragma unroll 4
-    for (int k0 = 0; k0 < KD; k0 += 8) {
-      const FragA<false> a = ldm_a_row16_perm(s.k16(b), 2 * S::ldk, m0, k0);
+    // B(k0 + t, n) = dh row k0 + 2t, B(k0 + t + 4, n) = row k0 + 2t + 1: this lane's column g of each
+    // tile from one base, every k step a constant offset (the loop unrolled: an index formula of a
+    // run-time k0 cost ~60 integer instructions a k step, ncu)
+    const __nv_bfloat16* ka = ldm_row16_lane(s.k16(b), 2 * S::ldk, m0);
+    const float* db = s.dh + 2 * lane_t() * ldh + lane_g();
+    auto bfrag = [&](int k0, int j) {
+      FragB<kSp> f;
+      f.set(0, db[k0 * ldh + Tl::nv(j)]), f.set(1, db[(k0 + 1) * ldh + Tl::nv(j)]);
+      return f;
+    };
 #pragma unroll
-      for (int j = 0; j < Tl::NV; ++j) mma_exact_a<kSp>(c[j], a, load_b<kSp>(dh_perm, k0, Tl::nv(j)));
+    for (int k0 = 0; k0 < KD; k0 += 16) {  // two accumulators (even, odd k steps): half the dependent chain
+      const FragA<false> a0 = ldm_a_row16_perm_lane(ka, k0), a1 = ldm_a_row16_perm_lane(ka, k0 + 8);
+#pragma unroll
+      for (int j = 0; j < Tl::NV; ++j) {
+        mma_exact_a<kSp>(c[j], a0, bfrag(k0, j));
+        mma_exact_a<kSp>(c2[j], a1, bfrag(k0 + 8, j));
+      }
     }
     const float* g = s.rows(b);
     const float be = s.ge(b)[0];
@@ -169,16 +181,29 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
 #pragma unroll
     for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) c[j][e] = fmaf(f[e >> 1], c[j][e], lt.a[j][e]);
+      for (int e = 0; e < 4; ++e) c[j][e] = fmaf(f[e >> 1], c[j][e] + c2[j][e], lt.a[j][e]);
   } else {
     const float* kg = s.kg(b);
-#pragma unroll 4
-    for (int k0 = 0; k0 < KD; k0 += 8) {
-      const FragA<kSp> a = ldm_a_row<kSp>(kg, S::ldk, m0, k0, false);  // row-major, ldk = 4 mod 32
+    const float* db = s.dh + lane_t() * ldh + lane_g();  // B(k0 + t, n), B(k0 + t + 4, n): as above
+    auto bfrag = [&](int k0, int j) {
+      FragB<kSp> f;
+      f.set(0, db[k0 * ldh + Tl::nv(j)]), f.set(1, db[(k0 + 4) * ldh + Tl::nv(j)]);
+      return f;
+    };
 #pragma unroll
-      for (int j = 0; j < Tl::NV; ++j)
-        mma<kSp>(c[j], a, load_b<kSp>([&](int k, int n) { return s.dh[k * ldh + n]; }, k0, Tl::nv(j)));
+    for (int k0 = 0; k0 < KD; k0 += 16) {
+      const FragA<kSp> a0 = ldm_a_row<kSp>(kg, S::ldk, m0, k0, false);  // row-major, ldk = 4 mod 32
+      const FragA<kSp> a1 = ldm_a_row<kSp>(kg, S::ldk, m0, k0 + 8, false);
+#pragma unroll
+      for (int j = 0; j < Tl::NV; ++j) {
+        mma<kSp>(c[j], a0, bfrag(k0, j));
+        mma<kSp>(c2[j], a1, bfrag(k0 + 8, j));
+      }
     }
+#pragma unroll
+    for (int j = 0; j < Tl::NV; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[j][e] += c2[j][e];
   }
 #pragma unroll
   for (int j = 0; j < Tl::NV; ++j)
@@ -211,12 +236,23 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
         const int i = acc_row(m0, e), j = acc_col(8 * nt, e);
         c[q][nt][e] = -fmaf(exp2f(s.ge(b)[kKDA ? i : 0]), s.dh[i * ldh + j], lt.b[q][nt][e]);
       }
-    for (int k0 = 0; k0 < L; k0 += 8) {
-      const FragA<kSp> a = load_a<kSp, true>([&](int m, int k) { return wt[k * S::ldw + m]; }, m0, k0);
+    float c2[Tl::NU][4] = {};  // the odd k steps: two dependent chains of L / 16
+    auto wT = [&](int m, int k) { return wt[k * S::ldw + m]; };
+    auto dv = [&](int k, int n) { return s.dvn[k * ld + n]; };
+    for (int k0 = 0; k0 < L; k0 += 16) {
+      const FragA<kSp> a0 = load_a<kSp, true>(wT, m0, k0);
 #pragma unroll
-      for (int nt = 0; nt < Tl::NU; ++nt)
-        mma<kSp>(c[q][nt], a, load_b<kSp, true>([&](int k, int n) { return s.dvn[k * ld + n]; }, k0, 8 * nt));
+      for (int nt = 0; nt < Tl::NU; ++nt) mma<kSp>(c[q][nt], a0, load_b<kSp, true>(dv, k0, 8 * nt));
+      if (k0 + 8 < L) {
+        const FragA<kSp> a1 = load_a<kSp, true>(wT, m0, k0 + 8);
+#pragma unroll
+        for (int nt = 0; nt < Tl::NU; ++nt) mma<kSp>(c2[nt], a1, load_b<kSp, true>(dv, k0 + 8, 8 * nt));
+      }
     }
+#pragma unroll
+    for (int nt = 0; nt < Tl::NU; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[q][nt][e] += c2[nt][e];
   }
   __syncthreads();  // every read of dh is done
 #pragma unroll

@@ -217,15 +217,24 @@ __device__ __forceinline__ FragA<false> ldm_a_col16_perm(const T* s, int ld, int
   return frag_a_from_x2<T>(r);
 }
 // A[16x8] at (m0,k0) of a row-major 16-bit tile with the same permuted k order: fragment position t
-// holds column k0+2t and t+4 holds k0+2t+1 (one ldmatrix, no transpose).
+// holds column k0+2t and t+4 holds k0+2t+1 (one ldmatrix, no transpose). The _lane form takes the
+// lane's row (ldm_row16_lane) once, for loops over k0 whose addresses are then one add apart.
 template <class T>
-__device__ __forceinline__ FragA<false> ldm_a_row16_perm(const T* s, int ld, int m0, int k0) {
-  static_assert(sizeof(T) == 2, "16-bit tiles only");
+__device__ __forceinline__ const T* ldm_row16_lane(const T* s, int ld, int m0) {
   const int l = threadIdx.x & 31;
+  return s + (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld;
+}
+template <class T>
+__device__ __forceinline__ FragA<false> ldm_a_row16_perm_lane(const T* lane_row, int k0) {
+  static_assert(sizeof(T) == 2, "16-bit tiles only");
   uint32_t r[2];
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(s + (m0 + (l & 7) + ((l >> 3) & 1) * 8) * ld + k0));
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(lane_row + k0));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
   return frag_a_from_x2<T>(r);
+}
+template <class T>
+__device__ __forceinline__ FragA<false> ldm_a_row16_perm(const T* s, int ld, int m0, int k0) {
+  return ldm_a_row16_perm_lane(ldm_row16_lane(s, ld, m0), k0);
 }
 
 // acc += X Y for one warp's rows [mw, mw + 16) and NTW 8-column n-tiles from column c0: X [16+][KD]
