@@ -208,6 +208,39 @@ __device__ __forceinline__ void row_words_values(const uint32_t (&w)[N], int dt,
   }
 }
 
+// load_rows_any's form for float32, bfloat16 and float16 views whose 8-element groups start 16-byte
+// aligned (rows_vec8_ok, c0 % 8 == 0): columns [c0, c0 + kCols) of rows [0, 64) (rows >= L zero) as
+// 8-element groups, one 16-byte load (two for float32) per group, every load issued before the first
+// conversion. The element form's per-element address arithmetic and dtype switch were ~20% of
+// dhu_local's instructions (ncu, gdn, T = 8192).
+__device__ __forceinline__ bool rows_vec8_ok(const RowsView& v) {
+  return (v.dt == kF32 || v.dt == kBF16 || v.dt == kF16) && rows_vec16(v, v.dt == kF32 ? 4 : 8);
+}
+template <int kCols>
+__device__ __forceinline__ void load_rows_vec8(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0) {
+  constexpr int kGroups = kCols / 8, kPer = kChunk * kGroups / kBwdThreads;
+  static_assert(kPer * kBwdThreads == kChunk * kGroups, "whole groups per thread");
+  uint32_t w[kPer][8];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = int(threadIdx.x) + u * kBwdThreads, r = idx / kGroups, c = 8 * (idx % kGroups);
+    if (r < L) {
+      load_row_words<8>(w[u], v.p, v.dt, row_off(v, t0 + r, x) + c0 + c);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) w[u][i] = 0u;  // 0 bits: 0.0 in every code
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = int(threadIdx.x) + u * kBwdThreads, r = idx / kGroups, c = 8 * (idx % kGroups);
+    float y[8];
+    row_words_values(w[u], v.dt, y);
+    *reinterpret_cast<float4*>(s + r * lds + c) = make_float4(y[0], y[1], y[2], y[3]);
+    *reinterpret_cast<float4*>(s + r * lds + c + 4) = make_float4(y[4], y[5], y[6], y[7]);
+  }
+}
+
 // One thread's 8 keys of one row of q or k (load_row_words), with the row's rstd where the norm is fused.
 struct QkGroup {
   uint32_t raw[8] = {};
