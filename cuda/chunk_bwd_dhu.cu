@@ -174,9 +174,9 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
     const float be = s.ge(b)[0];
     float f[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < 2; ++h) {  // rows >= L: 0 (their zero-filled gate would give 2^b_end, inf for a huge b_end)
       const int r = m0 + lane_g() + 8 * h;
-      f[h] = (bp.c.l2norm ? g[kChunk + r] : 1.0f) * exp2f(be - g[r]);
+      f[h] = r < ck.len ? (bp.c.l2norm ? g[kChunk + r] : 1.0f) * exp2f(be - g[r]) : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < Tl::NV; ++j)
