@@ -135,76 +135,68 @@ __device__ __forceinline__ void mma_exact_a(float (&c)[4], const FragA<false>& a
   mma_tf32(c, a.hi, b.hi);
 }
 
+// This warp's k dh (raw k: k's bf16 rows, in the permuted k order of ldm_a_row16_perm, dh's rows read
+// to match: B(k0 + t, n) = dh row k0 + 2t, B(k0 + t + 4, n) = row k0 + 2t + 1) or kg dh, added to c
+// over the even k steps and to c2 over the odd ones (two dependent chains of KD / 16). Each lane's B
+// elements come from one base, every k step a constant offset (the loop unrolled: an index formula of a
+// run-time k0 cost ~60 integer instructions a k step, ncu).
+template <int KD, int BV, bool kSp, bool kRaw>
+__device__ __forceinline__ void dhu_k_dh(const DhuSmem<KD, BV>& s, int b, int m0, float (&c)[DhuTiling<KD, BV>::NV][4],
+                                         float (&c2)[DhuTiling<KD, BV>::NV][4]) {
+  using S = DhuSmem<KD, BV>;
+  using Tl = DhuTiling<KD, BV>;
+  constexpr int ldh = kLdDh<BV, kRaw>, kOdd = kRaw ? 1 : 4;  // the row of B's second element
+  const float* db = s.dh + (kRaw ? 2 : 1) * lane_t() * ldh + lane_g();
+  auto bfrag = [&](int k0, int j) {
+    FragB<kSp> f;
+    f.set(0, db[k0 * ldh + Tl::nv(j)]), f.set(1, db[(k0 + kOdd) * ldh + Tl::nv(j)]);
+    return f;
+  };
+  const __nv_bfloat16* ka = ldm_row16_lane(s.k16(b), 2 * S::ldk, m0);
+#pragma unroll
+  for (int k0 = 0; k0 < KD; k0 += 16) {
+    if constexpr (kRaw) {
+      const FragA<false> a0 = ldm_a_row16_perm_lane(ka, k0), a1 = ldm_a_row16_perm_lane(ka, k0 + 8);
+#pragma unroll
+      for (int j = 0; j < Tl::NV; ++j) mma_exact_a<kSp>(c[j], a0, bfrag(k0, j)), mma_exact_a<kSp>(c2[j], a1, bfrag(k0 + 8, j));
+    } else {
+      const FragA<kSp> a0 = ldm_a_row<kSp>(s.kg(b), S::ldk, m0, k0, false);  // row-major, ldk = 4 mod 32
+      const FragA<kSp> a1 = ldm_a_row<kSp>(s.kg(b), S::ldk, m0, k0 + 8, false);
+#pragma unroll
+      for (int j = 0; j < Tl::NV; ++j) mma<kSp>(c[j], a0, bfrag(k0, j)), mma<kSp>(c2[j], a1, bfrag(k0 + 8, j));
+    }
+  }
+}
+
 // dvnew = A_c + kg dh on tensor cores (3xTF32 when kSp); raw k: A_c + Diag(f) (k dh), f_r = rstd_k
-// 2^(b_end - b_r) (rows >= L: k's rows are zero), k's fragments in the permuted k order of
-// ldm_a_row16_perm and dh's rows read to match (k0 + 2t, k0 + 2t + 1).
+// 2^(b_end - b_r), 0 for rows >= L (k's rows are zero there; their zero-filled gate would give
+// 2^b_end, inf for a huge b_end).
 template <int KD, int BV, bool kSp, bool kRaw>
 __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv, int v0,
                           const LocalTerms<KD, BV>& lt) {
-  using S = DhuSmem<KD, BV>;
   using Tl = DhuTiling<KD, BV>;
-  constexpr int ld = kLdB<BV>, ldh = kLdDh<BV, kRaw>;
+  constexpr int ld = kLdB<BV>;
   const int m0 = Tl::mv();
-  float c[Tl::NV][4], c2[Tl::NV][4];  // k dh over the even and the odd k steps (dependent chains of KD / 16)
+  float c[Tl::NV][4], c2[Tl::NV][4];
 #pragma unroll
   for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) c[j][e] = kRaw ? 0.0f : lt.a[j][e], c2[j][e] = 0.0f;
+  dhu_k_dh<KD, BV, kSp, kRaw>(s, b, m0, c, c2);
+  float f[2] = {1.0f, 1.0f};  // the row factors of raw k
   if constexpr (kRaw) {
-    // B(k0 + t, n) = dh row k0 + 2t, B(k0 + t + 4, n) = row k0 + 2t + 1: this lane's column g of each
-    // tile from one base, every k step a constant offset (the loop unrolled: an index formula of a
-    // run-time k0 cost ~60 integer instructions a k step, ncu)
-    const __nv_bfloat16* ka = ldm_row16_lane(s.k16(b), 2 * S::ldk, m0);
-    const float* db = s.dh + 2 * lane_t() * ldh + lane_g();
-    auto bfrag = [&](int k0, int j) {
-      FragB<kSp> f;
-      f.set(0, db[k0 * ldh + Tl::nv(j)]), f.set(1, db[(k0 + 1) * ldh + Tl::nv(j)]);
-      return f;
-    };
-#pragma unroll
-    for (int k0 = 0; k0 < KD; k0 += 16) {  // two accumulators (even, odd k steps): half the dependent chain
-      const FragA<false> a0 = ldm_a_row16_perm_lane(ka, k0), a1 = ldm_a_row16_perm_lane(ka, k0 + 8);
-#pragma unroll
-      for (int j = 0; j < Tl::NV; ++j) {
-        mma_exact_a<kSp>(c[j], a0, bfrag(k0, j));
-        mma_exact_a<kSp>(c2[j], a1, bfrag(k0 + 8, j));
-      }
-    }
     const float* g = s.rows(b);
     const float be = s.ge(b)[0];
-    float f[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // rows >= L: 0 (their zero-filled gate would give 2^b_end, inf for a huge b_end)
+    for (int h = 0; h < 2; ++h) {
       const int r = m0 + lane_g() + 8 * h;
       f[h] = r < ck.len ? (bp.c.l2norm ? g[kChunk + r] : 1.0f) * exp2f(be - g[r]) : 0.0f;
     }
-#pragma unroll
-    for (int j = 0; j < Tl::NV; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) c[j][e] = fmaf(f[e >> 1], c[j][e] + c2[j][e], lt.a[j][e]);
-  } else {
-    const float* kg = s.kg(b);
-    const float* db = s.dh + lane_t() * ldh + lane_g();  // B(k0 + t, n), B(k0 + t + 4, n): as above
-    auto bfrag = [&](int k0, int j) {
-      FragB<kSp> f;
-      f.set(0, db[k0 * ldh + Tl::nv(j)]), f.set(1, db[(k0 + 4) * ldh + Tl::nv(j)]);
-      return f;
-    };
-#pragma unroll
-    for (int k0 = 0; k0 < KD; k0 += 16) {
-      const FragA<kSp> a0 = ldm_a_row<kSp>(kg, S::ldk, m0, k0, false);  // row-major, ldk = 4 mod 32
-      const FragA<kSp> a1 = ldm_a_row<kSp>(kg, S::ldk, m0, k0 + 8, false);
-#pragma unroll
-      for (int j = 0; j < Tl::NV; ++j) {
-        mma<kSp>(c[j], a0, bfrag(k0, j));
-        mma<kSp>(c2[j], a1, bfrag(k0 + 8, j));
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < Tl::NV; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) c[j][e] += c2[j][e];
   }
+#pragma unroll
+  for (int j = 0; j < Tl::NV; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[j][e] = kRaw ? fmaf(f[e >> 1], c[j][e] + c2[j][e], lt.a[j][e]) : c[j][e] + c2[j][e];
 #pragma unroll
   for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
