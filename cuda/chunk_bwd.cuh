@@ -121,8 +121,7 @@ inline bool gla_dh_chain_applies(const BwdParams& bp) {
 // round trip through memory, and no TF32 rounding of kg (k is exact in TF32; the factor multiplies in
 // float32). Both kernels evaluate this one predicate, so dhu_local writes kg exactly when dhu reads it.
 __host__ __device__ __forceinline__ bool dhu_reads_raw_k(const ChunkParams& p) {
-  return !p.kda && !p.gla && p.k.dt == kBF16 && reinterpret_cast<uintptr_t>(p.k.p) % 16 == 0 && p.k.st % 8 == 0 &&
-         p.k.sx % 8 == 0 && p.K % 8 == 0;
+  return !p.kda && !p.gla && p.k.dt == kBF16 && rows_vec16(p.k, 8) && p.K % 8 == 0;
 }
 
 // The backward's products split into 3xTF32 (float32 accuracy, tile_mma.cuh) when an input it reads

@@ -141,9 +141,7 @@ __global__ void __launch_bounds__(kDvThreads, KH < KD ? 3 : 1) gla_dvnew_kernel(
   issue_keys(0);
   copy_rows_async<kDvThreads>(As, Sm::lda, p.Aqk + (int64_t(ci) * p.HV + hv) * kChunk * kChunk, kChunk, ck.len, 0, kChunk);
   cp_async_commit();
-  // do [L, BV], zero past L, while the tiles arrive (16-byte groups where the view allows)
-  if (rows_vec8_ok(bp.d_o)) load_rows_vec8<BV>(Ds, Sm::ldd, bp.d_o, ck.t0, hv, ck.len, j0);
-  else load_rows_any<BV>(Ds, Sm::ldd, bp.d_o, ck.t0, hv, ck.len, j0, BV);
+  load_rows_any<BV>(Ds, Sm::ldd, bp.d_o, ck.t0, hv, ck.len, j0, BV);  // do [L, BV], zero past L, while the tiles arrive
   const int w = int(threadIdx.x >> 5), mw = 16 * (w % 4), c0 = (w / 4) * (BV / 2);
   cp_async_wait<0>();
   ready_keys(0);

@@ -129,10 +129,9 @@ __device__ void local_products(const BwdParams& bp, const LocalSmem<KD>& s, cons
 }
 
 // Three blocks per multiprocessor (<= 80 registers; shared memory allows three): a thread keeps its
-// 16 do loads in flight at once (load_rows_vec8's two 16-byte groups where the view allows, else
-// load_rows_any) and the next q/k slab's (QkSlab) without spills on
-// the 16-bit path (the float32-input one spills 12 bytes). kAc: A_c too (gdn, kda; gla's dv pass
-// forms it, chunk_bwd_dh_gla.cu).
+// 16 do loads in flight at once (load_rows_any: two 16-byte groups where the view allows) and the
+// next q/k slab's (QkSlab) without spills on the 16-bit path (the float32-input one spills 12 bytes).
+// kAc: A_c too (gdn, kda; gla's dv pass forms it, chunk_bwd_dh_gla.cu).
 template <int KD, bool kKDA, bool kSplit, bool kAc>
 __global__ void __launch_bounds__(kBwdThreads, 3) bwd_dhu_local_kernel(const __grid_constant__ BwdParams bp) {
   using S = LocalSmem<KD>;
@@ -146,12 +145,10 @@ __global__ void __launch_bounds__(kBwdThreads, 3) bwd_dhu_local_kernel(const __g
   if (!bp.d_o.p) return;
   __syncthreads();  // the staged slabs are consumed
   if constexpr (kAc) copy_rows_async(s.A, kLdT, p.Aqk + (int64_t(blockIdx.x) * p.HV + hv) * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  const bool vec_do = rows_vec8_ok(bp.d_o);
   for (int j0 = 0; j0 < p.V; j0 += S::kV) {
     __syncthreads();
     const int nc = min(S::kV, p.V - j0);
-    if (vec_do && nc == S::kV) load_rows_vec8<S::kV>(s.dO, kLdT, bp.d_o, ck.t0, hv, L, j0);
-    else load_rows_any<S::kV>(s.dO, kLdT, bp.d_o, ck.t0, hv, L, j0, nc);
+    load_rows_any<S::kV>(s.dO, kLdT, bp.d_o, ck.t0, hv, L, j0, nc);
     cp_async_wait_all();
     if (nc < S::kV)
       for (int idx = threadIdx.x; idx < kChunk * S::kV; idx += kBwdThreads)  // columns past V

@@ -93,12 +93,6 @@ __device__ __forceinline__ void load_rows_bits(float* s, int lds, const RowsView
     if (c >= ncols) c -= ncols, ++r;
   }
 }
-template <int kMaxCols>
-__device__ __forceinline__ void load_rows_any(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0,
-                                              int ncols, const float* rscale = nullptr, int rstride = 0) {
-  if (rscale) load_rows_bits<kMaxCols, true>(s, lds, v, t0, x, L, c0, ncols, rscale, rstride);
-  else load_rows_bits<kMaxCols, false>(s, lds, v, t0, x, L, c0, ncols, nullptr, 0);
-}
 // The same, one element at a time (each load waits for its data): for rarely taken paths inside
 // kernels at their register bound, where load_rows_any's loads in flight would cost spills on the
 // common path too (load_qk_slabs's fallback: 120 bytes of spills in bwd_intra_gdn_kernel).
@@ -161,12 +155,6 @@ __device__ __forceinline__ float2 qk_pair_value(const QkPairBits& r, int dt) {
   return make_float2(y.x * r.sc, y.y * r.sc);  // sc = 1 without the fused norm: exact
 }
 
-// 16-byte groups of E elements of a [B,T,X,D] view: usable when the base, both strides and the
-// column offset keep every group 16-byte aligned.
-__device__ __forceinline__ bool rows_vec16(const RowsView& v, int E) {
-  return (reinterpret_cast<uintptr_t>(v.p) & 15) == 0 && v.st % E == 0 && v.sx % E == 0;
-}
-
 // N consecutive elements of one row of a float32, bfloat16 or float16 view at element off, loaded as
 // raw words by 16-byte loads (one 8-byte load for four 16-bit ones) and converted after, so that a
 // caller issues every load before any use: q / k groups (QkGroup) and kernel hv's do / v slabs
@@ -208,40 +196,8 @@ __device__ __forceinline__ void row_words_values(const uint32_t (&w)[N], int dt,
   }
 }
 
-// load_rows_any's form for float32, bfloat16 and float16 views whose 8-element groups start 16-byte
-// aligned (rows_vec8_ok, c0 % 8 == 0): columns [c0, c0 + kCols) of rows [0, 64) (rows >= L zero) as
-// 8-element groups, one 16-byte load (two for float32) per group, every load issued before the first
-// conversion. The element form's per-element address arithmetic and dtype switch were ~20% of
-// dhu_local's instructions (ncu, gdn, T = 8192).
-__device__ __forceinline__ bool rows_vec8_ok(const RowsView& v) {
-  return (v.dt == kF32 || v.dt == kBF16 || v.dt == kF16) && rows_vec16(v, v.dt == kF32 ? 4 : 8);
-}
-template <int kCols>
-__device__ __forceinline__ void load_rows_vec8(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0) {
-  constexpr int kGroups = kCols / 8, kPer = kChunk * kGroups / kBwdThreads;
-  static_assert(kPer * kBwdThreads == kChunk * kGroups, "whole groups per thread");
-  uint32_t w[kPer][8];
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int idx = int(threadIdx.x) + u * kBwdThreads, r = idx / kGroups, c = 8 * (idx % kGroups);
-    if (r < L) {
-      load_row_words<8>(w[u], v.p, v.dt, row_off(v, t0 + r, x) + c0 + c);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) w[u][i] = 0u;  // 0 bits: 0.0 in every code
-    }
-  }
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const int idx = int(threadIdx.x) + u * kBwdThreads, r = idx / kGroups, c = 8 * (idx % kGroups);
-    float y[8];
-    row_words_values(w[u], v.dt, y);
-    *reinterpret_cast<float4*>(s + r * lds + c) = make_float4(y[0], y[1], y[2], y[3]);
-    *reinterpret_cast<float4*>(s + r * lds + c + 4) = make_float4(y[4], y[5], y[6], y[7]);
-  }
-}
-
-// One thread's 8 keys of one row of q or k (load_row_words), with the row's rstd where the norm is fused.
+// One thread's 8 elements of one row of q or k (load_row_words), times the row's rstd where the norm
+// is fused; also load_rows_vec8's groups (no rstd).
 struct QkGroup {
   uint32_t raw[8] = {};
   float sc = 1.0f;
@@ -255,6 +211,43 @@ __device__ __forceinline__ void qk_group_store(const QkGroup& g, int dt, float* 
   row_words_values(g.raw, dt, y);
   *reinterpret_cast<float4*>(o) = make_float4(y[0] * g.sc, y[1] * g.sc, y[2] * g.sc, y[3] * g.sc);
   *reinterpret_cast<float4*>(o + 4) = make_float4(y[4] * g.sc, y[5] * g.sc, y[6] * g.sc, y[7] * g.sc);
+}
+
+// load_rows_bits's form for float32, bfloat16 and float16 views whose 8-element groups start 16-byte
+// aligned (rows_vec8_ok, c0 % 8 == 0): columns [c0, c0 + kCols) of rows [0, 64) (rows >= L zero) as
+// QkGroups, one 16-byte load per group (two for float32), every load issued before the first conversion.
+__device__ __forceinline__ bool rows_vec8_ok(const RowsView& v) {
+  return (v.dt == kF32 || v.dt == kBF16 || v.dt == kF16) && rows_vec16(v, v.dt == kF32 ? 4 : 8);
+}
+template <int kCols>
+__device__ __forceinline__ void load_rows_vec8(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0) {
+  constexpr int kGroups = kCols / 8, kPer = kChunk * kGroups / kBwdThreads;
+  static_assert(kPer * kBwdThreads == kChunk * kGroups, "whole groups per thread");
+  QkGroup g[kPer];  // zero for rows >= L
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = int(threadIdx.x) + u * kBwdThreads, r = idx / kGroups, c = 8 * (idx % kGroups);
+    if (r < L) qk_group_load(g[u], QkRows{v, nullptr}, 0, t0 + r, x, c0 + c);
+  }
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = int(threadIdx.x) + u * kBwdThreads, r = idx / kGroups, c = 8 * (idx % kGroups);
+    qk_group_store(g[u], v.dt, s + r * lds + c);
+  }
+}
+
+// Rows [0, 64) x columns [c0, c0 + ncols) of a [B,T,X,D] view of any dtype into s (load_rows_bits),
+// by 16-byte groups (load_rows_vec8) where the view and the columns allow and no row scale is asked:
+// the element form's per-element address arithmetic and dtype switch were ~20% of dhu_local's
+// instructions (ncu, gdn, T = 8192).
+template <int kMaxCols>
+__device__ __forceinline__ void load_rows_any(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0,
+                                              int ncols, const float* rscale = nullptr, int rstride = 0) {
+  if constexpr (kMaxCols % 32 == 0) {
+    if (!rscale && ncols == kMaxCols && c0 % 8 == 0 && rows_vec8_ok(v)) return load_rows_vec8<kMaxCols>(s, lds, v, t0, x, L, c0);
+  }
+  if (rscale) load_rows_bits<kMaxCols, true>(s, lds, v, t0, x, L, c0, ncols, rscale, rstride);
+  else load_rows_bits<kMaxCols, false>(s, lds, v, t0, x, L, c0, ncols, nullptr, 0);
 }
 
 // Rows [0, 64) x keys [c0, c0 + kSlab) of q (unless sq is null) and of k of chunk t0, head h

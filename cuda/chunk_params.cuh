@@ -56,6 +56,11 @@ struct RowsView {  // read-only [B,T,X,D] or [B,T,X]
   int64_t st = 0, sx = 0;
   int dt = kF32;
 };
+// 16-byte groups of E elements of a [B,T,X,D] view: usable when the base, both strides and the
+// column offset keep every group 16-byte aligned.
+__host__ __device__ __forceinline__ bool rows_vec16(const RowsView& v, int E) {
+  return (reinterpret_cast<uintptr_t>(v.p) & 15) == 0 && v.st % E == 0 && v.sx % E == 0;
+}
 struct OutRowsView {  // writable [B,T,X,D]
   void* p = nullptr;
   int64_t st = 0, sx = 0;
