@@ -20,6 +20,7 @@
 // transitions).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
+#include "cuda/chunk_rows.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
 #include "cuda/tile_mma.cuh"
@@ -46,6 +47,7 @@ struct DhuSmem {
   float *dh, *dvn, *b0;
   __device__ explicit DhuSmem(float* s) : dh(s), dvn(s + KD * kLdB<BV>), b0(s + (KD + kChunk) * kLdB<BV>) {}
   // buffer b (0, 1): kg (or k's bf16 rows), w, b_end [KD], raw k's gate rows b_r and rstd_k [2][64]
+  // (load_chunk_row_scalars: past the chunk's length the last gate row, rstd_k 0, or 1 without the norm)
   __device__ float* kg(int b) const { return b0 + b * buf; }
   __device__ __nv_bfloat16* k16(int b) const { return reinterpret_cast<__nv_bfloat16*>(kg(b)); }
   __device__ float* w(int b) const { return kg(b) + kChunk * ldk; }
@@ -109,11 +111,7 @@ __device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
     const int h = hv / p.G;
     const auto* k = static_cast<const __nv_bfloat16*>(p.k.p) + (ck.t0 * p.k.st + int64_t(h) * p.k.sx);
     copy_rows_async<kChunk, 2 * KD, kBwdThreads>(s.k16(b), 2 * S::ldk, L, k, int(p.k.st));
-    const int r = threadIdx.x & (kChunk - 1);
-    const bool valid = r < L;
-    const int64_t tt = ck.t0 + (valid ? r : 0);
-    if (threadIdx.x < kChunk) cp_async4(s.rows(b) + r, p.gcum + tt * p.HV + hv, valid);
-    else if (threadIdx.x < 2 * kChunk && p.l2norm) cp_async4(s.rows(b) + kChunk + r, p.rstd_k + tt * p.H + h, valid);
+    load_chunk_row_scalars<false, false, false>(p, ck, hv, h, s.rows(b), nullptr, s.rows(b) + kChunk, nullptr);
   } else {
     copy_rows_async<kChunk, 4 * KD, kBwdThreads>(s.kg(b), S::ldk, L, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD, ldx);
   }
@@ -169,8 +167,7 @@ __device__ __forceinline__ void dhu_k_dh(const DhuSmem<KD, BV>& s, int b, int m0
 }
 
 // dvnew = A_c + kg dh on tensor cores (3xTF32 when kSp); raw k: A_c + Diag(f) (k dh), f_r = rstd_k
-// 2^(b_end - b_r), 0 for rows >= L (k's rows are zero there; their zero-filled gate would give
-// 2^b_end, inf for a huge b_end).
+// 2^(b_end - b_r) (rows >= L: k's rows are zero, and f is finite, 1 or 0: dhu_fetch).
 template <int KD, int BV, bool kSp, bool kRaw>
 __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv, int v0,
                           const LocalTerms<KD, BV>& lt) {
@@ -190,7 +187,7 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = m0 + lane_g() + 8 * h;
-      f[h] = r < ck.len ? (bp.c.l2norm ? g[kChunk + r] : 1.0f) * exp2f(be - g[r]) : 0.0f;
+      f[h] = g[kChunk + r] * exp2f(be - g[r]);
     }
   }
 #pragma unroll

@@ -13,8 +13,9 @@
 
 namespace kcp::cuda {
 
-// kBeta = false: the caller forms bet itself (kda's and gla's kkt, which writes beta_e).
-template <bool kKDA, bool kBeta = true>
+// kBeta = false: the caller forms bet itself (kda's and gla's kkt, which writes beta_e); kQ = false:
+// no rq (the backward's dhu chain, which gates k's rows only).
+template <bool kKDA, bool kBeta = true, bool kQ = true>
 __device__ __forceinline__ void load_chunk_row_scalars(const ChunkParams& p, const ChunkInfo& ck, int hv, int h,
                                                        float* gs, float* bet, float* rk, float* rq) {
   const int L = ck.len;
@@ -24,9 +25,10 @@ __device__ __forceinline__ void load_chunk_row_scalars(const ChunkParams& p, con
     if constexpr (kBeta) cp_async4(bet + r, p.beta_e + tt * p.HV + hv, r < L);
     if (p.l2norm) {
       cp_async4(rk + r, p.rstd_k + tt * p.H + h, r < L);
-      cp_async4(rq + r, p.rstd_q + tt * p.H + h, r < L);
+      if constexpr (kQ) cp_async4(rq + r, p.rstd_q + tt * p.H + h, r < L);
     } else {
-      rk[r] = rq[r] = 1.0f;
+      if constexpr (kQ) rk[r] = rq[r] = 1.0f;
+      else rk[r] = 1.0f;
     }
   }
 }
