@@ -126,6 +126,32 @@ __device__ __forceinline__ void hv_key_da(const BwdParams& bp, const HvSmem& s, 
   }
 }
 
+// q and k at this thread's accumulator positions of the tile at (m0, n0) (keys n0 + 2t, + 1 of rows g,
+// g + 8): from the staged rows (kStaged) or from global memory, both rows' loads issued before either
+// conversion (one round trip a tile; rows past the chunk read its last row, whose values go unused).
+template <int KD, bool kStaged>
+__device__ __forceinline__ void tile_qk(const ChunkParams& p, const HvSmem& s, const ChunkInfo& ck, int hv, int m0, int n0,
+                                        float (&qv)[4], float (&kv)[4]) {
+  QkPairBits qb[2], kb[2];
+#pragma unroll
+  for (int e = 0; e < 4; e += 2) {
+    const int r = acc_row(m0, e), d = acc_col(n0, e);
+    if constexpr (kStaged) {
+      const float2 q2 = staged_qk_pair<KD>(s.qk, 0, r, d, p.q.dt, p.l2norm), k2 = staged_qk_pair<KD>(s.qk, 1, r, d, p.k.dt, p.l2norm);
+      qv[e] = q2.x, qv[e + 1] = q2.y, kv[e] = k2.x, kv[e + 1] = k2.y;
+    } else {
+      const int64_t tt = ck.t0 + min(r, ck.len - 1);
+      qb[e / 2] = qk_pair_load(q_rows(p), p.H, tt, hv / p.G, d), kb[e / 2] = qk_pair_load(k_rows(p), p.H, tt, hv / p.G, d);
+    }
+  }
+  if constexpr (!kStaged)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const float2 q2 = qk_pair_value(qb[e / 2], p.q.dt), k2 = qk_pair_value(kb[e / 2], p.k.dt);
+      qv[e] = q2.x, qv[e + 1] = q2.y, kv[e] = k2.x, kv[e + 1] = k2.y;
+    }
+}
+
 // Epilogue of the h products of one half: dqv, dkv, and the per-element gate / dbeta terms: summed per
 // row (gdn, hv_row_sums) or scanned per key (kda, gla: ks, hv_key_scans), bk summed per row.
 template <int KD, bool kKDA, bool kDelta, bool kSplit>
@@ -134,18 +160,16 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
                             KeyScans<HvShape<KD, kDelta>::NTW>& ks) {
   using S = HvShape<KD, kDelta>;
   const ChunkParams& p = bp.c;
-  const int m0 = 16 * (th.w & 3), hb = (th.w >> 2) * (S::KW / 2), L = ck.len, h = hv / p.G;
+  const int m0 = 16 * (th.w & 3), hb = (th.w >> 2) * (S::KW / 2), L = ck.len;
   float rs[3][2] = {};  // row sums of x1, x2 (gdn), bk
 #pragma unroll
   for (int nt = 0; nt < S::NTW; ++nt) {
     float qv[4], kv[4], gr[4], ge[4];  // all loads of this tile first (no store may alias them)
-    QkPairBits qb[2], kb[2];            // issued together, converted after: one round trip per tile
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // elements e, e + 1: keys d, d + 1 (d even) of one row
-      const int rr = min(acc_row(m0, e), L - 1), d = d0 + acc_col(hb + 8 * nt, e);
-      const int64_t tt = ck.t0 + rr;
-      qb[e / 2] = qk_pair_load(q_rows(p), p.H, tt, h, d), kb[e / 2] = qk_pair_load(k_rows(p), p.H, tt, h, d);
+      const int rr = min(acc_row(m0, e), L - 1);
       if constexpr (kKDA) {  // gcum rows are K floats: pairs 8-byte aligned
+        const int64_t tt = ck.t0 + rr, d = d0 + acc_col(hb + 8 * nt, e);
         const float2 g2 = *reinterpret_cast<const float2*>(p.gcum + (tt * p.HV + hv) * KD + d);
         const float2 e2 = *reinterpret_cast<const float2*>(p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d);
         gr[e] = g2.x, gr[e + 1] = g2.y, ge[e] = e2.x, ge[e + 1] = e2.y;
@@ -153,11 +177,7 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
         gr[e] = gr[e + 1] = s.gsc[rr], ge[e] = ge[e + 1] = s.gsc[L - 1];
       }
     }
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const float2 q2 = qk_pair_value(qb[e / 2], p.q.dt), k2 = qk_pair_value(kb[e / 2], p.k.dt);
-      qv[e] = q2.x, qv[e + 1] = q2.y, kv[e] = k2.x, kv[e + 1] = k2.y;
-    }
+    tile_qk<KD, kHvQkStaged<kDelta, kSplit>>(p, s, ck, hv, m0, d0 + hb + 8 * nt, qv, kv);
     float dqk[4] = {}, dkk[4] = {};  // dq, dk of the tile, stored in pairs below
 #pragma unroll
     for (int e = 0; e < 4; ++e) {

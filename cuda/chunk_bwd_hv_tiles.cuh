@@ -62,10 +62,44 @@ struct HvShape {
   static_assert(!kDelta || kChunk * kLdC <= buf, "raw P is staged in buffer 1");
   static_assert(!kSw || (kPdxu % 256 == 0 && kSlabFloats % 256 == 0 && buf % 256 == 0),
                 "swizzled slabs start on 1024-byte boundaries");
+  // After `floats`, where kHvQkStaged: the epilogue's q and k rows [2][64][ldq] in their 16-bit
+  // dtype (KD + 8 elements: the epilogue's pair loads, 8 rows x 4 words, on distinct banks), then
+  // rstd_q, rstd_k [2][64]
+  static constexpr int ldq = KD + 8;
+  static constexpr int kQkFloats = kChunk * ldq + 2 * kChunk;
 };
+
+// Whether kernel hv stages the epilogue's q and k rows in shared memory, copied with the item's
+// first loads (issue_qk_rows), instead of loading them from global memory tile by tile in the
+// epilogue, where each of its NTW tiles waited a round trip with nothing to overlap (one block a
+// multiprocessor): the delta rule with 16-bit inputs (unsplit products imply q, k 16-bit, their rows
+// 16-byte aligned by the forward's rule). Float32 inputs would not fit (64 KB more).
+template <bool kDelta, bool kSplit>
+constexpr bool kHvQkStaged = kDelta && !kSplit;
+
+// The staged rows of q (x = 0) or k (x = 1), row r at qk_row(...) + r * ldq, and their rstd [64].
+template <int KD>
+__device__ __forceinline__ const uint16_t* qk_row(const float* area, int x) {
+  return reinterpret_cast<const uint16_t*>(area) + x * kChunk * HvShape<KD, true>::ldq;
+}
+template <int KD>
+__device__ __forceinline__ const float* qk_rstd(const float* area, int x) {
+  return area + kChunk * HvShape<KD, true>::ldq + x * kChunk;
+}
+// Keys d, d + 1 (d even) of staged row r of q (x = 0) or k (x = 1), times rstd with the fused norm:
+// the values qk_pair_load / qk_pair_value give for the same elements.
+template <int KD>
+__device__ __forceinline__ float2 staged_qk_pair(const float* area, int x, int r, int d, int dt, bool norm) {
+  const uint32_t w = *reinterpret_cast<const uint32_t*>(qk_row<KD>(area, x) + r * HvShape<KD, true>::ldq + d);
+  const float2 y = dt == kBF16 ? make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u))
+                               : make_float2(bits_to_float(w & 0xffffu, kF16), bits_to_float(w >> 16, kF16));
+  const float sc = norm ? qk_rstd<KD>(area, x)[r] : 1.0f;
+  return make_float2(y.x * sc, y.y * sc);
+}
 
 struct HvSmem {
   float *P, *dxu, *dO, *vn, *dvn, *h, *dh, *X1, *X2, *bet, *gsc, *hdh, *red;
+  float* qk;  // the staged q, k rows (kHvQkStaged; the area after HvShape::floats)
 };
 
 // The view of half z of slab buffer b (gla: one half per block, z names its key rows only).
@@ -73,6 +107,7 @@ template <int KD, bool kDelta>
 __device__ HvSmem carve_hv(float* s, int b, int z) {
   using S = HvShape<KD, kDelta>;
   HvSmem m;
+  m.qk = s + S::floats;
   if constexpr (!kDelta) z = 0;
   m.P = kDelta ? s : nullptr, s += kDelta ? kChunk * kLdC : 0;
   m.dxu = kDelta ? s : nullptr, s += kDelta ? kSlabFloats : 0;
@@ -299,6 +334,25 @@ __device__ void hv_issue(const BwdParams& bp, float* smem, const HvItem& it) {
   for (int r = threadIdx.x; r < kChunk; r += NT)  // rows >= len: zero-filled
     cp_async4(s.bet + r, p.beta_e + int64_t(ck.t0 + min(r, ck.len - 1)) * p.HV + it.hv, r < ck.len);
   issue_slab<KD, kDelta, NT>(bp, s, it, 0);
+}
+
+// The copies of kHvQkStaged: q's and k's 64 rows of the item's chunk (rows >= len zero-filled) into
+// `area`, and with the fused norm their rstd rows.
+template <int KD, int NT>
+__device__ void issue_qk_rows(const ChunkParams& p, float* area, const HvItem& it) {
+  using S = HvShape<KD, true>;
+  const ChunkInfo& ck = it.ck;
+  const int h = it.hv / p.G;
+  auto* rows = reinterpret_cast<uint16_t*>(area);
+  const auto* q = static_cast<const uint16_t*>(p.q.p) + (ck.t0 * p.q.st + int64_t(h) * p.q.sx);
+  const auto* k = static_cast<const uint16_t*>(p.k.p) + (ck.t0 * p.k.st + int64_t(h) * p.k.sx);
+  copy_rows_async<kChunk, 2 * KD, NT>(rows, S::ldq, ck.len, q, int(p.q.st));
+  copy_rows_async<kChunk, 2 * KD, NT>(rows + kChunk * S::ldq, S::ldq, ck.len, k, int(p.k.st));
+  if (p.l2norm && threadIdx.x < 2 * kChunk) {
+    const int x = threadIdx.x / kChunk, r = threadIdx.x % kChunk;
+    const float* rstd = x == 0 ? p.rstd_q : p.rstd_k;
+    cp_async4(area + kChunk * S::ldq + threadIdx.x, rstd + (int64_t(ck.t0) + min(r, ck.len - 1)) * p.H + h, r < ck.len);
+  }
 }
 
 // Before the slab loop (hv_issue's copies in flight): hdh = 0, the copies waited for, P transposed
