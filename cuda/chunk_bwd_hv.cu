@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, HvShape<KD, kDe
   SlabPrefetch<NT, !kSplit> pdo, pv;  // do (and gla's v) of the next slab
   pdo.load(bp.d_o, it.ck.t0, it.hv, it.ck.len, 0);
   if constexpr (!kDelta) pv.load(p.v, it.ck.t0, it.hv, it.ck.len, 0);
-  if constexpr (kHvQkStaged<kDelta, kSplit>) issue_qk_rows<KD, NT>(p, smem + S::floats, it);  // committed with hv_issue's
+  if constexpr (kHvQkStaged<kDelta, kSplit>) issue_qk_rows<KD, kKDA, NT>(p, smem + S::floats, it);  // committed with hv_issue's
   hv_issue<KD, kKDA, kDelta>(bp, smem, it);
   hv_start<KD, kDelta, kSplit>(smem);
   HvAcc<S::NTW> a = {};
@@ -288,15 +288,15 @@ void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream) {
   dispatch_bwd(bp, [&](auto kd, auto split) {
     constexpr int KD = decltype(kd)::value;
     constexpr bool kS = decltype(split)::value;
-    auto launch = [&](auto kernel, auto delta) {  // S::kKeyBlocks blocks of S::kHalves halves per (chunk, value head)
+    auto launch = [&](auto kernel, auto kda, auto delta) {  // S::kKeyBlocks blocks of S::kHalves halves per (chunk, value head)
       constexpr bool kD = decltype(delta)::value;
       using S = HvShape<KD, kD>;
-      const size_t floats = S::floats + (kHvQkStaged<kD, kS> ? S::kQkFloats : 0);
+      const size_t floats = S::floats + kHvStagedFloats<KD, decltype(kda)::value, kD, kS>;
       launch_kernel(kernel, dim3(p.NT * p.HV * S::kKeyBlocks), dim3(S::kThreads), sizeof(float) * floats, stream, bp);
     };
-    if (p.gla) launch(bwd_hv_kernel<KD, true, false, kS>, std::false_type{});
-    else if (p.kda) launch(bwd_hv_kernel<KD, true, true, kS>, std::true_type{});
-    else launch(bwd_hv_kernel<KD, false, true, kS>, std::true_type{});
+    if (p.gla) launch(bwd_hv_kernel<KD, true, false, kS>, std::true_type{}, std::false_type{});
+    else if (p.kda) launch(bwd_hv_kernel<KD, true, true, kS>, std::true_type{}, std::true_type{});
+    else launch(bwd_hv_kernel<KD, false, true, kS>, std::false_type{}, std::true_type{});
   });
 }
 

@@ -169,9 +169,15 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
     for (int e = 0; e < 4; e += 2) {  // elements e, e + 1: keys d, d + 1 (d even) of one row
       const int rr = min(acc_row(m0, e), L - 1);
       if constexpr (kKDA) {  // gcum rows are K floats: pairs 8-byte aligned
-        const int64_t tt = ck.t0 + rr, d = d0 + acc_col(hb + 8 * nt, e);
-        const float2 g2 = *reinterpret_cast<const float2*>(p.gcum + (tt * p.HV + hv) * KD + d);
-        const float2 e2 = *reinterpret_cast<const float2*>(p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d);
+        const int d = d0 + acc_col(hb + 8 * nt, e);
+        float2 g2, e2;
+        if constexpr (kHvQkStaged<kDelta, kSplit>) {
+          const float* gs = staged_gates<KD>(s.qk);
+          g2 = *reinterpret_cast<const float2*>(gs + rr * S::ldgc + d), e2 = *reinterpret_cast<const float2*>(gs + (L - 1) * S::ldgc + d);
+        } else {
+          g2 = *reinterpret_cast<const float2*>(p.gcum + (int64_t(ck.t0 + rr) * p.HV + hv) * KD + d);
+          e2 = *reinterpret_cast<const float2*>(p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d);
+        }
         gr[e] = g2.x, gr[e + 1] = g2.y, ge[e] = e2.x, ge[e + 1] = e2.y;
       } else {
         gr[e] = gr[e + 1] = s.gsc[rr], ge[e] = ge[e + 1] = s.gsc[L - 1];
@@ -212,8 +218,13 @@ __device__ void hv_epilogue(const BwdParams& bp, const HvSmem& s, const HvAcc<Hv
   }
   if constexpr (kDelta) hv_row_sums<kKDA ? 2 : 0>(s, rs, th);  // gla: no row sums (gdn, kda: x1, x2 or bk)
   if constexpr (kKDA) hv_key_scans<S::NTW, S::KW>(s, ks, th);
-  if (th.t < S::KW)  // dB_all (gdn: the end gate from the staged gates, no global load)
-    s.hdh[th.t] *= exp2f(kKDA ? p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d0 + th.t] : s.gsc[L - 1]);
+  if (th.t < S::KW) {  // dB_all (gdn, and kda where staged: the end gate from shared memory)
+    float ge;
+    if constexpr (!kKDA) ge = s.gsc[L - 1];
+    else if constexpr (kHvQkStaged<kDelta, kSplit>) ge = staged_gates<KD>(s.qk)[(L - 1) * S::ldgc + d0 + th.t];
+    else ge = p.gcum[(int64_t(ck.t0 + L - 1) * p.HV + hv) * KD + d0 + th.t];
+    s.hdh[th.t] *= exp2f(ge);
+  }
 }
 
 // After the epilogue's barrier: the partials of row t = th.t of this half (dbeta; gdn's da), vsum = v . dXu

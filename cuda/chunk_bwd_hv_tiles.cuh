@@ -67,6 +67,10 @@ struct HvShape {
   // rstd_q, rstd_k [2][64]
   static constexpr int ldq = KD + 8;
   static constexpr int kQkFloats = kChunk * ldq + 2 * kChunk;
+  // then, for kda, the chunk's gate cumsum rows [64][ldgc] (KD + 8 = 8 mod 32 words: the epilogue's
+  // float2 loads, 16 lanes x 8 bytes a phase, on distinct banks)
+  static constexpr int ldgc = KD + 8;
+  static constexpr int kGateFloats = kChunk * ldgc;
 };
 
 // Whether kernel hv stages the epilogue's q and k rows in shared memory, copied with the item's
@@ -86,6 +90,14 @@ template <int KD>
 __device__ __forceinline__ const float* qk_rstd(const float* area, int x) {
   return area + kChunk * HvShape<KD, true>::ldq + x * kChunk;
 }
+// kda's staged gate cumsum, row r at staged_gates(...) + r * ldgc.
+template <int KD>
+__device__ __forceinline__ const float* staged_gates(const float* area) {
+  return area + HvShape<KD, true>::kQkFloats;
+}
+// The floats kernel hv's launch adds after HvShape::floats.
+template <int KD, bool kKDA, bool kDelta, bool kSplit>
+constexpr int kHvStagedFloats = kHvQkStaged<kDelta, kSplit> ? HvShape<KD, true>::kQkFloats + (kKDA ? HvShape<KD, true>::kGateFloats : 0) : 0;
 // Keys d, d + 1 (d even) of staged row r of q (x = 0) or k (x = 1), times rstd with the fused norm:
 // the values qk_pair_load / qk_pair_value give for the same elements.
 template <int KD>
@@ -337,8 +349,8 @@ __device__ void hv_issue(const BwdParams& bp, float* smem, const HvItem& it) {
 }
 
 // The copies of kHvQkStaged: q's and k's 64 rows of the item's chunk (rows >= len zero-filled) into
-// `area`, and with the fused norm their rstd rows.
-template <int KD, int NT>
+// `area`, with the fused norm their rstd rows, and for kda the gate cumsum rows.
+template <int KD, bool kKDA, int NT>
 __device__ void issue_qk_rows(const ChunkParams& p, float* area, const HvItem& it) {
   using S = HvShape<KD, true>;
   const ChunkInfo& ck = it.ck;
@@ -353,6 +365,9 @@ __device__ void issue_qk_rows(const ChunkParams& p, float* area, const HvItem& i
     const float* rstd = x == 0 ? p.rstd_q : p.rstd_k;
     cp_async4(area + kChunk * S::ldq + threadIdx.x, rstd + (int64_t(ck.t0) + min(r, ck.len - 1)) * p.H + h, r < ck.len);
   }
+  if constexpr (kKDA)
+    copy_rows_async<kChunk, 4 * KD, NT>(area + S::kQkFloats, S::ldgc, ck.len, p.gcum + (int64_t(ck.t0) * p.HV + it.hv) * KD,
+                                       p.HV * KD);
 }
 
 // Before the slab loop (hv_issue's copies in flight): hdh = 0, the copies waited for, P transposed
