@@ -10,6 +10,8 @@
 // blocks' totals through shared memory, hv_key_da), bk summed per row for dbeta. No tiles: one pass
 // and one barrier fewer than tiles summed afterwards (gdn hv 1.92 -> 1.85 ms at T = 32768,
 // docs/BENCHMARKS.md).
+// q, k (and kda's gates) come from the rows staged in shared memory with the item's first loads where
+// kHvQkStaged (16-bit inputs), else from global memory, a tile's loads issued before its conversions.
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #pragma once
 
