@@ -40,11 +40,18 @@ using namespace hv;
 // dXu = P^T dvnew for one slab (tensor cores; P stored transposed, s.P[r][s] = P'_sr), all 16 warps
 // of the block: warp W owns rows 16 (W % 4), columns 8 (W / 4) .. + 7. Each stores dv = beta dXu and
 // adds v . dXu to vp (rows g and g + 8 of its tile).
-template <bool S>
+template <bool S, bool kStaged>
 __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0, float (&vp)[2]) {
   const int W = threadIdx.x >> 5, m0 = 16 * (W & 3), n0 = 8 * (W >> 2), L = ck.len;
-  SlabV sv;  // v for v . dXu, in flight during the product
-  sv.load(bp.c.v, ck.t0, hv, L, j0);
+  SlabV sv;  // v for v . dXu: staged a slab ahead (kStaged: 16-bit pairs), else in flight during the product
+  if constexpr (kStaged)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint16_t*>(s.vst) + acc_row(m0, e) * (kSlab + 8) + acc_col(n0, e));
+      sv.bits[e] = w & 0xffffu, sv.bits[e + 1] = w >> 16;
+    }
+  else
+    sv.load(bp.c.v, ck.t0, hv, L, j0);
   float c[4] = {};
   for (int k0 = m0; k0 < L; k0 += 8) {  // P'_sr = 0 for s < r
     FragA<S> a;  // ldmatrix (kLdC = 4 mod 32: conflict-free); element loads for split fragments (fewer registers)
@@ -245,11 +252,12 @@ __device__ __forceinline__ void hv_slabs(const BwdParams& bp, float* smem, const
     if constexpr (kHvWgmma<kDelta, kSplit>) wg::fence_proxy_async();  // this thread's slab writes, for wgmma
     __syncthreads();  // slab j complete; slab j - 1 consumed (its buffer takes slab j + 1)
     if (j + 1 < ns) {
+      if constexpr (kHvQkStaged<kDelta, kSplit>) issue_slab_v<NT>(p, carve_hv<KD, kDelta>(smem, (j + 1) & 1, 0), it, kSlab * (j + 1));
       issue_slab<KD, kDelta, NT>(bp, carve_hv<KD, kDelta>(smem, (j + 1) & 1, 0), it, kSlab * (j + 1));
       pdo.load(bp.d_o, ck.t0, it.hv, L, kSlab * (j + 1));
       if constexpr (!kDelta) pv.load(p.v, ck.t0, it.hv, L, kSlab * (j + 1));
     }
-    if constexpr (kDelta) slab_dxu<kSplit>(bp, s, ck, it.hv, kSlab * j, vp);  // gla: dv = dvnew was written by dhu
+    if constexpr (kDelta) slab_dxu<kSplit, kHvQkStaged<kDelta, kSplit>>(bp, s, ck, it.hv, kSlab * j, vp);  // gla: dv = dvnew was written by dhu
     if constexpr (kDelta) __syncthreads();  // dXu complete
     if (th.z == 0) slab_products<S::KW, true, 0, kDelta, kSplit>(s, a, th.w);
     else if (has_h) slab_products<S::KW, true, 1, kDelta, kSplit>(s, a, th.w);
@@ -272,7 +280,10 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, HvShape<KD, kDe
   SlabPrefetch<NT, !kSplit> pdo, pv;  // do (and gla's v) of the next slab
   pdo.load(bp.d_o, it.ck.t0, it.hv, it.ck.len, 0);
   if constexpr (!kDelta) pv.load(p.v, it.ck.t0, it.hv, it.ck.len, 0);
-  if constexpr (kHvQkStaged<kDelta, kSplit>) issue_qk_rows<KD, kKDA, NT>(p, smem + S::floats, it);  // committed with hv_issue's
+  if constexpr (kHvQkStaged<kDelta, kSplit>) {  // committed with hv_issue's copies
+    issue_qk_rows<KD, kKDA, NT>(p, smem + S::floats, it);
+    issue_slab_v<NT>(p, carve_hv<KD, kDelta>(smem, 0, 0), it, 0);
+  }
   hv_issue<KD, kKDA, kDelta>(bp, smem, it);
   hv_start<KD, kDelta, kSplit>(smem);
   HvAcc<S::NTW> a = {};

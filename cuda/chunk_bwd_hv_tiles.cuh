@@ -69,6 +69,10 @@ struct HvShape {
   // rstd_q, rstd_k [2][64]
   static constexpr int ldq = KD + 8;
   static constexpr int kQkFloats = kChunk * ldq + 2 * kChunk;
+  // then v's slab rows for slab_dxu's v . dXu, [2 buffers][64][ldvs] 16-bit (ldvs = 40: 20 words, the
+  // pair loads of a warp on distinct banks), copied with the other slab copies a slab ahead
+  static constexpr int ldvs = kSlab + 8;
+  static constexpr int kVBuf = kChunk * ldvs / 2;
   // then, for kda, the chunk's gate cumsum rows [64][ldgc] (KD + 8 = 8 mod 32 words: the epilogue's
   // float2 loads, 16 lanes x 8 bytes a phase, on distinct banks)
   static constexpr int ldgc = KD + 8;
@@ -95,11 +99,13 @@ __device__ __forceinline__ const float* qk_rstd(const float* area, int x) {
 // kda's staged gate cumsum, row r at staged_gates(...) + r * ldgc.
 template <int KD>
 __device__ __forceinline__ const float* staged_gates(const float* area) {
-  return area + HvShape<KD, true>::kQkFloats;
+  return area + HvShape<KD, true>::kQkFloats + 2 * HvShape<KD, true>::kVBuf;
 }
 // The floats kernel hv's launch adds after HvShape::floats.
 template <int KD, bool kKDA, bool kDelta, bool kSplit>
-constexpr int kHvStagedFloats = kHvQkStaged<kDelta, kSplit> ? HvShape<KD, true>::kQkFloats + (kKDA ? HvShape<KD, true>::kGateFloats : 0) : 0;
+constexpr int kHvStagedFloats = kHvQkStaged<kDelta, kSplit> ? HvShape<KD, true>::kQkFloats + 2 * HvShape<KD, true>::kVBuf +
+                                                                  (kKDA ? HvShape<KD, true>::kGateFloats : 0)
+                                                            : 0;
 // Keys d, d + 1 (d even) of staged row r of q (x = 0) or k (x = 1), times rstd with the fused norm:
 // the values qk_pair_load / qk_pair_value give for the same elements.
 template <int KD>
@@ -113,7 +119,8 @@ __device__ __forceinline__ float2 staged_qk_pair(const float* area, int x, int r
 
 struct HvSmem {
   float *P, *dxu, *dO, *vn, *dvn, *h, *dh, *X1, *X2, *bet, *gsc, *hdh, *red;
-  float* qk;  // the staged q, k rows (kHvQkStaged; the area after HvShape::floats)
+  float* qk;   // the staged q, k rows (kHvQkStaged; the area after HvShape::floats)
+  float* vst;  // the staged v rows of this buffer's slab (kHvQkStaged)
 };
 
 // The view of half z of slab buffer b (gla: one half per block, z names its key rows only).
@@ -122,6 +129,7 @@ __device__ HvSmem carve_hv(float* s, int b, int z) {
   using S = HvShape<KD, kDelta>;
   HvSmem m;
   m.qk = s + S::floats;
+  m.vst = m.qk + S::kQkFloats + b * S::kVBuf;
   if constexpr (!kDelta) z = 0;
   m.P = kDelta ? s : nullptr, s += kDelta ? kChunk * kLdC : 0;
   m.dxu = kDelta ? s : nullptr, s += kDelta ? kSlabFloats : 0;
@@ -368,8 +376,17 @@ __device__ void issue_qk_rows(const ChunkParams& p, float* area, const HvItem& i
     cp_async4(area + kChunk * S::ldq + threadIdx.x, rstd + (int64_t(ck.t0) + min(r, ck.len - 1)) * p.H + h, r < ck.len);
   }
   if constexpr (kKDA)
-    copy_rows_async<kChunk, 4 * KD, NT>(area + S::kQkFloats, S::ldgc, ck.len, p.gcum + (int64_t(ck.t0) * p.HV + it.hv) * KD,
+    copy_rows_async<kChunk, 4 * KD, NT>(area + S::kQkFloats + 2 * S::kVBuf, S::ldgc, ck.len, p.gcum + (int64_t(ck.t0) * p.HV + it.hv) * KD,
                                        p.HV * KD);
+}
+
+// The copies of v's slab at column j0 into s.vst (kHvQkStaged; rows >= len zero-filled), issued
+// before issue_slab, whose commit takes them.
+template <int NT>
+__device__ __forceinline__ void issue_slab_v(const ChunkParams& p, const HvSmem& s, const HvItem& it, int j0) {
+  constexpr int ldvs = kSlab + 8;
+  const auto* v = static_cast<const uint16_t*>(p.v.p) + (it.ck.t0 * p.v.st + int64_t(it.hv) * p.v.sx + j0);
+  copy_rows_async<kChunk, 2 * kSlab, NT>(reinterpret_cast<uint16_t*>(s.vst), ldvs, it.ck.len, v, int(p.v.st));
 }
 
 // Before the slab loop (hv_issue's copies in flight): hdh = 0, the copies waited for, P transposed
