@@ -3,8 +3,9 @@
 // double-buffered in shared memory:
 //   P' [64][68] | dXu [64][36] | buffer 0, 1: do, dvnew [64][36], vnew [64][32], h, dh [max(K, 64)][32] |
 //   beta, gdn gates [64] | rowsum(h dh) per half [64] | reductions [16 x 64]
-//   | with 16-bit inputs (kHvQkStaged): q, k rows [2][64][K + 8] 16-bit, rstd_q, rstd_k [2][64],
-//     kda's gate cumsum rows [64][K + 8] (issue_qk_rows; read by the epilogue)
+//   | with 16-bit inputs (kHvQkStaged): q, k rows [2][64][K + 8] 16-bit, rstd_q, rstd_k [2][64]
+//     (issue_qk_rows; read by the epilogue), v's slab rows [2 buffers][64][40] 16-bit (issue_slab_v;
+//     read by slab_dxu), kda's gate cumsum rows [64][K + 8] (issue_qk_rows)
 // (delta rule). vnew, h and dh are the B operands of wgmma (the unsplit products, chunk_bwd_hv.cu):
 // rows of 32 floats = 128 bytes in wgmma's 128-byte swizzle (sw_off), every region 1024-byte aligned;
 // do, dvnew and dXu, read only as register A fragments or by mma.sync, keep the padded rows.
