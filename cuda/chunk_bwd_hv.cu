@@ -39,9 +39,9 @@ using namespace hv;
 
 // dXu = P^T dvnew for one slab (tensor cores; P stored transposed, s.P[r][s] = P'_sr), all 16 warps
 // of the block: warp W owns rows 16 (W % 4), columns 8 (W / 4) .. + 7. Each stores dv = beta dXu and
-// adds v . dXu to vp (rows g and g + 8 of its tile); v from the slab's staged rows (kStaged: copied a
-// slab ahead; loaded here, a round trip waited at the end of the product, cost 0.14 ms of gdn's hv at
-// T = 32768), else loaded at the start.
+// adds v . dXu to vp (rows g and g + 8 of its tile). v comes from the slab's staged rows where kStaged
+// (copied a slab ahead); loading it here, as the other form does, leaves a round trip to wait for at
+// the end of the product (0.14 ms of gdn's hv at T = 32768).
 template <bool S, bool kStaged>
 __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0, float (&vp)[2]) {
   const int W = threadIdx.x >> 5, m0 = 16 * (W & 3), n0 = 8 * (W >> 2), L = ck.len;
