@@ -24,6 +24,7 @@
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_hv_epilogue.cuh"
+#include "cuda/chunk_bwd_hv_stage.cuh"
 #include "cuda/chunk_bwd_hv_tiles.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
 #include "cuda/cuda_check.cuh"
@@ -49,7 +50,7 @@ __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& 
   if constexpr (kStaged)
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {
-      const uint32_t w = *reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint16_t*>(s.vst) + acc_row(m0, e) * (kSlab + 8) + acc_col(n0, e));
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint16_t*>(s.vst) + acc_row(m0, e) * kLdVs + acc_col(n0, e));
       sv.bits[e] = w & 0xffffu, sv.bits[e + 1] = w >> 16;
     }
   else

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "cuda/chunk_bwd.cuh"
+#include "cuda/chunk_bwd_hv_stage.cuh"
 #include "cuda/chunk_bwd_hv_tiles.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
 #include "cuda/tile_mma.cuh"

@@ -3,9 +3,7 @@
 // double-buffered in shared memory:
 //   P' [64][68] | dXu [64][36] | buffer 0, 1: do, dvnew [64][36], vnew [64][32], h, dh [max(K, 64)][32] |
 //   beta, gdn gates [64] | rowsum(h dh) per half [64] | reductions [16 x 64]
-//   | with 16-bit inputs (kHvQkStaged): q, k rows [2][64][K + 8] 16-bit, rstd_q, rstd_k [2][64]
-//     (issue_qk_rows; read by the epilogue), v's slab rows [2 buffers][64][40] 16-bit (issue_slab_v;
-//     read by slab_dxu), kda's gate cumsum rows [64][K + 8] (issue_qk_rows)
+//   | with 16-bit inputs (kHvQkStaged): q, k, v and kda's gate rows (chunk_bwd_hv_stage.cuh)
 // (delta rule). vnew, h and dh are the B operands of wgmma (the unsplit products, chunk_bwd_hv.cu):
 // rows of 32 floats = 128 bytes in wgmma's 128-byte swizzle (sw_off), every region 1024-byte aligned;
 // do, dvnew and dXu, read only as register A fragments or by mma.sync, keep the padded rows.
@@ -24,6 +22,9 @@ namespace kcp::cuda::hv {
 
 constexpr int kLdV = kLdS;  // [64][32] V slabs: A fragments (rows) and n-major B fragments, 4 mod 32 words
 constexpr int kSlabFloats = kChunk * kLdV;
+// v's staged slab rows (kHvQkStaged, chunk_bwd_hv_stage.cuh): 32 16-bit values + 8 = 20 words, so that a warp's pair
+// loads in slab_dxu (rows g, columns 2t) fall on distinct banks
+constexpr int kLdVs = kSlab + 8;
 
 // Float offset of element (r, c), c < 32, of a slab whose 128-byte rows are in wgmma's 128-byte
 // swizzle (wgmma.cuh sw128_offset for 4-byte elements): the 16-byte chunk c / 4 of row r stored at
@@ -70,53 +71,15 @@ struct HvShape {
   // rstd_q, rstd_k [2][64]
   static constexpr int ldq = KD + 8;
   static constexpr int kQkFloats = kChunk * ldq + 2 * kChunk;
-  // then v's slab rows for slab_dxu's v . dXu, [2 buffers][64][ldvs] 16-bit (ldvs = 40: 20 words, the
-  // pair loads of a warp on distinct banks), copied with the other slab copies a slab ahead
-  static constexpr int ldvs = kSlab + 8;
-  static constexpr int kVBuf = kChunk * ldvs / 2;
+  // then v's slab rows for slab_dxu's v . dXu, [2 buffers][64][kLdVs] 16-bit, copied with the other
+  // slab copies a slab ahead
+  static constexpr int kVBuf = kChunk * kLdVs / 2;
   // then, for kda, the chunk's gate cumsum rows [64][ldgc] (KD + 8 = 8 mod 32 words: the epilogue's
   // float2 loads, 16 lanes x 8 bytes a phase, on distinct banks)
   static constexpr int ldgc = KD + 8;
   static constexpr int kGateFloats = kChunk * ldgc;
+  static constexpr int kGateOffset = kQkFloats + 2 * kVBuf;  // from the staged area's start
 };
-
-// Whether kernel hv stages the epilogue's q and k rows in shared memory, copied with the item's
-// first loads (issue_qk_rows), instead of loading them from global memory tile by tile in the
-// epilogue, where each of its NTW tiles waited a round trip with nothing to overlap (one block a
-// multiprocessor): the delta rule with 16-bit inputs (unsplit products imply q, k 16-bit, their rows
-// 16-byte aligned by the forward's rule). Float32 inputs would not fit (64 KB more).
-template <bool kDelta, bool kSplit>
-constexpr bool kHvQkStaged = kDelta && !kSplit;
-
-// The staged rows of q (x = 0) or k (x = 1), row r at qk_row(...) + r * ldq, and their rstd [64].
-template <int KD>
-__device__ __forceinline__ const uint16_t* qk_row(const float* area, int x) {
-  return reinterpret_cast<const uint16_t*>(area) + x * kChunk * HvShape<KD, true>::ldq;
-}
-template <int KD>
-__device__ __forceinline__ const float* qk_rstd(const float* area, int x) {
-  return area + kChunk * HvShape<KD, true>::ldq + x * kChunk;
-}
-// kda's staged gate cumsum, row r at staged_gates(...) + r * ldgc.
-template <int KD>
-__device__ __forceinline__ const float* staged_gates(const float* area) {
-  return area + HvShape<KD, true>::kQkFloats + 2 * HvShape<KD, true>::kVBuf;
-}
-// The floats kernel hv's launch adds after HvShape::floats.
-template <int KD, bool kKDA, bool kDelta, bool kSplit>
-constexpr int kHvStagedFloats = kHvQkStaged<kDelta, kSplit> ? HvShape<KD, true>::kQkFloats + 2 * HvShape<KD, true>::kVBuf +
-                                                                  (kKDA ? HvShape<KD, true>::kGateFloats : 0)
-                                                            : 0;
-// Keys d, d + 1 (d even) of staged row r of q (x = 0) or k (x = 1), times rstd with the fused norm:
-// the values qk_pair_load / qk_pair_value give for the same elements.
-template <int KD>
-__device__ __forceinline__ float2 staged_qk_pair(const float* area, int x, int r, int d, int dt, bool norm) {
-  const uint32_t w = *reinterpret_cast<const uint32_t*>(qk_row<KD>(area, x) + r * HvShape<KD, true>::ldq + d);
-  const float2 y = dt == kBF16 ? make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u))
-                               : make_float2(bits_to_float(w & 0xffffu, kF16), bits_to_float(w >> 16, kF16));
-  const float sc = norm ? qk_rstd<KD>(area, x)[r] : 1.0f;
-  return make_float2(y.x * sc, y.y * sc);
-}
 
 struct HvSmem {
   float *P, *dxu, *dO, *vn, *dvn, *h, *dh, *X1, *X2, *bet, *gsc, *hdh, *red;
@@ -357,37 +320,6 @@ __device__ void hv_issue(const BwdParams& bp, float* smem, const HvItem& it) {
   for (int r = threadIdx.x; r < kChunk; r += NT)  // rows >= len: zero-filled
     cp_async4(s.bet + r, p.beta_e + int64_t(ck.t0 + min(r, ck.len - 1)) * p.HV + it.hv, r < ck.len);
   issue_slab<KD, kDelta, NT>(bp, s, it, 0);
-}
-
-// The copies of kHvQkStaged: q's and k's 64 rows of the item's chunk (rows >= len zero-filled) into
-// `area`, with the fused norm their rstd rows, and for kda the gate cumsum rows.
-template <int KD, bool kKDA, int NT>
-__device__ void issue_qk_rows(const ChunkParams& p, float* area, const HvItem& it) {
-  using S = HvShape<KD, true>;
-  const ChunkInfo& ck = it.ck;
-  const int h = it.hv / p.G;
-  auto* rows = reinterpret_cast<uint16_t*>(area);
-  const auto* q = static_cast<const uint16_t*>(p.q.p) + (ck.t0 * p.q.st + int64_t(h) * p.q.sx);
-  const auto* k = static_cast<const uint16_t*>(p.k.p) + (ck.t0 * p.k.st + int64_t(h) * p.k.sx);
-  copy_rows_async<kChunk, 2 * KD, NT>(rows, S::ldq, ck.len, q, int(p.q.st));
-  copy_rows_async<kChunk, 2 * KD, NT>(rows + kChunk * S::ldq, S::ldq, ck.len, k, int(p.k.st));
-  if (p.l2norm && threadIdx.x < 2 * kChunk) {
-    const int x = threadIdx.x / kChunk, r = threadIdx.x % kChunk;
-    const float* rstd = x == 0 ? p.rstd_q : p.rstd_k;
-    cp_async4(area + kChunk * S::ldq + threadIdx.x, rstd + (int64_t(ck.t0) + min(r, ck.len - 1)) * p.H + h, r < ck.len);
-  }
-  if constexpr (kKDA)
-    copy_rows_async<kChunk, 4 * KD, NT>(area + S::kQkFloats + 2 * S::kVBuf, S::ldgc, ck.len, p.gcum + (int64_t(ck.t0) * p.HV + it.hv) * KD,
-                                       p.HV * KD);
-}
-
-// The copies of v's slab at column j0 into s.vst (kHvQkStaged; rows >= len zero-filled), issued
-// before issue_slab, whose commit takes them.
-template <int NT>
-__device__ __forceinline__ void issue_slab_v(const ChunkParams& p, const HvSmem& s, const HvItem& it, int j0) {
-  constexpr int ldvs = kSlab + 8;
-  const auto* v = static_cast<const uint16_t*>(p.v.p) + (it.ck.t0 * p.v.st + int64_t(it.hv) * p.v.sx + j0);
-  copy_rows_async<kChunk, 2 * kSlab, NT>(reinterpret_cast<uint16_t*>(s.vst), ldvs, it.ck.len, v, int(p.v.st));
 }
 
 // Before the slab loop (hv_issue's copies in flight): hdh = 0, the copies waited for, P transposed
