@@ -47,14 +47,15 @@ template <bool S, bool kStaged>
 __device__ void slab_dxu(const BwdParams& bp, const HvSmem& s, const ChunkInfo& ck, int hv, int j0, float (&vp)[2]) {
   const int W = threadIdx.x >> 5, m0 = 16 * (W & 3), n0 = 8 * (W >> 2), L = ck.len;
   SlabV sv;  // v for v . dXu: staged a slab ahead (kStaged: 16-bit pairs), else in flight during the product
-  if constexpr (kStaged)
+  if constexpr (kStaged) {  // braces: see slab_products on "if constexpr" before a #pragma
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {
       const uint32_t w = *reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint16_t*>(s.vst) + acc_row(m0, e) * kLdVs + acc_col(n0, e));
       sv.bits[e] = w & 0xffffu, sv.bits[e + 1] = w >> 16;
     }
-  else
+  } else {
     sv.load(bp.c.v, ck.t0, hv, L, j0);
+  }
   float c[4] = {};
   for (int k0 = m0; k0 < L; k0 += 8) {  // P'_sr = 0 for s < r
     FragA<S> a;  // ldmatrix (kLdC = 4 mod 32: conflict-free); element loads for split fragments (fewer registers)

@@ -147,12 +147,13 @@ __device__ __forceinline__ void tile_qk(const ChunkParams& p, const HvSmem& s, c
       qb[e / 2] = qk_pair_load(q_rows(p), p.H, tt, hv / p.G, d), kb[e / 2] = qk_pair_load(k_rows(p), p.H, tt, hv / p.G, d);
     }
   }
-  if constexpr (!kStaged)
+  if constexpr (!kStaged) {  // braces: nvcc 13 can take what follows an unbraced "if constexpr #pragma" into it
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {
       const float2 q2 = qk_pair_value(qb[e / 2], p.q.dt), k2 = qk_pair_value(kb[e / 2], p.k.dt);
       qv[e] = q2.x, qv[e + 1] = q2.y, kv[e] = k2.x, kv[e + 1] = k2.y;
     }
+  }
 }
 
 // Epilogue of the h products of one half: dqv, dkv, and the per-element gate / dbeta terms: summed per
