@@ -16,6 +16,9 @@
 # There:   [VARS="gdn kda gla"] [REPS32=1] [FWD=1 [FWD_VARS=...]] [PROF=0 | PROFS="name:variant:kernel-regex ..."]
 #          [FLA_SHAPES="gla:8192:16,gla:32768:16"] [MPI_SWEEP=1] [ENVS="label:NAME=value ..."] [FUSED_VARS="gdn"]
 #          scripts/gpu_ab.sh
+# TESTS=0: no test_cuda, goldens or sanitizers (a timing-only call; the benches at T = 8192 still check
+# their outputs against the oracle): only for candidates whose tests run in a later call before landing.
+# .gpu/kcp_alt (PREBUILT, gpu_pack.sh ALT_KCP=...): a second candidate, timed as column "alt".
 # MPI_SWEEP=1: after the tests, `kcp cp-sweep --quick` with 2 ranks over MPI sharing the one GPU, with
 # and without KCP_CUDA_KEEP=1 (the CP layer's calls on cuda-chunkwise where no second GPU is lent).
 # FLA_SHAPES (carry .fla): FLA's forward and forward+backward of those shapes in the same call
@@ -33,7 +36,8 @@ t0=$(date +%s)
 . scripts/gpu_fla_timing.sh  # fla, fla_warm_up, fla_tables
 . scripts/gpu_ab_build.sh  # ab_build (new and base side by side) or ab_unpack (PREBUILT)
 if [ "${PREBUILT:-0}" = 1 ]; then  # binaries built here (scripts/gpu_pack.sh, plus the base kcp as kcp_base)
-  ab_unpack "kcp_base test_cuda" || exit 1
+  need=kcp_base; [ "${TESTS:-1}" = 1 ] && need="kcp_base test_cuda"
+  ab_unpack "$need" || exit 1
   N=.gpu/kcp; B=.gpu/kcp_base; TC=.gpu/test_cuda
   # FLA's Triton warm-up beside the tests (there are no builds to hide it behind; the benches wait for
   # it below). Without it FLA's forward+backward is not timed (fla_tables).
@@ -46,12 +50,16 @@ else
   [ -x $N ] && [ -x $B ] || { tail -30 $L/build_new.log $L/build_base.log >> $S; exit 1; }
   TC=build-gpu/tests/cuda/test_cuda; [ -x $TC ] || TC=build-gpu/test_cuda
 fi
+if [ "${TESTS:-1}" = 1 ]; then
 timeout 300 $TC > $L/test_cuda.log 2>&1; echo "test_cuda rc=$?" >> $S; grep -E "test cases:|assertions:" $L/test_cuda.log >> $S
 $N check --backend cuda-chunkwise --precision f32 data/golden > $L/golden.log 2>&1; echo "golden rc=$?" >> $S; tail -2 $L/golden.log >> $S
 KCP_CUDA_KEEP=1 $N check --backend cuda-chunkwise --precision f32 data/golden > $L/golden_keep.log 2>&1; echo "golden keep rc=$?" >> $S; tail -2 $L/golden_keep.log >> $S
 SB=(bench --backend cuda-chunkwise --variant gdn,kda,gla --H 2 --T 200 --backward 1 --warmup 0 --repeat 1)
 compute-sanitizer --tool racecheck $N "${SB[@]}" > $L/race.log 2>&1; echo "racecheck rc=$?" >> $S; tail -1 $L/race.log >> $S
 compute-sanitizer --tool memcheck $N "${SB[@]}" > $L/mem.log 2>&1; echo "memcheck rc=$?" >> $S; tail -1 $L/mem.log >> $S
+else
+  echo "TESTS=0: no tests in this call" >> $S
+fi
 [ "${MPI_SWEEP:-0}" = 1 ] && (
   . scripts/gpu_mpi.sh  # mpi: the mpirun prefix (in a subshell: it exports KCP_CUDA_KEEP)
   for keep in 0 1; do
@@ -80,11 +88,13 @@ ab_line() {
 }
 # A row's columns: new and base, and in the float32 and forward rows (FWD=1) new under each ENVS
 # setting (ab_tags); ab_bin gives a column's command.
-ab_tags() { echo new base; for x in ${ENVS:-}; do echo "${x%%:*}"; done; }
+ab_cand() { echo new base; [ -x .gpu/kcp_alt ] && echo alt; }
+ab_tags() { ab_cand; for x in ${ENVS:-}; do echo "${x%%:*}"; done; }
 ab_bin() {
   case $1 in
     new) echo "$N" ;;
     base) echo "$B" ;;
+    alt) echo .gpu/kcp_alt ;;
     *) for x in ${ENVS:-}; do [ "${x%%:*}" = "$1" ] && echo "env ${x#*:} $N"; done ;;
   esac
 }
@@ -93,7 +103,7 @@ for T in 8192 32768; do
  for v in $VARS; do
   reps="1 2"; [ $T = 32768 ] && reps=$(seq -s' ' 1 ${REPS32:-1})
   for rep in $reps; do
-   for tag in new base; do
+   for tag in $(ab_cand); do
     X=$(ab_bin $tag)
     ab_line "$tag $v T=$T" $L/b_${v}_${T}_${tag}_$rep.log $X bench --backend cuda-chunkwise --variant $v --H 16 --T $T --backward 1 --keep 1 --check $ck
    done
