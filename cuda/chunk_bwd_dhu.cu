@@ -68,22 +68,35 @@ struct DhuTiling {
 // The chunk-local terms of one chunk, in this thread's accumulator positions (registers): A_c for
 // the dvnew tiles, B_c for the update tiles (read by each thread before the dh[c] store that reuses
 // B_c's memory: a __syncthreads lies between, and loads before a barrier are performed before it).
+// Each thread's offsets into A_c's rows ([TT,HV,V] in dvnew) and B_c's ([NT,HV,K,V] in dh) are formed
+// once (LocalTerms::Addr); a step adds the chunk's base (the per-step 64-bit index arithmetic was most
+// of the step's integer instructions, ncu).
 template <int KD, int BV>
 struct LocalTerms {
-  float a[DhuTiling<KD, BV>::NV][4], b[DhuTiling<KD, BV>::MW][DhuTiling<KD, BV>::NU][4];
-  __device__ void load(const BwdParams& bp, const ChunkInfo& ck, int c, int hv, int v0, bool local) {
-    using Tl = DhuTiling<KD, BV>;
-    const ChunkParams& p = bp.c;
-    const int lt = lane_g(), c2 = 2 * lane_t();  // accumulator elements (e, e + 1) are adjacent columns
-    const float* A = bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V + v0 + c2;  // row r at A + r * HV * V
-    const float* B = bp.dh + (int64_t(c) * p.HV + hv) * KD * p.V + v0 + c2;     // row i at B + i * V
-    const int64_t lda = int64_t(p.HV) * p.V;
+  using Tl = DhuTiling<KD, BV>;
+  struct Addr {
+    int64_t lda, ldb;  // A_c's row stride (HV V), B_c's chunk stride (HV K V)
+    int a_off, b_off;  // this thread's element (row mv + g, column pair) of A_c's first tile; of B_c's
+    bool local;
+    __device__ Addr(const BwdParams& bp, int hv, int v0, bool with_do) {
+      const ChunkParams& p = bp.c;
+      const int g = lane_g(), c2 = 2 * lane_t();  // accumulator elements (e, e + 1) are adjacent columns
+      lda = int64_t(p.HV) * p.V, ldb = lda * KD;
+      a_off = (Tl::mv() + g) * int(lda) + hv * p.V + v0 + c2 + Tl::nv(0);
+      b_off = (hv * KD + g) * p.V + v0 + c2;
+      local = with_do;
+    }
+  };
+  float a[Tl::NV][4], b[Tl::MW][Tl::NU][4];
+  __device__ void load(const BwdParams& bp, const Addr& ad, const ChunkInfo& ck, int c) {
+    const float* A = bp.dvnew + ck.t0 * ad.lda + ad.a_off;  // rows + 0 and + 8, tiles 8 columns apart
+    const float* B = bp.dh + c * ad.ldb + ad.b_off;          // + row mu(q) (+ 8) times V, + 8 nt
+    const int r = Tl::mv() + lane_g(), V = bp.c.V;
 #pragma unroll
     for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = Tl::mv() + lt + 8 * h;
-        const float2 x = local && r < ck.len ? *reinterpret_cast<const float2*>(A + r * lda + Tl::nv(j)) : float2{0.0f, 0.0f};
+        const float2 x = ad.local && r + 8 * h < ck.len ? *reinterpret_cast<const float2*>(A + 8 * h * ad.lda + 8 * j) : float2{0.0f, 0.0f};
         a[j][2 * h] = x.x, a[j][2 * h + 1] = x.y;
       }
 #pragma unroll
@@ -92,30 +105,39 @@ struct LocalTerms {
       for (int nt = 0; nt < Tl::NU; ++nt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float2 x = local ? *reinterpret_cast<const float2*>(B + (Tl::mu(q) + lt + 8 * h) * p.V + 8 * nt) : float2{0.0f, 0.0f};
+          const float2 x = ad.local ? *reinterpret_cast<const float2*>(B + (Tl::mu(q) + 8 * h) * V + 8 * nt) : float2{0.0f, 0.0f};
           b[q][nt][2 * h] = x.x, b[q][nt][2 * h + 1] = x.y;
         }
   }
 };
 
-// cp.async of chunk ck's tiles into buffer b: kg (raw: k's bf16 rows, with the gate and rstd_k rows),
-// w (rows >= L zero), b_end. Each thread copies fixed row segments (copy_rows_async: addresses stepped
-// by a constant; the per-element index arithmetic was ~30% of the step's instructions, ncu).
-template <int KD, int BV, bool kKDA, bool kRaw>
-__device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv) {
+// The row copies of dhu_fetch; kFull: a full chunk (no row tests: every chunk of a sequence but its last).
+template <int KD, int BV, bool kRaw, bool kFull>
+__device__ __forceinline__ void dhu_fetch_rows(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck,
+                                               int hv, int h) {
   using S = DhuSmem<KD, BV>;
   const ChunkParams& p = bp.c;
-  const int L = ck.len;
-  const int ldx = p.HV * KD;  // kg, w: [TT,HV,K]
+  const int L = ck.len, ldx = p.HV * KD;  // kg, w: [TT,HV,K]
   if constexpr (kRaw) {
-    const int h = hv / p.G;
     const auto* k = static_cast<const __nv_bfloat16*>(p.k.p) + (ck.t0 * p.k.st + int64_t(h) * p.k.sx);
-    copy_rows_async<kChunk, 2 * KD, kBwdThreads>(s.k16(b), 2 * S::ldk, L, k, int(p.k.st));
-    load_chunk_row_scalars<false, false, false>(p, ck, hv, h, s.rows(b), nullptr, s.rows(b) + kChunk, nullptr);
+    copy_rows_async<kChunk, 2 * KD, kBwdThreads, kFull>(s.k16(b), 2 * S::ldk, L, k, int(p.k.st));
   } else {
-    copy_rows_async<kChunk, 4 * KD, kBwdThreads>(s.kg(b), S::ldk, L, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD, ldx);
+    copy_rows_async<kChunk, 4 * KD, kBwdThreads, kFull>(s.kg(b), S::ldk, L, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD, ldx);
   }
-  if (!p.gla) copy_rows_async<kChunk, 4 * KD, kBwdThreads>(s.w(b), S::ldw, L, p.w + (int64_t(ck.t0) * p.HV + hv) * KD, ldx);  // gla: w = 0
+  if (!p.gla) copy_rows_async<kChunk, 4 * KD, kBwdThreads, kFull>(s.w(b), S::ldw, L, p.w + (int64_t(ck.t0) * p.HV + hv) * KD, ldx);  // gla: w = 0
+}
+
+// cp.async of chunk ck's tiles into buffer b: kg (raw: k's bf16 rows, with the gate and rstd_k rows),
+// w (rows >= L zero), b_end. Each thread copies fixed row segments (copy_rows_async: addresses stepped
+// by a constant; the per-element index arithmetic was ~30% of the step's instructions, ncu). h: the
+// q/k head of value head hv (formed once by the caller: an integer division per step otherwise).
+template <int KD, int BV, bool kKDA, bool kRaw>
+__device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv, int h) {
+  const ChunkParams& p = bp.c;
+  const int L = ck.len;
+  if (L == kChunk) dhu_fetch_rows<KD, BV, kRaw, true>(bp, s, b, ck, hv, h);
+  else dhu_fetch_rows<KD, BV, kRaw, false>(bp, s, b, ck, hv, h);
+  if constexpr (kRaw) load_chunk_row_scalars<false, false, false>(p, ck, hv, h, s.rows(b), nullptr, s.rows(b) + kChunk, nullptr);
   const float* ge = p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * (kKDA ? KD : 1);
   if constexpr (kKDA) {
     for (int idx = threadIdx.x; idx < KD / 4; idx += kBwdThreads) cp_async16(s.ge(b) + 4 * idx, ge + 4 * idx, true);
@@ -267,21 +289,23 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
   const int c_hi = p.seq_chunk0[n + 1] - 1, c_lo = p.seq_chunk0[n];
   // The chunk table is read a chunk ahead (ck: chunk c, ckn: c - 1, loaded while c + 1 ran), so no
   // step waits on it before its copies and loads can be addressed.
+  const int h = hv / p.G;
+  const typename LocalTerms<KD, BV>::Addr ad(bp, hv, v0, local);
   LocalTerms<KD, BV> cur, nxt;
   ChunkInfo ck = {}, ckn = {};
   if (c_hi >= c_lo) {
     ck = p.chunks[c_hi];
     ckn = c_hi > c_lo ? p.chunks[c_hi - 1] : ck;
-    dhu_fetch<KD, BV, kKDA, kRaw>(bp, s, 0, ck, hv);
-    cur.load(bp, ck, c_hi, hv, v0, local);
+    dhu_fetch<KD, BV, kKDA, kRaw>(bp, s, 0, ck, hv, h);
+    cur.load(bp, ad, ck, c_hi);
   }
   for (int c = c_hi, b = 0; c >= c_lo; --c, b ^= 1) {
     cp_async_wait<0>();
     __syncthreads();  // buffer b has arrived; buffer b ^ 1 and dvn are free
     const ChunkInfo ckp = ckn;  // chunk c - 1
     if (c > c_lo) {
-      dhu_fetch<KD, BV, kKDA, kRaw>(bp, s, b ^ 1, ckp, hv);
-      nxt.load(bp, ckp, c - 1, hv, v0, local);
+      dhu_fetch<KD, BV, kKDA, kRaw>(bp, s, b ^ 1, ckp, hv, h);
+      nxt.load(bp, ad, ckp, c - 1);
       if (c - 1 > c_lo) ckn = p.chunks[c - 2];
     }
     if (bp.dh && bp.keep) {  // dh[c], four columns per store
