@@ -221,7 +221,7 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // elements e, e + 1: columns col, col + 1 of row r
       const int r = acc_row(m0, e), col = acc_col(Tl::nv(j), e);
-      s.dvn[r * ld + col] = operand_store<kSp>(c[j][e]), s.dvn[r * ld + col + 1] = operand_store<kSp>(c[j][e + 1]);
+      *reinterpret_cast<float2*>(s.dvn + r * ld + col) = make_float2(operand_store<kSp>(c[j][e]), operand_store<kSp>(c[j][e + 1]));
       if (bp.dvnew && bp.keep && r < ck.len)
         *reinterpret_cast<float2*>(bp.dvnew + (int64_t(ck.t0 + r) * bp.c.HV + hv) * bp.Vw + v0 + col) = make_float2(c[j][e], c[j][e + 1]);
     }
@@ -243,22 +243,30 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
 #pragma unroll
     for (int nt = 0; nt < Tl::NU; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < 4; e += 2) {  // elements e, e + 1: adjacent columns of row i
         const int i = acc_row(m0, e), j = acc_col(8 * nt, e);
-        c[q][nt][e] = -fmaf(exp2f(s.ge(b)[kKDA ? i : 0]), s.dh[i * ldh + j], lt.b[q][nt][e]);
+        const float f = exp2f(s.ge(b)[kKDA ? i : 0]);
+        const float2 d = *reinterpret_cast<const float2*>(s.dh + i * ldh + j);
+        c[q][nt][e] = -fmaf(f, d.x, lt.b[q][nt][e]), c[q][nt][e + 1] = -fmaf(f, d.y, lt.b[q][nt][e + 1]);
       }
     float c2[Tl::NU][4] = {};  // the odd k steps: two dependent chains of L / 16
     auto wT = [&](int m, int k) { return wt[k * S::ldw + m]; };
     auto dv = [&](int k, int n) { return s.dvn[k * ld + n]; };
-    for (int k0 = 0; k0 < L; k0 += 16) {
+    auto step = [&](int k0, bool odd) {
       const FragA<kSp> a0 = load_a<kSp, true>(wT, m0, k0);
 #pragma unroll
       for (int nt = 0; nt < Tl::NU; ++nt) mma<kSp>(c[q][nt], a0, load_b<kSp, true>(dv, k0, 8 * nt));
-      if (k0 + 8 < L) {
+      if (odd) {
         const FragA<kSp> a1 = load_a<kSp, true>(wT, m0, k0 + 8);
 #pragma unroll
         for (int nt = 0; nt < Tl::NU; ++nt) mma<kSp>(c2[nt], a1, load_b<kSp, true>(dv, k0 + 8, 8 * nt));
       }
+    };
+    if (L == kChunk) {  // a full chunk (all but a sequence's last): unrolled, constant offsets
+#pragma unroll
+      for (int k0 = 0; k0 < kChunk; k0 += 16) step(k0, true);
+    } else {
+      for (int k0 = 0; k0 < L; k0 += 16) step(k0, k0 + 8 < L);
     }
 #pragma unroll
     for (int nt = 0; nt < Tl::NU; ++nt)
@@ -272,7 +280,8 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
 #pragma unroll
     for (int nt = 0; nt < Tl::NU; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s.dh[acc_row(16 * (w + 8 * q), e) * ldh + acc_col(8 * nt, e)] = -c[q][nt][e];
+      for (int e = 0; e < 4; e += 2)
+        *reinterpret_cast<float2*>(s.dh + acc_row(16 * (w + 8 * q), e) * ldh + acc_col(8 * nt, e)) = make_float2(-c[q][nt][e], -c[q][nt][e + 1]);
   }
 }
 
