@@ -76,7 +76,7 @@ struct LocalTerms {
   using Tl = DhuTiling<KD, BV>;
   struct Addr {
     int64_t lda, ldb;  // A_c's row stride (HV V), B_c's chunk stride (HV K V)
-    int a_off, b_off;  // this thread's element (row mv + g, column pair) of A_c's first tile; of B_c's
+    int a_off, b_off;  // this thread's first element of A_c (row mv + g, its column pair of tile 0) and of B_c (key row g)
     bool local;
     __device__ Addr(const BwdParams& bp, int hv, int v0, bool with_do) {
       const ChunkParams& p = bp.c;
