@@ -55,13 +55,17 @@ struct DhuSmem {
   __device__ float* rows(int b) const { return ge(b) + KD; }
 };
 
-// Warp tiles: dvnew [64, BV]: rows 16 (w % 4), 8-column tiles (w / 4) BV/16 + j; the update
-// [KD, BV]: rows 16 (w + 8 q), every 8-column tile.
+// Warp tiles: dvnew [64, BV]: rows 16 (w % 4), every 8-column tile, over the keys [KP (w / 4), + KP)
+// (two key halves: k's rows are read once a step, not once per column half, 48 KB of operands a step
+// instead of 64; the halves' partial sums meet in shared memory, dhu_join_halves); the update [KD, BV]:
+// rows 16 (w + 8 q), every 8-column tile.
 template <int KD, int BV>
 struct DhuTiling {
-  static constexpr int NV = BV / 16, MT = KD / 16, MW = (MT + 7) / 8, NU = BV / 8;
+  static constexpr int NV = BV / 8, KP = KD / 2, MT = KD / 16, MW = (MT + 7) / 8, NU = BV / 8;
+  static_assert(KP % 16 == 0, "dhu's key halves");
   __device__ static int mv() { return 16 * (int(threadIdx.x >> 5) & 3); }
-  __device__ static int nv(int j) { return 8 * ((int(threadIdx.x >> 5) >> 2) * NV + j); }
+  __device__ static int nv(int j) { return 8 * j; }
+  __device__ static int khalf() { return int(threadIdx.x >> 5) >> 2; }
   __device__ static int mu(int q) { return 16 * min(int(threadIdx.x >> 5) + 8 * q, MT - 1); }
 };
 
@@ -77,14 +81,14 @@ struct LocalTerms {
   struct Addr {
     int64_t lda, ldb;  // A_c's row stride (HV V), B_c's chunk stride (HV K V)
     int a_off, b_off;  // this thread's first element of A_c (row mv + g, its column pair of tile 0) and of B_c (key row g)
-    bool local;
+    bool local, local_a;  // A_c: the key half 0 adds it
     __device__ Addr(const BwdParams& bp, int hv, int v0, bool with_do) {
       const ChunkParams& p = bp.c;
       const int g = lane_g(), c2 = 2 * lane_t();  // accumulator elements (e, e + 1) are adjacent columns
       lda = int64_t(p.HV) * p.V, ldb = lda * KD;
       a_off = (Tl::mv() + g) * int(lda) + hv * p.V + v0 + c2 + Tl::nv(0);
       b_off = (hv * KD + g) * p.V + v0 + c2;
-      local = with_do;
+      local = with_do, local_a = with_do && Tl::khalf() == 0;
     }
   };
   float a[Tl::NV][4], b[Tl::MW][Tl::NU][4];
@@ -96,7 +100,7 @@ struct LocalTerms {
     for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float2 x = ad.local && r + 8 * h < ck.len ? *reinterpret_cast<const float2*>(A + 8 * h * ad.lda + 8 * j) : float2{0.0f, 0.0f};
+        const float2 x = ad.local_a && r + 8 * h < ck.len ? *reinterpret_cast<const float2*>(A + 8 * h * ad.lda + 8 * j) : float2{0.0f, 0.0f};
         a[j][2 * h] = x.x, a[j][2 * h + 1] = x.y;
       }
 #pragma unroll
@@ -155,9 +159,10 @@ __device__ __forceinline__ void mma_exact_a(float (&c)[4], const FragA<false>& a
   mma_tf32(c, a.hi, b.hi);
 }
 
-// This warp's k dh (raw k: k's bf16 rows, in the permuted k order of ldm_a_row16_perm, dh's rows read
-// to match: B(k0 + t, n) = dh row k0 + 2t, B(k0 + t + 4, n) = row k0 + 2t + 1) or kg dh, added to c
-// over the even k steps and to c2 over the odd ones (two dependent chains of KD / 16). Each lane's B
+// This warp's k dh over its key half [k0w, k0w + KP) (raw k: k's bf16 rows, in the permuted k order of
+// ldm_a_row16_perm, dh's rows read to match: B(k0 + t, n) = dh row k0 + 2t, B(k0 + t + 4, n) = row
+// k0 + 2t + 1) or kg dh, added to c over the even k steps and to c2 over the odd ones (two dependent
+// chains of KP / 16 a column tile). Each lane's B
 // elements come from one base, every k step a constant offset (the loop unrolled: an index formula of a
 // run-time k0 cost ~60 integer instructions a k step, ncu).
 template <int KD, int BV, bool kSp, bool kRaw>
@@ -166,30 +171,60 @@ __device__ __forceinline__ void dhu_k_dh(const DhuSmem<KD, BV>& s, int b, int m0
   using S = DhuSmem<KD, BV>;
   using Tl = DhuTiling<KD, BV>;
   constexpr int ldh = kLdDh<BV, kRaw>, kOdd = kRaw ? 1 : 4;  // the row of B's second element
-  const float* db = s.dh + (kRaw ? 2 : 1) * lane_t() * ldh + lane_g();
+  const int k0w = Tl::KP * Tl::khalf();
+  const float* db = s.dh + ((kRaw ? 2 : 1) * lane_t() + k0w) * ldh + lane_g();
   auto bfrag = [&](int k0, int j) {
     FragB<kSp> f;
     f.set(0, db[k0 * ldh + Tl::nv(j)]), f.set(1, db[(k0 + kOdd) * ldh + Tl::nv(j)]);
     return f;
   };
-  const __nv_bfloat16* ka = ldm_row16_lane(s.k16(b), 2 * S::ldk, m0);
+  const __nv_bfloat16* ka = ldm_row16_lane(s.k16(b), 2 * S::ldk, m0) + k0w;
 #pragma unroll
-  for (int k0 = 0; k0 < KD; k0 += 16) {
+  for (int k0 = 0; k0 < Tl::KP; k0 += 16) {
     if constexpr (kRaw) {
       const FragA<false> a0 = ldm_a_row16_perm_lane(ka, k0), a1 = ldm_a_row16_perm_lane(ka, k0 + 8);
 #pragma unroll
       for (int j = 0; j < Tl::NV; ++j) mma_exact_a<kSp>(c[j], a0, bfrag(k0, j)), mma_exact_a<kSp>(c2[j], a1, bfrag(k0 + 8, j));
     } else {
-      const FragA<kSp> a0 = ldm_a_row<kSp>(s.kg(b), S::ldk, m0, k0, false);  // row-major, ldk = 4 mod 32
-      const FragA<kSp> a1 = ldm_a_row<kSp>(s.kg(b), S::ldk, m0, k0 + 8, false);
+      const FragA<kSp> a0 = ldm_a_row<kSp>(s.kg(b), S::ldk, m0, k0w + k0, false);  // row-major, ldk = 4 mod 32
+      const FragA<kSp> a1 = ldm_a_row<kSp>(s.kg(b), S::ldk, m0, k0w + k0 + 8, false);
 #pragma unroll
       for (int j = 0; j < Tl::NV; ++j) mma<kSp>(c[j], a0, bfrag(k0, j)), mma<kSp>(c2[j], a1, bfrag(k0 + 8, j));
     }
   }
 }
 
+// Key half 1 hands its partial k dh to half 0's warp of the same row block through the dvn tile (free
+// until the update; each element read and then overwritten by the one thread of half 0 that holds it).
+// Returns whether this warp finishes the tile (half 0).
+template <int KD, int BV>
+__device__ __forceinline__ bool dhu_join_halves(const DhuSmem<KD, BV>& s, float (&c)[DhuTiling<KD, BV>::NV][4]) {
+  using Tl = DhuTiling<KD, BV>;
+  constexpr int ld = kLdB<BV>;
+  float* part = s.dvn + acc_row(Tl::mv(), 0) * ld + acc_col(0, 0);  // tile j, element e: + (e >> 1) 8 ld + 8 j + (e & 1)
+  if (Tl::khalf() == 1) {
+#pragma unroll
+    for (int j = 0; j < Tl::NV; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) *reinterpret_cast<float2*>(part + (e >> 1) * 8 * ld + 8 * j) = make_float2(c[j][e], c[j][e + 1]);
+  }
+  // The block's barrier: a named barrier of the row block's two warps (bar.arrive / bar.sync) timed
+  // level with it (one H200, 2026-12-01) and drew racecheck reports that this form does not.
+  __syncthreads();
+  if (Tl::khalf() == 1) return false;
+#pragma unroll
+  for (int j = 0; j < Tl::NV; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const float2 x = *reinterpret_cast<const float2*>(part + (e >> 1) * 8 * ld + 8 * j);
+      c[j][e] += x.x, c[j][e + 1] += x.y;
+    }
+  return true;
+}
+
 // dvnew = A_c + kg dh on tensor cores (3xTF32 when kSp); raw k: A_c + Diag(f) (k dh), f_r = rstd_k
-// 2^(b_end - b_r) (rows >= L: k's rows are zero, and f is finite, 1 or 0: dhu_fetch).
+// 2^(b_end - b_r) (rows >= L: k's rows are zero, and f is finite, 1 or 0: dhu_fetch). Key half 0's
+// warps finish the tile.
 template <int KD, int BV, bool kSp, bool kRaw>
 __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv, int v0,
                           const LocalTerms<KD, BV>& lt) {
@@ -200,22 +235,27 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
 #pragma unroll
   for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) c[j][e] = kRaw ? 0.0f : lt.a[j][e], c2[j][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) c[j][e] = kRaw ? 0.0f : lt.a[j][e], c2[j][e] = 0.0f;  // lt.a: zero in half 1
   dhu_k_dh<KD, BV, kSp, kRaw>(s, b, m0, c, c2);
-  float f[2] = {1.0f, 1.0f};  // the row factors of raw k
-  if constexpr (kRaw) {
+#pragma unroll
+  for (int j = 0; j < Tl::NV; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[j][e] += c2[j][e];
+  if (!dhu_join_halves<KD, BV>(s, c)) return;
+  if constexpr (kRaw) {  // the row factors f of raw k, then A_c
     const float* g = s.rows(b);
     const float be = s.ge(b)[0];
+    float f[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = m0 + lane_g() + 8 * h;
       f[h] = g[kChunk + r] * exp2f(be - g[r]);
     }
+#pragma unroll
+    for (int j = 0; j < Tl::NV; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[j][e] = fmaf(f[e >> 1], c[j][e], lt.a[j][e]);
   }
-#pragma unroll
-  for (int j = 0; j < Tl::NV; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) c[j][e] = kRaw ? fmaf(f[e >> 1], c[j][e] + c2[j][e], lt.a[j][e]) : c[j][e] + c2[j][e];
 #pragma unroll
   for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
