@@ -69,6 +69,38 @@ struct DhuTiling {
   __device__ static int mu(int q) { return 16 * min(int(threadIdx.x >> 5) + 8 * q, MT - 1); }
 };
 
+// The exact dh at this thread's update positions (row acc_row(mu(q), e), column acc_col(8 nt, e)),
+// carried in registers from step to step; the shared dh tile holds the operand copy for k dh (TF32-
+// rounded unless the products are split: the rounding the tensor core applies anyway, so the k dh
+// fragments load without a conversion each, and the update reads no dh from shared memory). Warps
+// past the key rows (w + 8 q >= MT, K = 64) repeat the last row block and own nothing.
+template <int KD, int BV>
+struct DhState {
+  using Tl = DhuTiling<KD, BV>;
+  float x[Tl::MW][Tl::NU][4];
+  // f(q, nt, e, i, j): each owned element, key row i, column j (pairs e, e + 1 adjacent).
+  template <class F>
+  __device__ __forceinline__ static void for_owned(F&& f) {
+    const int w = threadIdx.x >> 5;
+#pragma unroll
+    for (int q = 0; q < Tl::MW; ++q) {
+      if (w + 8 * q >= Tl::MT) continue;
+#pragma unroll
+      for (int nt = 0; nt < Tl::NU; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) f(q, nt, e, acc_row(16 * (w + 8 * q), e), acc_col(8 * nt, e));
+    }
+  }
+};
+
+template <int KD, int BV, bool kSp, bool kRaw>
+__device__ __forceinline__ void dhu_store_state(const DhuSmem<KD, BV>& s, const DhState<KD, BV>& d) {
+  constexpr int ldh = kLdDh<BV, kRaw>;
+  d.for_owned([&](int q, int nt, int e, int i, int j) {
+    *reinterpret_cast<float2*>(s.dh + i * ldh + j) = make_float2(operand_store<kSp>(d.x[q][nt][e]), operand_store<kSp>(d.x[q][nt][e + 1]));
+  });
+}
+
 // The chunk-local terms of one chunk, in this thread's accumulator positions (registers): A_c for
 // the dvnew tiles, B_c for the update tiles (read by each thread before the dh[c] store that reuses
 // B_c's memory: a __syncthreads lies between, and loads before a barrier are performed before it).
@@ -175,7 +207,7 @@ __device__ __forceinline__ void dhu_k_dh(const DhuSmem<KD, BV>& s, int b, int m0
   const float* db = s.dh + ((kRaw ? 2 : 1) * lane_t() + k0w) * ldh + lane_g();
   auto bfrag = [&](int k0, int j) {
     FragB<kSp> f;
-    f.set(0, db[k0 * ldh + Tl::nv(j)]), f.set(1, db[(k0 + kOdd) * ldh + Tl::nv(j)]);
+    f.set_exact(0, db[k0 * ldh + Tl::nv(j)]), f.set_exact(1, db[(k0 + kOdd) * ldh + Tl::nv(j)]);  // dhu_store_state
     return f;
   };
   const __nv_bfloat16* ka = ldm_row16_lane(s.k16(b), 2 * S::ldk, m0) + k0w;
@@ -269,12 +301,13 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
 
 // dh <- Diag(2^b_end) dh + B_c - w^T dvnew on tensor cores (3xTF32 when kSp), accumulated negated,
 // -dh = (-Diag(2^b_end) dh - B_c) + w^T dvnew, so that w's fragments load without a negation each.
+// The exact dh comes from and goes back to this thread's registers d (DhState); its shared copy,
+// read only by the next step's k dh (after the loop's barrier), is written in place: no barrier here.
 template <int KD, int BV, bool kKDA, bool kSp, bool kRaw>
-__device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTerms<KD, BV>& lt) {
+__device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTerms<KD, BV>& lt, DhState<KD, BV>& d) {
   using S = DhuSmem<KD, BV>;
   using Tl = DhuTiling<KD, BV>;
-  constexpr int ld = kLdB<BV>, ldh = kLdDh<BV, kRaw>;
-  const int w = threadIdx.x >> 5;
+  constexpr int ld = kLdB<BV>;
   const float* wt = s.w(b);
   float c[Tl::MW][Tl::NU][4];
 #pragma unroll
@@ -284,10 +317,8 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
     for (int nt = 0; nt < Tl::NU; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; e += 2) {  // elements e, e + 1: adjacent columns of row i
-        const int i = acc_row(m0, e), j = acc_col(8 * nt, e);
-        const float f = exp2f(s.ge(b)[kKDA ? i : 0]);
-        const float2 d = *reinterpret_cast<const float2*>(s.dh + i * ldh + j);
-        c[q][nt][e] = -fmaf(f, d.x, lt.b[q][nt][e]), c[q][nt][e + 1] = -fmaf(f, d.y, lt.b[q][nt][e + 1]);
+        const float f = exp2f(s.ge(b)[kKDA ? acc_row(m0, e) : 0]);
+        c[q][nt][e] = -fmaf(f, d.x[q][nt][e], lt.b[q][nt][e]), c[q][nt][e + 1] = -fmaf(f, d.x[q][nt][e + 1], lt.b[q][nt][e + 1]);
       }
     float c2[Tl::NU][4] = {};  // the odd k steps: two dependent chains of L / 16
     auto wT = [&](int m, int k) { return wt[k * S::ldw + m]; };
@@ -313,28 +344,30 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
 #pragma unroll
       for (int e = 0; e < 4; ++e) c[q][nt][e] += c2[nt][e];
   }
-  __syncthreads();  // every read of dh is done
 #pragma unroll
-  for (int q = 0; q < Tl::MW; ++q) {
-    if (w + 8 * q >= Tl::MT) continue;
+  for (int q = 0; q < Tl::MW; ++q)
 #pragma unroll
     for (int nt = 0; nt < Tl::NU; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; e += 2)
-        *reinterpret_cast<float2*>(s.dh + acc_row(16 * (w + 8 * q), e) * ldh + acc_col(8 * nt, e)) = make_float2(-c[q][nt][e], -c[q][nt][e + 1]);
-  }
+      for (int e = 0; e < 4; ++e) d.x[q][nt][e] = -c[q][nt][e];
+  dhu_store_state<KD, BV, kSp, kRaw>(s, d);
 }
 
 template <int KD, int BV, bool kKDA, bool kSplit, bool kRaw>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_constant__ BwdParams bp) {
-  constexpr int ldh = kLdDh<BV, kRaw>;
   const ChunkParams& p = bp.c;
   const int n = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV;
   extern __shared__ __align__(16) float smem[];
   const DhuSmem<KD, BV> s(smem);
   const bool local = bp.d_o.p != nullptr && v0 < p.V;  // the columns with do (the M^T columns have none)
-  for (int idx = threadIdx.x; idx < KD * BV; idx += kBwdThreads)
-    s.dh[(idx / BV) * ldh + idx % BV] = dhu_init(bp, n, hv, idx / BV, v0 + idx % BV);
+  DhState<KD, BV> d;
+#pragma unroll
+  for (int q = 0; q < DhuTiling<KD, BV>::MW; ++q)
+#pragma unroll
+    for (int nt = 0; nt < DhuTiling<KD, BV>::NU; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) d.x[q][nt][e] = dhu_init(bp, n, hv, acc_row(DhuTiling<KD, BV>::mu(q), e), v0 + acc_col(8 * nt, e));
+  dhu_store_state<KD, BV, kSplit, kRaw>(s, d);
   const int c_hi = p.seq_chunk0[n + 1] - 1, c_lo = p.seq_chunk0[n];
   // The chunk table is read a chunk ahead (ck: chunk c, ckn: c - 1, loaded while c + 1 ran), so no
   // step waits on it before its copies and loads can be addressed.
@@ -357,25 +390,23 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
       nxt.load(bp, ad, ckp, c - 1);
       if (c - 1 > c_lo) ckn = p.chunks[c - 2];
     }
-    if (bp.dh && bp.keep) {  // dh[c], four columns per store
+    if (bp.dh && bp.keep) {  // dh[c] from the registers (this thread loaded B_c's slot c at these positions a step ago)
       float* g = bp.dh + (int64_t(c) * p.HV + hv) * KD * bp.Vw + v0;
-      for (int idx = threadIdx.x; idx < KD * BV / 4; idx += kBwdThreads) {
-        const int i = idx / (BV / 4), j = 4 * (idx % (BV / 4));
-        *reinterpret_cast<float4*>(g + int64_t(i) * bp.Vw + j) = *reinterpret_cast<const float4*>(s.dh + i * ldh + j);
-      }
+      d.for_owned([&](int q, int nt, int e, int i, int j) {
+        *reinterpret_cast<float2*>(g + int64_t(i) * bp.Vw + j) = make_float2(d.x[q][nt][e], d.x[q][nt][e + 1]);
+      });
     }
     dhu_dvnew<KD, BV, kSplit, kRaw>(bp, s, b, ck, hv, v0, cur);
     __syncthreads();
-    dhu_update<KD, BV, kKDA, kSplit, kRaw>(s, b, p.gla ? 0 : ck.len, cur);  // gla: no w^T dvnew term (w = 0)
+    dhu_update<KD, BV, kKDA, kSplit, kRaw>(s, b, p.gla ? 0 : ck.len, cur, d);  // gla: no w^T dvnew term (w = 0)
     cur = nxt;
     ck = ckp;
   }
-  __syncthreads();
   if (bp.dh0.p)
-    for (int idx = threadIdx.x; idx < KD * BV; idx += kBwdThreads) {
-      const int i = idx / BV, j = idx % BV;
-      store_any(bp.dh0.p, bp.dh0.dt, n * bp.dh0.sn + hv * bp.dh0.shv + i * bp.dh0.si + (v0 + j) * bp.dh0.sj, s.dh[i * ldh + j]);
-    }
+    d.for_owned([&](int q, int nt, int e, int i, int j) {
+      const int64_t o = n * bp.dh0.sn + hv * bp.dh0.shv + i * bp.dh0.si + (v0 + j) * bp.dh0.sj;
+      store_any(bp.dh0.p, bp.dh0.dt, o, d.x[q][nt][e]), store_any(bp.dh0.p, bp.dh0.dt, o + bp.dh0.sj, d.x[q][nt][e + 1]);
+    });
 }
 
 }  // namespace
