@@ -1,0 +1,133 @@
+// The dhu chain's layouts and per-thread register state (chunk_bwd_dhu.cu, the backward's serial
+// state-gradient recurrence): the shared-memory tiles (dh's operand copy [K, BV], the dvnew tile
+// [64, BV], two buffers of kg or k's bf16 rows [64, K], w [64, K], b_end and the raw gate rows), the
+// warps' tiles (dvnew over two key halves, the update over row blocks of 16), the exact dh in each
+// thread's registers (DhState) and the chunk-local terms A_c, B_c loaded a chunk ahead (LocalTerms).
+// Covered by tests/cuda/test_cuda_backward.cpp (stage "dhu" against the CPU twin, end to end, and the
+// transitions).
+#pragma once
+
+#include "cuda/chunk_bwd.cuh"
+#include "cuda/tile_mma.cuh"
+
+namespace kcp::cuda::dhu {
+
+// [rows][BV] tiles read as k-major B fragments: row stride 8 or 24 mod 32 words (conflict-free)
+template <int BV>
+constexpr int kLdB = BV == 16 ? 24 : BV + 8;
+// dh's row stride: kLdB, or with raw k (kRaw) 4 mod 16 words, since the B fragments of k dh then read
+// rows k0 + 2t and k0 + 2t + 1 (the permuted k order of ldm_a_row16_perm): 2 ld = 8 mod 32 keeps
+// those eight rows on distinct banks. Never above kLdB (the allocation).
+template <int BV, bool kRaw>
+constexpr int kLdDh = kRaw ? (BV == 16 ? 20 : BV + 4) : kLdB<BV>;
+
+template <int KD, int BV>
+struct DhuSmem {
+  static constexpr int ldk = KD + 4;  // kg [64][KD]: row-major A fragments (4 mod 32); raw k: bf16 rows of 2 ldk
+  static constexpr int ldw = KD + 8;  // w [64][KD]: transposed A fragments (8 mod 32)
+  static constexpr int buf = kChunk * ldk + kChunk * ldw + KD + 2 * kChunk;
+  static constexpr int floats = KD * kLdB<BV> + kChunk * kLdB<BV> + 2 * buf;
+  float *dh, *dvn, *b0;
+  __device__ explicit DhuSmem(float* s) : dh(s), dvn(s + KD * kLdB<BV>), b0(s + (KD + kChunk) * kLdB<BV>) {}
+  // buffer b (0, 1): kg (or k's bf16 rows), w, b_end [KD], raw k's gate rows b_r and rstd_k [2][64]
+  // (load_chunk_row_scalars: past the chunk's length the last gate row, rstd_k 0, or 1 without the norm)
+  __device__ float* kg(int b) const { return b0 + b * buf; }
+  __device__ __nv_bfloat16* k16(int b) const { return reinterpret_cast<__nv_bfloat16*>(kg(b)); }
+  __device__ float* w(int b) const { return kg(b) + kChunk * ldk; }
+  __device__ float* ge(int b) const { return w(b) + kChunk * ldw; }
+  __device__ float* rows(int b) const { return ge(b) + KD; }
+};
+
+// Warp tiles: dvnew [64, BV]: rows 16 (w % 4), every 8-column tile, over the keys [KP (w / 4), + KP)
+// (two key halves: k's rows are read once a step, not once per column half, 48 KB of operands a step
+// instead of 64; the halves' partial sums meet in shared memory, dhu_join_halves); the update [KD, BV]:
+// rows 16 (w + 8 q), every 8-column tile.
+template <int KD, int BV>
+struct DhuTiling {
+  static constexpr int NV = BV / 8, KP = KD / 2, MT = KD / 16, MW = (MT + 7) / 8, NU = BV / 8;
+  static_assert(KP % 16 == 0, "dhu's key halves");
+  __device__ static int mv() { return 16 * (int(threadIdx.x >> 5) & 3); }
+  __device__ static int nv(int j) { return 8 * j; }
+  __device__ static int khalf() { return int(threadIdx.x >> 5) >> 2; }
+  __device__ static int mu(int q) { return 16 * min(int(threadIdx.x >> 5) + 8 * q, MT - 1); }
+};
+
+// The exact dh at this thread's update positions (row acc_row(mu(q), e), column acc_col(8 nt, e)),
+// carried in registers from step to step; the shared dh tile holds the operand copy for k dh (TF32-
+// rounded unless the products are split: the rounding the tensor core applies anyway, so the k dh
+// fragments load without a conversion each, and the update reads no dh from shared memory). Warps
+// past the key rows (w + 8 q >= MT, K = 64) repeat the last row block and own nothing.
+template <int KD, int BV>
+struct DhState {
+  using Tl = DhuTiling<KD, BV>;
+  float x[Tl::MW][Tl::NU][4];
+  // f(q, nt, e, i, j): each owned element, key row i, column j (pairs e, e + 1 adjacent).
+  template <class F>
+  __device__ __forceinline__ static void for_owned(F&& f) {
+    const int w = threadIdx.x >> 5;
+#pragma unroll
+    for (int q = 0; q < Tl::MW; ++q) {
+      if (w + 8 * q >= Tl::MT) continue;
+#pragma unroll
+      for (int nt = 0; nt < Tl::NU; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) f(q, nt, e, acc_row(16 * (w + 8 * q), e), acc_col(8 * nt, e));
+    }
+  }
+};
+
+template <int KD, int BV, bool kSp, bool kRaw>
+__device__ __forceinline__ void dhu_store_state(const DhuSmem<KD, BV>& s, const DhState<KD, BV>& d) {
+  constexpr int ldh = kLdDh<BV, kRaw>;
+  d.for_owned([&](int q, int nt, int e, int i, int j) {
+    *reinterpret_cast<float2*>(s.dh + i * ldh + j) = make_float2(operand_store<kSp>(d.x[q][nt][e]), operand_store<kSp>(d.x[q][nt][e + 1]));
+  });
+}
+
+// The chunk-local terms of one chunk, in this thread's accumulator positions (registers): A_c for
+// the dvnew tiles, B_c for the update tiles (read by each thread before the dh[c] store that reuses
+// B_c's memory: a __syncthreads lies between, and loads before a barrier are performed before it).
+// Each thread's offsets into A_c's rows ([TT,HV,V] in dvnew) and B_c's ([NT,HV,K,V] in dh) are formed
+// once (LocalTerms::Addr); a step adds the chunk's base (the per-step 64-bit index arithmetic was most
+// of the step's integer instructions, ncu).
+template <int KD, int BV>
+struct LocalTerms {
+  using Tl = DhuTiling<KD, BV>;
+  struct Addr {
+    int64_t lda, ldb;  // A_c's row stride (HV V), B_c's chunk stride (HV K V)
+    int a_off, b_off;  // this thread's first element of A_c (row mv + g, its column pair of tile 0) and of B_c (key row g)
+    bool local, local_a;  // A_c: the key half 0 adds it
+    __device__ Addr(const BwdParams& bp, int hv, int v0, bool with_do) {
+      const ChunkParams& p = bp.c;
+      const int g = lane_g(), c2 = 2 * lane_t();  // accumulator elements (e, e + 1) are adjacent columns
+      lda = int64_t(p.HV) * p.V, ldb = lda * KD;
+      a_off = (Tl::mv() + g) * int(lda) + hv * p.V + v0 + c2 + Tl::nv(0);
+      b_off = (hv * KD + g) * p.V + v0 + c2;
+      local = with_do, local_a = with_do && Tl::khalf() == 0;
+    }
+  };
+  float a[Tl::NV][4], b[Tl::MW][Tl::NU][4];
+  __device__ void load(const BwdParams& bp, const Addr& ad, const ChunkInfo& ck, int c) {
+    const float* A = bp.dvnew + ck.t0 * ad.lda + ad.a_off;  // rows + 0 and + 8, tiles 8 columns apart
+    const float* B = bp.dh + c * ad.ldb + ad.b_off;          // + row mu(q) (+ 8) times V, + 8 nt
+    const int r = Tl::mv() + lane_g(), V = bp.c.V;
+#pragma unroll
+    for (int j = 0; j < Tl::NV; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float2 x = ad.local_a && r + 8 * h < ck.len ? *reinterpret_cast<const float2*>(A + 8 * h * ad.lda + 8 * j) : float2{0.0f, 0.0f};
+        a[j][2 * h] = x.x, a[j][2 * h + 1] = x.y;
+      }
+#pragma unroll
+    for (int q = 0; q < Tl::MW; ++q)
+#pragma unroll
+      for (int nt = 0; nt < Tl::NU; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float2 x = ad.local ? *reinterpret_cast<const float2*>(B + (Tl::mu(q) + 8 * h) * V + 8 * nt) : float2{0.0f, 0.0f};
+          b[q][nt][2 * h] = x.x, b[q][nt][2 * h + 1] = x.y;
+        }
+  }
+};
+
+}  // namespace kcp::cuda::dhu
