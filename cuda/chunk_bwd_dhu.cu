@@ -248,12 +248,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
   const DhuSmem<KD, BV> s(smem);
   const bool local = bp.d_o.p != nullptr && v0 < p.V;  // the columns with do (the M^T columns have none)
   DhState<KD, BV> d;
-#pragma unroll
-  for (int q = 0; q < DhuTiling<KD, BV>::MW; ++q)
-#pragma unroll
-    for (int nt = 0; nt < DhuTiling<KD, BV>::NU; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) d.x[q][nt][e] = dhu_init(bp, n, hv, acc_row(DhuTiling<KD, BV>::mu(q), e), v0 + acc_col(8 * nt, e));
+  d.init(bp, n, hv, v0);
   dhu_store_state<KD, BV, kSplit, kRaw>(s, d);
   const int c_hi = p.seq_chunk0[n + 1] - 1, c_lo = p.seq_chunk0[n];
   // The chunk table is read a chunk ahead (ck: chunk c, ckn: c - 1, loaded while c + 1 ran), so no

@@ -61,6 +61,16 @@ template <int KD, int BV>
 struct DhState {
   using Tl = DhuTiling<KD, BV>;
   float x[Tl::MW][Tl::NU][4];
+  // The chain's starting dh (dhu_init: d_final_state, 0, or the transition's I) at every position of
+  // this thread, the repeated row blocks included.
+  __device__ void init(const BwdParams& bp, int n, int hv, int v0) {
+#pragma unroll
+    for (int q = 0; q < Tl::MW; ++q)
+#pragma unroll
+      for (int nt = 0; nt < Tl::NU; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[q][nt][e] = dhu_init(bp, n, hv, acc_row(Tl::mu(q), e), v0 + acc_col(8 * nt, e));
+  }
   // f(q, nt, e, i, j): each owned element, key row i, column j (pairs e, e + 1 adjacent).
   template <class F>
   __device__ __forceinline__ static void for_owned(F&& f) {
