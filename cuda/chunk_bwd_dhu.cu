@@ -7,6 +7,8 @@
 //   dvnew  = A_c + kg dh                  [L,BV]       A_c = Aqk^T do,  kg_r = kn_r 2^(b_end - b_r), kn = k rstd_k
 //   dh    <- Diag(2^b_end) dh + B_c - w^T dvnew,       B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)
 // (b: the chunk-local gate cumsum in log2 units, per channel for kda; every exponent <= 0.)
+// gdn with bf16 q, k, do (BwdParams::dhu_forms_bc): B_c is formed here from the chunk's q and do rows
+// (copied with k's), beside k dh's products (dhu_chain_bc), and dhu_local writes none.
 // dh starts from d_final_state (or 0); for the CP transition (kInitTransition) one launch carries
 // dS_ext (columns [0, V), from 0, with do) and M^T (columns [V, V + K), from I, no A_c, B_c). After chunk 0 dh is written to dh0. The next chunk's kg, w arrive by
 // cp.async and its A_c, B_c by loads into registers (each thread's accumulator positions) while the
@@ -35,9 +37,10 @@ using namespace dhu;
 
 
 // The row copies of dhu_fetch; kFull: a full chunk (no row tests: every chunk of a sequence but its last).
-template <int KD, int BV, bool kRaw, bool kFull>
+// kBc (dhu_forms_bc): q's bf16 rows and do's columns [v0, v0 + BV) too.
+template <int KD, int BV, bool kRaw, bool kBc, bool kFull>
 __device__ __forceinline__ void dhu_fetch_rows(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck,
-                                               int hv, int h) {
+                                               int hv, int h, int v0) {
   using S = DhuSmem<KD, BV>;
   const ChunkParams& p = bp.c;
   const int L = ck.len, ldx = p.HV * KD;  // kg, w: [TT,HV,K]
@@ -48,19 +51,26 @@ __device__ __forceinline__ void dhu_fetch_rows(const BwdParams& bp, const DhuSme
     copy_rows_async<kChunk, 4 * KD, kBwdThreads, kFull>(s.kg(b), S::ldk, L, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD, ldx);
   }
   if (!p.gla) copy_rows_async<kChunk, 4 * KD, kBwdThreads, kFull>(s.w(b), S::ldw, L, p.w + (int64_t(ck.t0) * p.HV + hv) * KD, ldx);  // gla: w = 0
+  if constexpr (kBc) {
+    const auto* q = static_cast<const __nv_bfloat16*>(p.q.p) + (ck.t0 * p.q.st + int64_t(h) * p.q.sx);
+    copy_rows_async<kChunk, 2 * KD, kBwdThreads, kFull>(s.q16(b), 2 * S::ldk, L, q, int(p.q.st));
+    const auto* dO = static_cast<const __nv_bfloat16*>(bp.d_o.p) + (ck.t0 * bp.d_o.st + int64_t(hv) * bp.d_o.sx + v0);
+    copy_rows_async<kChunk, 2 * BV, kBwdThreads, kFull>(s.do16(b), S::ldo, L, dO, int(bp.d_o.st));
+  }
 }
 
 // cp.async of chunk ck's tiles into buffer b: kg (raw: k's bf16 rows, with the gate and rstd_k rows),
 // w (rows >= L zero), b_end. Each thread copies fixed row segments (copy_rows_async: addresses stepped
 // by a constant; the per-element index arithmetic was ~30% of the step's instructions, ncu). h: the
 // q/k head of value head hv (formed once by the caller: an integer division per step otherwise).
-template <int KD, int BV, bool kKDA, bool kRaw>
-__device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv, int h) {
+template <int KD, int BV, bool kKDA, bool kRaw, bool kBc>
+__device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv, int h, int v0) {
   const ChunkParams& p = bp.c;
   const int L = ck.len;
-  if (L == kChunk) dhu_fetch_rows<KD, BV, kRaw, true>(bp, s, b, ck, hv, h);
-  else dhu_fetch_rows<KD, BV, kRaw, false>(bp, s, b, ck, hv, h);
-  if constexpr (kRaw) load_chunk_row_scalars<false, false, false>(p, ck, hv, h, s.rows(b), nullptr, s.rows(b) + kChunk, nullptr);
+  if (L == kChunk) dhu_fetch_rows<KD, BV, kRaw, kBc, true>(bp, s, b, ck, hv, h, v0);
+  else dhu_fetch_rows<KD, BV, kRaw, kBc, false>(bp, s, b, ck, hv, h, v0);
+  if constexpr (kRaw)
+    load_chunk_row_scalars<false, false, kBc>(p, ck, hv, h, s.rows(b), nullptr, s.rows(b) + kChunk, s.rows(b) + 2 * kChunk);
   const float* ge = p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * (kKDA ? KD : 1);
   if constexpr (kKDA) {
     for (int idx = threadIdx.x; idx < KD / 4; idx += kBwdThreads) cp_async16(s.ge(b) + 4 * idx, ge + 4 * idx, true);
@@ -240,8 +250,10 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
   dhu_store_state<KD, BV, kSp, kRaw>(s, d);
 }
 
-template <int KD, int BV, bool kKDA, bool kSplit, bool kRaw>
+// kBc: B_c formed in the chain (dhu_forms_bc; kRaw, unsplit), not loaded.
+template <int KD, int BV, bool kKDA, bool kSplit, bool kRaw, bool kBc>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_constant__ BwdParams bp) {
+  static_assert(!kBc || (kRaw && !kSplit), "B_c in the chain: raw k rows, one TF32 product");
   const ChunkParams& p = bp.c;
   const int n = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV;
   extern __shared__ __align__(16) float smem[];
@@ -260,16 +272,16 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
   if (c_hi >= c_lo) {
     ck = p.chunks[c_hi];
     ckn = c_hi > c_lo ? p.chunks[c_hi - 1] : ck;
-    dhu_fetch<KD, BV, kKDA, kRaw>(bp, s, 0, ck, hv, h);
-    cur.load(bp, ad, ck, c_hi);
+    dhu_fetch<KD, BV, kKDA, kRaw, kBc>(bp, s, 0, ck, hv, h, v0);
+    cur.template load<!kBc>(bp, ad, ck, c_hi);
   }
   for (int c = c_hi, b = 0; c >= c_lo; --c, b ^= 1) {
     cp_async_wait<0>();
     __syncthreads();  // buffer b has arrived; buffer b ^ 1 and dvn are free
     const ChunkInfo ckp = ckn;  // chunk c - 1
     if (c > c_lo) {
-      dhu_fetch<KD, BV, kKDA, kRaw>(bp, s, b ^ 1, ckp, hv, h);
-      nxt.load(bp, ad, ckp, c - 1);
+      dhu_fetch<KD, BV, kKDA, kRaw, kBc>(bp, s, b ^ 1, ckp, hv, h, v0);
+      nxt.template load<!kBc>(bp, ad, ckp, c - 1);
       if (c - 1 > c_lo) ckn = p.chunks[c - 2];
     }
     if (bp.dh && bp.keep) {  // dh[c] from the registers (this thread loaded B_c's slot c at these positions a step ago)
@@ -278,6 +290,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
         *reinterpret_cast<float2*>(g + int64_t(i) * bp.Vw + j) = make_float2(d.x[q][nt][e], d.x[q][nt][e + 1]);
       });
     }
+    if constexpr (kBc) dhu_chain_bc<KD, BV>(p.scale, s, b, cur.b);  // independent of dh: beside k dh's products
     dhu_dvnew<KD, BV, kSplit, kRaw>(bp, s, b, ck, hv, v0, cur);
     __syncthreads();
     dhu_update<KD, BV, kKDA, kSplit, kRaw>(s, b, p.gla ? 0 : ck.len, cur, d);  // gla: no w^T dvnew term (w = 0)
@@ -302,6 +315,7 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream) {
   KCP_CHECK(!bp.d_o.p || (bp.dh && bp.dvnew && (bp.Vw == p.V || joint)),
             "cuda-chunkwise backward: dhu with do needs the dh and dvnew buffers");
   KCP_CHECK(!bp.keep || bp.Vw == p.V || !(bp.dh || bp.dvnew), "cuda-chunkwise backward: dh[c], dvnew kept only for V columns");
+  KCP_CHECK(!bp.dhu_forms_bc || dhu_forms_bc_applies(bp), "cuda-chunkwise backward: dhu_forms_bc set for a call it does not apply to");
   if (p.gla) return launch_bwd_dhu_gla(bp, stream);  // w = 0: an elementwise scan (chunk_bwd_dh_gla.cu)
   // 32 columns per block when that still gives about a block per multiprocessor (the chain steps of
   // two 16-column blocks then share one block's loads and barriers), else 16.
@@ -313,9 +327,14 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream) {
       constexpr int BV = decltype(bv)::value;
       const size_t smem = sizeof(float) * DhuSmem<KD, BV>::floats;
       const dim3 grid(p.N, p.HV, bp.Vw / BV);
-      if (p.kda) launch_kernel(bwd_dhu_kernel<KD, BV, true, kS, false>, grid, dim3(kBwdThreads), smem, stream, bp);
-      else if (dhu_reads_raw_k(p)) launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true>, grid, dim3(kBwdThreads), smem, stream, bp);
-      else launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, false>, grid, dim3(kBwdThreads), smem, stream, bp);
+      if (p.kda) launch_kernel(bwd_dhu_kernel<KD, BV, true, kS, false, false>, grid, dim3(kBwdThreads), smem, stream, bp);
+      else if (!dhu_reads_raw_k(p)) launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, false, false>, grid, dim3(kBwdThreads), smem, stream, bp);
+      else if constexpr (!kS) {  // braces: bp.dhu_forms_bc implies unsplit products
+        if (bp.dhu_forms_bc) launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, true>, grid, dim3(kBwdThreads), smem, stream, bp);
+        else launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, false>, grid, dim3(kBwdThreads), smem, stream, bp);
+      } else {
+        launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, false>, grid, dim3(kBwdThreads), smem, stream, bp);
+      }
     };
     if (wide) run(std::integral_constant<int, 32>{});
     else run(std::integral_constant<int, 16>{});

@@ -25,17 +25,26 @@ template <int KD, int BV>
 struct DhuSmem {
   static constexpr int ldk = KD + 4;  // kg [64][KD]: row-major A fragments (4 mod 32); raw k: bf16 rows of 2 ldk
   static constexpr int ldw = KD + 8;  // w [64][KD]: transposed A fragments (8 mod 32)
-  static constexpr int buf = kChunk * ldk + kChunk * ldw + KD + 2 * kChunk;
-  static constexpr int floats = KD * kLdB<BV> + kChunk * kLdB<BV> + 2 * buf;
+  // do's bf16 rows [64][BV] (dhu_forms_bc), read by ldmatrix.trans: a row stride of an odd multiple of
+  // 16 bytes keeps the eight rows of a matrix on distinct banks
+  static constexpr int ldo = BV + 8;
+  static constexpr int buf = kChunk * ldk + kChunk * ldw + KD + 3 * kChunk + kChunk * ldo / 2;
+  static constexpr int floats = KD * kLdB<BV> + kChunk * kLdB<BV> + 2 * buf + 8 * kChunk;
   float *dh, *dvn, *b0;
   __device__ explicit DhuSmem(float* s) : dh(s), dvn(s + KD * kLdB<BV>), b0(s + (KD + kChunk) * kLdB<BV>) {}
-  // buffer b (0, 1): kg (or k's bf16 rows), w, b_end [KD], raw k's gate rows b_r and rstd_k [2][64]
-  // (load_chunk_row_scalars: past the chunk's length the last gate row, rstd_k 0, or 1 without the norm)
+  // buffer b (0, 1): kg (or k's bf16 rows), w, b_end [KD], raw k's gate rows b_r, rstd_k and rstd_q
+  // [3][64] (load_chunk_row_scalars: past the chunk's length the last gate row, rstd 0, or 1 without
+  // the norm), do's rows. q's bf16 rows (dhu_forms_bc) share the raw k rows' 2 ldk bf16, from KD + 8
+  // (16-byte aligned; KD + 8 + KD = 2 ldk).
   __device__ float* kg(int b) const { return b0 + b * buf; }
   __device__ __nv_bfloat16* k16(int b) const { return reinterpret_cast<__nv_bfloat16*>(kg(b)); }
+  __device__ __nv_bfloat16* q16(int b) const { return k16(b) + KD + 8; }
   __device__ float* w(int b) const { return kg(b) + kChunk * ldk; }
   __device__ float* ge(int b) const { return w(b) + kChunk * ldw; }
   __device__ float* rows(int b) const { return ge(b) + KD; }
+  __device__ __nv_bfloat16* do16(int b) const { return reinterpret_cast<__nv_bfloat16*>(rows(b) + 3 * kChunk); }
+  // each warp's row factors of q (dhu_chain_bc)
+  __device__ float* fq() const { return b0 + 2 * buf; }
 };
 
 // Warp tiles: dvnew [64, BV]: rows 16 (w % 4), every 8-column tile, over the keys [KP (w / 4), + KP)
@@ -86,6 +95,60 @@ struct DhState {
   }
 };
 
+// B_c = scale qn^T Diag(2^b) do at this thread's update positions (those of LocalTerms::b), formed from
+// buffer b's bf16 q and do rows (dhu_forms_bc): A = q^T by ldmatrix.trans in the permuted k order
+// (ldm_a_col16_perm), each element times its row's factor f_r = scale rstd_q 2^(b_r) in float32 and
+// rounded to TF32 (dhu_local's qg rounding); B = do's exact rows by ldmatrix.trans in the same order.
+// The factors go through a per-warp row of shared memory (each warp writes and reads its own).
+template <int KD, int BV>
+__device__ __forceinline__ void dhu_chain_bc(float scale, const DhuSmem<KD, BV>& s, int b,
+                                             float (&bc)[DhuTiling<KD, BV>::MW][DhuTiling<KD, BV>::NU][4]) {
+  using S = DhuSmem<KD, BV>;
+  using Tl = DhuTiling<KD, BV>;
+  constexpr int NB = kChunk / 8 * Tl::NU;  // B fragments: 8 tokens x 8 columns each
+  const int l = threadIdx.x & 31;
+  float* fw = s.fq() + kChunk * (threadIdx.x >> 5);
+  const float* g = s.rows(b);  // b_r, rstd_k, rstd_q
+  *reinterpret_cast<float2*>(fw + 2 * l) = make_float2(scale * g[2 * kChunk + 2 * l] * exp2f(g[2 * l]),
+                                                       scale * g[2 * kChunk + 2 * l + 1] * exp2f(g[2 * l + 1]));
+  uint32_t braw[NB];  // fragment i: tokens 8 (i / NU) .., columns 8 (i % NU) ..
+#pragma unroll
+  for (int i = 0; i < NB; i += 4) {
+    const int j = i + (l >> 3);
+    uint32_t r[4];
+    ldsm_x4_trans(r, s.do16(b) + (8 * (j / Tl::NU) + (l & 7)) * S::ldo + 8 * (j % Tl::NU));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) braw[i + e] = r[e];
+  }
+  __syncwarp();
+#pragma unroll
+  for (int q = 0; q < Tl::MW; ++q) {
+    float c2[Tl::NU][4] = {};  // the odd k steps: two dependent chains
+#pragma unroll
+    for (int nt = 0; nt < Tl::NU; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) bc[q][nt][e] = 0.0f;
+#pragma unroll
+    for (int k0 = 0; k0 < kChunk; k0 += 8) {
+      FragA<false> a = ldm_a_col16_perm(s.q16(b), 2 * S::ldk, Tl::mu(q), k0);
+      const float2 f = *reinterpret_cast<const float2*>(fw + k0 + 2 * lane_t());  // rows k0 + 2t, k0 + 2t + 1
+#pragma unroll
+      for (int e = 0; e < 4; ++e) a.hi[e] = tf32_bits(__uint_as_float(a.hi[e]) * (e < 2 ? f.x : f.y));
+#pragma unroll
+      for (int nt = 0; nt < Tl::NU; ++nt) {
+        const uint32_t w = braw[(k0 / 8) * Tl::NU + nt];
+        FragB<false> fb;
+        fb.hi[0] = widen_lo<__nv_bfloat16>(w), fb.hi[1] = widen_hi<__nv_bfloat16>(w);
+        mma<false>((k0 / 8) % 2 ? c2[nt] : bc[q][nt], a, fb);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < Tl::NU; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) bc[q][nt][e] += c2[nt][e];
+  }
+}
+
 template <int KD, int BV, bool kSp, bool kRaw>
 __device__ __forceinline__ void dhu_store_state(const DhuSmem<KD, BV>& s, const DhState<KD, BV>& d) {
   constexpr int ldh = kLdDh<BV, kRaw>;
@@ -117,6 +180,8 @@ struct LocalTerms {
     }
   };
   float a[Tl::NV][4], b[Tl::MW][Tl::NU][4];
+  // kB: B_c too (not where the chain forms it, dhu_chain_bc)
+  template <bool kB>
   __device__ void load(const BwdParams& bp, const Addr& ad, const ChunkInfo& ck, int c) {
     const float* A = bp.dvnew + ck.t0 * ad.lda + ad.a_off;  // rows + 0 and + 8, tiles 8 columns apart
     const float* B = bp.dh + c * ad.ldb + ad.b_off;          // + row mu(q) (+ 8) times V, + 8 nt
@@ -128,15 +193,17 @@ struct LocalTerms {
         const float2 x = ad.local_a && r + 8 * h < ck.len ? *reinterpret_cast<const float2*>(A + 8 * h * ad.lda + 8 * j) : float2{0.0f, 0.0f};
         a[j][2 * h] = x.x, a[j][2 * h + 1] = x.y;
       }
+    if constexpr (kB) {  // braces: a #pragma may not follow "if constexpr" directly
 #pragma unroll
-    for (int q = 0; q < Tl::MW; ++q)
+      for (int q = 0; q < Tl::MW; ++q)
 #pragma unroll
-      for (int nt = 0; nt < Tl::NU; ++nt)
+        for (int nt = 0; nt < Tl::NU; ++nt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float2 x = ad.local ? *reinterpret_cast<const float2*>(B + (Tl::mu(q) + 8 * h) * V + 8 * nt) : float2{0.0f, 0.0f};
-          b[q][nt][2 * h] = x.x, b[q][nt][2 * h + 1] = x.y;
-        }
+          for (int h = 0; h < 2; ++h) {
+            const float2 x = ad.local ? *reinterpret_cast<const float2*>(B + (Tl::mu(q) + 8 * h) * V + 8 * nt) : float2{0.0f, 0.0f};
+            b[q][nt][2 * h] = x.x, b[q][nt][2 * h + 1] = x.y;
+          }
+    }
   }
 };
 

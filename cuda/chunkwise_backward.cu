@@ -159,6 +159,7 @@ void Pipeline::Impl::run_backward(const Problem& p, const Inputs& in, const Cota
   if (!in.dt_bias.empty()) bp.ddt_bias = out_scalar(gr.ddt_bias, "ddt_bias");
   bp.direct_qk = direct_qk_outputs(bp), bp.direct_dg = direct_dg_output(bp);
   bp.gla_dh_chain = gla_dh_chain_applies(bp);
+  bp.dhu_forms_bc = dhu_forms_bc_applies(bp);
   gla_dh_halves(bp);
   if (!terms) launch_bwd_dhu_local(bp, stream);  // = launch_bwd_dhu, timed in parts
   timer.mark();
