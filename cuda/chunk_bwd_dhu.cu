@@ -8,7 +8,7 @@
 //   dh    <- Diag(2^b_end) dh + B_c - w^T dvnew,       B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)
 // (b: the chunk-local gate cumsum in log2 units, per channel for kda; every exponent <= 0.)
 // gdn with bf16 q, k, do (BwdParams::dhu_forms_bc): B_c is formed here from the chunk's q and do rows
-// (copied with k's), beside k dh's products (dhu_chain_bc), and dhu_local writes none.
+// (copied with k's; dhu_scale_do, dhu_chain_bc), and dhu_local writes none.
 // dh starts from d_final_state (or 0); for the CP transition (kInitTransition) one launch carries
 // dS_ext (columns [0, V), from 0, with do) and M^T (columns [V, V + K), from I, no A_c, B_c). After chunk 0 dh is written to dh0. The next chunk's kg, w arrive by
 // cp.async and its A_c, B_c by loads into registers (each thread's accumulator positions) while the
@@ -290,8 +290,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
         *reinterpret_cast<float2*>(g + int64_t(i) * bp.Vw + j) = make_float2(d.x[q][nt][e], d.x[q][nt][e + 1]);
       });
     }
-    if constexpr (kBc) dhu_chain_bc<KD, BV>(p.scale, s, b, cur.b);  // independent of dh: beside k dh's products
+    if constexpr (kBc) dhu_scale_do<KD, BV>(p.scale, s, b);  // read after dhu_dvnew's barrier
     dhu_dvnew<KD, BV, kSplit, kRaw>(bp, s, b, ck, hv, v0, cur);
+    if constexpr (kBc) dhu_chain_bc<KD, BV>(s, b, cur.b);  // key half 1 while half 0 finishes dvnew
     __syncthreads();
     dhu_update<KD, BV, kKDA, kSplit, kRaw>(s, b, p.gla ? 0 : ck.len, cur, d);  // gla: no w^T dvnew term (w = 0)
     cur = nxt;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "cuda/chunk_bwd.cuh"
+#include "cuda/chunk_bwd_tiles.cuh"
 #include "cuda/tile_mma.cuh"
 
 namespace kcp::cuda::dhu {
@@ -29,7 +30,7 @@ struct DhuSmem {
   // 16 bytes keeps the eight rows of a matrix on distinct banks
   static constexpr int ldo = BV + 8;
   static constexpr int buf = kChunk * ldk + kChunk * ldw + KD + 3 * kChunk + kChunk * ldo / 2;
-  static constexpr int floats = KD * kLdB<BV> + kChunk * kLdB<BV> + 2 * buf + 8 * kChunk;
+  static constexpr int floats = KD * kLdB<BV> + kChunk * kLdB<BV> + 2 * buf + kChunk * ldo;
   float *dh, *dvn, *b0;
   __device__ explicit DhuSmem(float* s) : dh(s), dvn(s + KD * kLdB<BV>), b0(s + (KD + kChunk) * kLdB<BV>) {}
   // buffer b (0, 1): kg (or k's bf16 rows), w, b_end [KD], raw k's gate rows b_r, rstd_k and rstd_q
@@ -43,8 +44,9 @@ struct DhuSmem {
   __device__ float* ge(int b) const { return w(b) + kChunk * ldw; }
   __device__ float* rows(int b) const { return ge(b) + KD; }
   __device__ __nv_bfloat16* do16(int b) const { return reinterpret_cast<__nv_bfloat16*>(rows(b) + 3 * kChunk); }
-  // each warp's row factors of q (dhu_chain_bc)
-  __device__ float* fq() const { return b0 + 2 * buf; }
+  // do's rows times their factors as bf16 hi and lo parts [64][BV] (dhu_scale_do), one step's
+  __device__ __nv_bfloat16* dohi() const { return reinterpret_cast<__nv_bfloat16*>(b0 + 2 * buf); }
+  __device__ __nv_bfloat16* dolo() const { return dohi() + kChunk * ldo; }
 };
 
 // Warp tiles: dvnew [64, BV]: rows 16 (w % 4), every 8-column tile, over the keys [KP (w / 4), + KP)
@@ -95,58 +97,71 @@ struct DhState {
   }
 };
 
-// B_c = scale qn^T Diag(2^b) do at this thread's update positions (those of LocalTerms::b), formed from
-// buffer b's bf16 q and do rows (dhu_forms_bc): A = q^T by ldmatrix.trans in the permuted k order
-// (ldm_a_col16_perm), each element times its row's factor f_r = scale rstd_q 2^(b_r) in float32 and
-// rounded to TF32 (dhu_local's qg rounding); B = do's exact rows by ldmatrix.trans in the same order.
-// The factors go through a per-warp row of shared memory (each warp writes and reads its own).
+// B_c = scale qn^T Diag(2^b) do (dhu_forms_bc) in two parts, on m16n8k16 bf16 tensor-core products:
+// dhu_scale_do (every thread, after the step's first barrier) writes do' = Diag(f) do, f_r = scale
+// rstd_q 2^(b_r), from buffer b's rows as two bf16 parts hi = bf16(do'), lo = bf16(do' - hi) (about 16
+// bits of do', finer than the TF32 rounding of qg that dhu_local applies); after the barrier that joins
+// the key halves, dhu_chain_bc (each warp, for its update positions: those of LocalTerms::b) forms
+// q^T hi + q^T lo with q's exact bf16 rows. Both operands by ldmatrix.trans, no conversion: a few
+// dozen instructions a warp and step, where f on q's TF32 fragments cost ~220 (ncu, call 1).
 template <int KD, int BV>
-__device__ __forceinline__ void dhu_chain_bc(float scale, const DhuSmem<KD, BV>& s, int b,
+__device__ __forceinline__ void dhu_scale_do(float scale, const DhuSmem<KD, BV>& s, int b) {
+  using S = DhuSmem<KD, BV>;
+  constexpr int CP = BV / 4;  // columns per thread: 4 threads a row, 64 rows
+  static_assert(4 * kChunk == kBwdThreads, "one row per four threads");
+  const int r = threadIdx.x / 4, c0 = CP * (threadIdx.x % 4);
+  const float* g = s.rows(b);  // b_r, rstd_k, rstd_q
+  const float f = scale * g[2 * kChunk + r] * exp2f(g[r]);
+  const __nv_bfloat162* x = reinterpret_cast<const __nv_bfloat162*>(s.do16(b) + r * S::ldo + c0);
+  __nv_bfloat162 hi[CP / 2], lo[CP / 2];
+#pragma unroll
+  for (int i = 0; i < CP / 2; ++i) {
+    const float2 y = __bfloat1622float2(x[i]);
+    const float y0 = y.x * f, y1 = y.y * f;
+    hi[i] = __floats2bfloat162_rn(y0, y1);
+    const float2 h = __bfloat1622float2(hi[i]);
+    lo[i] = __floats2bfloat162_rn(y0 - h.x, y1 - h.y);
+  }
+  __nv_bfloat162* dh = reinterpret_cast<__nv_bfloat162*>(s.dohi() + r * S::ldo + c0);
+  __nv_bfloat162* dl = reinterpret_cast<__nv_bfloat162*>(s.dolo() + r * S::ldo + c0);
+#pragma unroll
+  for (int i = 0; i < CP / 2; ++i) dh[i] = hi[i], dl[i] = lo[i];
+}
+
+template <int KD, int BV>
+__device__ __forceinline__ void dhu_chain_bc(const DhuSmem<KD, BV>& s, int b,
                                              float (&bc)[DhuTiling<KD, BV>::MW][DhuTiling<KD, BV>::NU][4]) {
   using S = DhuSmem<KD, BV>;
   using Tl = DhuTiling<KD, BV>;
-  constexpr int NB = kChunk / 8 * Tl::NU;  // B fragments: 8 tokens x 8 columns each
-  const int l = threadIdx.x & 31;
-  float* fw = s.fq() + kChunk * (threadIdx.x >> 5);
-  const float* g = s.rows(b);  // b_r, rstd_k, rstd_q
-  *reinterpret_cast<float2*>(fw + 2 * l) = make_float2(scale * g[2 * kChunk + 2 * l] * exp2f(g[2 * l]),
-                                                       scale * g[2 * kChunk + 2 * l + 1] * exp2f(g[2 * l + 1]));
-  uint32_t braw[NB];  // fragment i: tokens 8 (i / NU) .., columns 8 (i % NU) ..
+  const int l = threadIdx.x & 31, j = l >> 3;
+  float acc[2][Tl::MW][Tl::NU][4] = {};  // the hi and lo parts: two independent chains
 #pragma unroll
-  for (int i = 0; i < NB; i += 4) {
-    const int j = i + (l >> 3);
-    uint32_t r[4];
-    ldsm_x4_trans(r, s.do16(b) + (8 * (j / Tl::NU) + (l & 7)) * S::ldo + 8 * (j % Tl::NU));
+  for (int k0 = 0; k0 < kChunk; k0 += 16) {
+    // B fragments (b0, b1) of column tiles 2i, 2i + 1: matrix j holds tokens k0 + 8 (j & 1), columns 8 (j >> 1)
+    uint32_t bh[Tl::NU / 2][4], bl[Tl::NU / 2][4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) braw[i + e] = r[e];
-  }
-  __syncwarp();
-#pragma unroll
-  for (int q = 0; q < Tl::MW; ++q) {
-    float c2[Tl::NU][4] = {};  // the odd k steps: two dependent chains
-#pragma unroll
-    for (int nt = 0; nt < Tl::NU; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) bc[q][nt][e] = 0.0f;
-#pragma unroll
-    for (int k0 = 0; k0 < kChunk; k0 += 8) {
-      FragA<false> a = ldm_a_col16_perm(s.q16(b), 2 * S::ldk, Tl::mu(q), k0);
-      const float2 f = *reinterpret_cast<const float2*>(fw + k0 + 2 * lane_t());  // rows k0 + 2t, k0 + 2t + 1
-#pragma unroll
-      for (int e = 0; e < 4; ++e) a.hi[e] = tf32_bits(__uint_as_float(a.hi[e]) * (e < 2 ? f.x : f.y));
-#pragma unroll
-      for (int nt = 0; nt < Tl::NU; ++nt) {
-        const uint32_t w = braw[(k0 / 8) * Tl::NU + nt];
-        FragB<false> fb;
-        fb.hi[0] = widen_lo<__nv_bfloat16>(w), fb.hi[1] = widen_hi<__nv_bfloat16>(w);
-        mma<false>((k0 / 8) % 2 ? c2[nt] : bc[q][nt], a, fb);
-      }
+    for (int i = 0; i < Tl::NU / 2; ++i) {
+      const int o = (k0 + 8 * (j & 1) + (l & 7)) * S::ldo + 16 * i + 8 * (j >> 1);
+      ldsm_x4_trans(bh[i], s.dohi() + o), ldsm_x4_trans(bl[i], s.dolo() + o);
     }
 #pragma unroll
+    for (int q = 0; q < Tl::MW; ++q) {
+      // A = q^T [16 keys, 16 tokens]: matrix j holds tokens k0 + 8 (j >> 1), keys mu(q) + 8 (j & 1)
+      uint32_t a[4];
+      ldsm_x4_trans(a, s.q16(b) + (k0 + 8 * (j >> 1) + (l & 7)) * (2 * S::ldk) + Tl::mu(q) + 8 * (j & 1));
+#pragma unroll
+      for (int nt = 0; nt < Tl::NU; ++nt) {
+        mma_16bit<__nv_bfloat16>(acc[0][q][nt], a, bh[nt / 2][2 * (nt % 2)], bh[nt / 2][2 * (nt % 2) + 1]);
+        mma_16bit<__nv_bfloat16>(acc[1][q][nt], a, bl[nt / 2][2 * (nt % 2)], bl[nt / 2][2 * (nt % 2) + 1]);
+      }
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < Tl::MW; ++q)
+#pragma unroll
     for (int nt = 0; nt < Tl::NU; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) bc[q][nt][e] += c2[nt][e];
-  }
+      for (int e = 0; e < 4; ++e) bc[q][nt][e] = acc[1][q][nt][e] + acc[0][q][nt][e];
 }
 
 template <int KD, int BV, bool kSp, bool kRaw>
