@@ -3,7 +3,7 @@
 // again (cumsum, kkt, WY, state with h and vnew kept); then, all float32:
 //   (q and k are read with the fused L2 norm applied on load: qn = q rstd_q; chunk_bwd_tiles.cuh)
 //   dhu    (chunk_bwd_dhu_local.cu, then chunk_bwd_dhu.cu): the chunk-local terms A_c = Aqk^T do,
-//          B_c = scale qg^T do (gdn with bf16 q, k, do: formed in the chain instead, dhu_forms_bc)
+//          B_c = scale qg^T do (gdn with bf16 q, k, do: formed in the chain instead, dhu_forms_local)
 //          and kg in parallel over the chunks; then per (sequence, value head,
 //          16 or 32 state columns), chunks last to first: dh[c] = gradient of the state leaving c;
 //          dvnew = A_c + kg dh; dh_in = Diag(gamma_end) dh + B_c - w^T dvnew; dh0 after chunk 0
@@ -83,9 +83,10 @@ struct BwdParams {
   // chain, chunk_state_gla.cu) instead of the scan over B_c; dhu_local then does not run (no B_c, kg
   // is the forward's, in dkv already, and the dv pass forms A_c).
   bool gla_dh_chain = false;
-  // gdn's dhu forms B_c = scale qn^T Diag(2^b) do itself, from the chunk's bf16 q and do rows
-  // (dhu_forms_bc_applies below), and dhu_local neither stages qg nor writes B_c.
-  bool dhu_forms_bc = false;
+  // gdn's dhu forms its chunk-local terms itself (dhu_forms_local_applies below): A_c = Aqk^T do from
+  // the forward's Aqk and do's bf16 rows, B_c = scale qn^T Diag(2^b) do from q's and do's; dhu_local
+  // does not run.
+  bool dhu_forms_local = false;
   // gla: [NT,HV,K/32] per (chunk, slab) 1 where chunk_bwd_intra_gla.cu's kernel (one anchor per chunk)
   // did kernel intra's work, 0 where it left it to chunk_bwd_intra.cu's (set there, in the otherwise
   // unused Wc; null for kda: every block runs the general kernel).
@@ -140,13 +141,12 @@ inline bool bwd_split_products(const BwdParams& bp) {
 }
 
 // Pipeline::backward's local pass for gdn with bfloat16 q, k and do (dhu_reads_raw_k, unsplit products,
-// the V columns kept from a zero or d_final_state start): dhu forms B_c inside its chain, as FLA's
-// dhu forms q^T do, instead of reading the [NT,HV,K,V] float32 B_c that dhu_local would write and
-// read back through memory (at T = 32768, H = 16: 537 MB each way). The chain multiplies k's and q's
-// exact rows by the row factors in float32 and rounds the product operand to TF32, as dhu_local does
-// for qg. Set once per call (BwdParams::dhu_forms_bc): dhu_local skips B_c exactly when dhu forms it.
-// The transition backward and backward_prepare keep B_c in memory (the CP layer reuses those terms).
-inline bool dhu_forms_bc_applies(const BwdParams& bp) {
+// the V columns kept from a zero or d_final_state start): dhu forms A_c and B_c inside its chain (B_c
+// as FLA's dhu forms q^T do) instead of reading the float32 A_c [TT,HV,V] and B_c [NT,HV,K,V] that
+// dhu_local would write and dhu read back through memory (at T = 32768, H = 16: 268 and 537 MB each
+// way). Set once per call (BwdParams::dhu_forms_local); dhu_local then does not run. The transition
+// backward and backward_prepare keep the terms in memory (the CP layer reuses them).
+inline bool dhu_forms_local_applies(const BwdParams& bp) {
   const ChunkParams& p = bp.c;
   return dhu_reads_raw_k(p) && !bwd_split_products(bp) && bp.d_o.p && bp.d_o.dt == kBF16 && rows_vec16(bp.d_o, 8) &&
          p.q.dt == kBF16 && rows_vec16(p.q, 8) && bp.keep && bp.init == kInitZero && bp.Vw == p.V && bp.dh;

@@ -7,8 +7,9 @@
 //   dvnew  = A_c + kg dh                  [L,BV]       A_c = Aqk^T do,  kg_r = kn_r 2^(b_end - b_r), kn = k rstd_k
 //   dh    <- Diag(2^b_end) dh + B_c - w^T dvnew,       B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)
 // (b: the chunk-local gate cumsum in log2 units, per channel for kda; every exponent <= 0.)
-// gdn with bf16 q, k, do (BwdParams::dhu_forms_bc): B_c is formed here from the chunk's q and do rows
-// (copied with k's; dhu_scale_do, dhu_chain_bc), and dhu_local writes none.
+// gdn with bf16 q, k, do (BwdParams::dhu_forms_local): A_c and B_c are formed here from the forward's
+// Aqk tile and the chunk's q and do rows, copied with k's (dhu_chain_ac; dhu_scale_do, dhu_chain_bc),
+// and dhu_local does not run.
 // dh starts from d_final_state (or 0); for the CP transition (kInitTransition) one launch carries
 // dS_ext (columns [0, V), from 0, with do) and M^T (columns [V, V + K), from I, no A_c, B_c). After chunk 0 dh is written to dh0. The next chunk's kg, w arrive by
 // cp.async and its A_c, B_c by loads into registers (each thread's accumulator positions) while the
@@ -37,7 +38,7 @@ using namespace dhu;
 
 
 // The row copies of dhu_fetch; kFull: a full chunk (no row tests: every chunk of a sequence but its last).
-// kBc (dhu_forms_bc): q's bf16 rows and do's columns [v0, v0 + BV) too.
+// kBc (dhu_forms_local): q's bf16 rows and do's columns [v0, v0 + BV) too.
 template <int KD, int BV, bool kRaw, bool kBc, bool kFull>
 __device__ __forceinline__ void dhu_fetch_rows(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck,
                                                int hv, int h, int v0) {
@@ -64,9 +65,14 @@ __device__ __forceinline__ void dhu_fetch_rows(const BwdParams& bp, const DhuSme
 // by a constant; the per-element index arithmetic was ~30% of the step's instructions, ncu). h: the
 // q/k head of value head hv (formed once by the caller: an integer division per step otherwise).
 template <int KD, int BV, bool kKDA, bool kRaw, bool kBc>
-__device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv, int h, int v0) {
+__device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int c, int hv, int h,
+                          int v0) {
+  using S = DhuSmem<KD, BV>;
   const ChunkParams& p = bp.c;
   const int L = ck.len;
+  if constexpr (kBc)  // the forward's Aqk tile of chunk c (rows and columns >= L zero)
+    copy_rows_async<kChunk, 4 * kChunk, kBwdThreads, true>(s.aqk(b), S::lda, kChunk,
+                                                            p.Aqk + (int64_t(c) * p.HV + hv) * kChunk * kChunk, kChunk);
   if (L == kChunk) dhu_fetch_rows<KD, BV, kRaw, kBc, true>(bp, s, b, ck, hv, h, v0);
   else dhu_fetch_rows<KD, BV, kRaw, kBc, false>(bp, s, b, ck, hv, h, v0);
   if constexpr (kRaw)
@@ -151,16 +157,30 @@ __device__ __forceinline__ bool dhu_join_halves(const DhuSmem<KD, BV>& s, float 
   return true;
 }
 
+// Raw k's row factors f_r = rstd_k 2^(b_end - b_r) of this thread's dvnew rows m0 + g and m0 + g + 8.
+template <int KD, int BV>
+__device__ __forceinline__ void raw_row_factors(const DhuSmem<KD, BV>& s, int b, int m0, float (&f)[2]) {
+  const float* g = s.rows(b);
+  const float be = s.ge(b)[0];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = m0 + lane_g() + 8 * h;
+    f[h] = g[kChunk + r] * exp2f(be - g[r]);
+  }
+}
+
 // dvnew = A_c + kg dh on tensor cores (3xTF32 when kSp); raw k: A_c + Diag(f) (k dh), f_r = rstd_k
 // 2^(b_end - b_r) (rows >= L: k's rows are zero, and f is finite, 1 or 0: dhu_fetch). Key half 0's
-// warps finish the tile.
-template <int KD, int BV, bool kSp, bool kRaw>
+// warps finish the tile. kLoc (dhu_forms_local): each half forms its part of A_c (dhu_chain_ac) and
+// applies f to its own k dh part, so the halves' sums meet complete.
+template <int KD, int BV, bool kSp, bool kRaw, bool kLoc>
 __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv, int v0,
                           const LocalTerms<KD, BV>& lt) {
   using Tl = DhuTiling<KD, BV>;
   constexpr int ld = kLdB<BV>;
   const int m0 = Tl::mv();
-  float c[Tl::NV][4], c2[Tl::NV][4];
+  float c[Tl::NV][4], c2[Tl::NV][4], ac[Tl::NV][4] = {};
+  if constexpr (kLoc) dhu_chain_ac<KD, BV>(s, b, m0, ac);  // independent of dh: its loads before k dh's
 #pragma unroll
   for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
@@ -170,16 +190,17 @@ __device__ void dhu_dvnew(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
   for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) c[j][e] += c2[j][e];
-  if (!dhu_join_halves<KD, BV>(s, c)) return;
-  if constexpr (kRaw) {  // the row factors f of raw k, then A_c
-    const float* g = s.rows(b);
-    const float be = s.ge(b)[0];
-    float f[2];
+  float f[2];
+  if constexpr (kLoc) {
+    raw_row_factors(s, b, m0, f);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = m0 + lane_g() + 8 * h;
-      f[h] = g[kChunk + r] * exp2f(be - g[r]);
-    }
+    for (int j = 0; j < Tl::NV; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[j][e] = fmaf(f[e >> 1], c[j][e], ac[j][e]);
+  }
+  if (!dhu_join_halves<KD, BV>(s, c)) return;
+  if constexpr (kRaw && !kLoc) {  // the row factors f of raw k, then A_c
+    raw_row_factors(s, b, m0, f);
 #pragma unroll
     for (int j = 0; j < Tl::NV; ++j)
 #pragma unroll
@@ -250,10 +271,10 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
   dhu_store_state<KD, BV, kSp, kRaw>(s, d);
 }
 
-// kBc: B_c formed in the chain (dhu_forms_bc; kRaw, unsplit), not loaded.
+// kBc: A_c and B_c formed in the chain (dhu_forms_local; kRaw, unsplit), not loaded.
 template <int KD, int BV, bool kKDA, bool kSplit, bool kRaw, bool kBc>
 __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_constant__ BwdParams bp) {
-  static_assert(!kBc || (kRaw && !kSplit), "B_c in the chain: raw k rows, one TF32 product");
+  static_assert(!kBc || (kRaw && !kSplit), "A_c, B_c in the chain: raw k rows, one TF32 product");
   const ChunkParams& p = bp.c;
   const int n = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV;
   extern __shared__ __align__(16) float smem[];
@@ -272,16 +293,16 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
   if (c_hi >= c_lo) {
     ck = p.chunks[c_hi];
     ckn = c_hi > c_lo ? p.chunks[c_hi - 1] : ck;
-    dhu_fetch<KD, BV, kKDA, kRaw, kBc>(bp, s, 0, ck, hv, h, v0);
-    cur.template load<!kBc>(bp, ad, ck, c_hi);
+    dhu_fetch<KD, BV, kKDA, kRaw, kBc>(bp, s, 0, ck, c_hi, hv, h, v0);
+    if constexpr (!kBc) cur.load(bp, ad, ck, c_hi);
   }
   for (int c = c_hi, b = 0; c >= c_lo; --c, b ^= 1) {
     cp_async_wait<0>();
     __syncthreads();  // buffer b has arrived; buffer b ^ 1 and dvn are free
     const ChunkInfo ckp = ckn;  // chunk c - 1
     if (c > c_lo) {
-      dhu_fetch<KD, BV, kKDA, kRaw, kBc>(bp, s, b ^ 1, ckp, hv, h, v0);
-      nxt.template load<!kBc>(bp, ad, ckp, c - 1);
+      dhu_fetch<KD, BV, kKDA, kRaw, kBc>(bp, s, b ^ 1, ckp, c - 1, hv, h, v0);
+      if constexpr (!kBc) nxt.load(bp, ad, ckp, c - 1);
       if (c - 1 > c_lo) ckn = p.chunks[c - 2];
     }
     if (bp.dh && bp.keep) {  // dh[c] from the registers (this thread loaded B_c's slot c at these positions a step ago)
@@ -291,11 +312,11 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
       });
     }
     if constexpr (kBc) dhu_scale_do<KD, BV>(p.scale, s, b);  // read after dhu_dvnew's barrier
-    dhu_dvnew<KD, BV, kSplit, kRaw>(bp, s, b, ck, hv, v0, cur);
+    dhu_dvnew<KD, BV, kSplit, kRaw, kBc>(bp, s, b, ck, hv, v0, cur);
     if constexpr (kBc) dhu_chain_bc<KD, BV>(s, b, cur.b);  // key half 1 while half 0 finishes dvnew
     __syncthreads();
     dhu_update<KD, BV, kKDA, kSplit, kRaw>(s, b, p.gla ? 0 : ck.len, cur, d);  // gla: no w^T dvnew term (w = 0)
-    cur = nxt;
+    if constexpr (!kBc) cur = nxt;
     ck = ckp;
   }
   if (bp.dh0.p)
@@ -316,7 +337,7 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream) {
   KCP_CHECK(!bp.d_o.p || (bp.dh && bp.dvnew && (bp.Vw == p.V || joint)),
             "cuda-chunkwise backward: dhu with do needs the dh and dvnew buffers");
   KCP_CHECK(!bp.keep || bp.Vw == p.V || !(bp.dh || bp.dvnew), "cuda-chunkwise backward: dh[c], dvnew kept only for V columns");
-  KCP_CHECK(!bp.dhu_forms_bc || dhu_forms_bc_applies(bp), "cuda-chunkwise backward: dhu_forms_bc set for a call it does not apply to");
+  KCP_CHECK(!bp.dhu_forms_local || dhu_forms_local_applies(bp), "cuda-chunkwise backward: dhu_forms_local set for a call it does not apply to");
   if (p.gla) return launch_bwd_dhu_gla(bp, stream);  // w = 0: an elementwise scan (chunk_bwd_dh_gla.cu)
   // 32 columns per block when that still gives about a block per multiprocessor (the chain steps of
   // two 16-column blocks then share one block's loads and barriers), else 16.
@@ -330,8 +351,10 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream) {
       const dim3 grid(p.N, p.HV, bp.Vw / BV);
       if (p.kda) launch_kernel(bwd_dhu_kernel<KD, BV, true, kS, false, false>, grid, dim3(kBwdThreads), smem, stream, bp);
       else if (!dhu_reads_raw_k(p)) launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, false, false>, grid, dim3(kBwdThreads), smem, stream, bp);
-      else if constexpr (!kS) {  // braces: bp.dhu_forms_bc implies unsplit products
-        if (bp.dhu_forms_bc) launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, true>, grid, dim3(kBwdThreads), smem, stream, bp);
+      else if constexpr (!kS) {  // braces: bp.dhu_forms_local implies unsplit products
+        if (bp.dhu_forms_local)  // with the Aqk tiles
+          launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, true>, grid, dim3(kBwdThreads),
+                        sizeof(float) * DhuSmem<KD, BV>::floats_local, stream, bp);
         else launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, false>, grid, dim3(kBwdThreads), smem, stream, bp);
       } else {
         launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, false>, grid, dim3(kBwdThreads), smem, stream, bp);

@@ -7,8 +7,8 @@
 //         (kn = k rstd_k, qn = q rstd_q: the fused L2 norm applied on load, load_qk_slabs)
 //   A_c = Aqk^T do                               [L,V]  -> bp.dvnew (dhu adds kg dh: dvnew; not for gla,
 //                                                          whose dv pass forms A_c itself: chunk_bwd_dh_gla.cu)
-//   B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)    [K,V]  -> bp.dh[c] (dhu reads it, then stores dh[c];
-//                                                          not where dhu forms it, BwdParams::dhu_forms_bc)
+//   B_c = scale qg^T do,  qg_r = qn_r 2^(b_r)    [K,V]  -> bp.dh[c] (dhu reads it, then stores dh[c])
+// Not run where dhu forms A_c and B_c itself (BwdParams::dhu_forms_local).
 // gla's local backward with its dh chain (BwdParams::gla_dh_chain) runs none of it: the chain forms
 // qg^T do itself from the forward's qg, kg is the forward's (dkv lives in its buffer) and the dv pass
 // forms A_c (chunk_bwd_dh_gla.cu).
@@ -111,8 +111,8 @@ __device__ void store_local(float* g, int64_t ld, int rows, int nc, const float 
       }
 }
 
-// A_c = Aqk^T do [L, 64] (kAc) and B_c = scale qg^T do [K, 64] (unless dhu forms it: dhu_forms_bc) for
-// the value columns [j0, j0 + 64) (do of those columns in s.dO, zero past V and past row L).
+// A_c = Aqk^T do [L, 64] (kAc) and B_c = scale qg^T do [K, 64] for the value columns [j0, j0 + 64) (do
+// of those columns in s.dO, zero past V and past row L).
 template <int KD, bool kSplit, bool kAc>
 __device__ void local_products(const BwdParams& bp, const LocalSmem<KD>& s, const ChunkInfo& ck, int hv, int j0) {
   using S = LocalSmem<KD>;
@@ -123,7 +123,6 @@ __device__ void local_products(const BwdParams& bp, const LocalSmem<KD>& s, cons
     local_product<4, true, kLdT, kSplit>(s.A, s.dO, L, acc);
     store_local<4>(bp.dvnew + (int64_t(ck.t0) * p.HV + hv) * p.V + j0, int64_t(p.HV) * p.V, L, nc, acc);
   }
-  if (bp.dhu_forms_bc) return;
   constexpr int MT = KD / 16;
   float acc[LocalTiling<MT>::MW][LocalTiling<MT>::NW][4] = {};
   local_product<MT, false, S::ldq, kSplit>(s.qg, s.dO, L, acc);
@@ -143,7 +142,7 @@ __global__ void __launch_bounds__(kBwdThreads, 3) bwd_dhu_local_kernel(const __g
   extern __shared__ __align__(16) float smem[];
   const S s(smem);
   if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);  // waited for with the first slab
-  if (!bp.dhu_forms_bc) local_gated_rows<KD, kKDA, kSplit>(bp, s, ck, hv);  // else no kg (raw k) and no qg to stage
+  local_gated_rows<KD, kKDA, kSplit>(bp, s, ck, hv);
   if (!bp.d_o.p) return;
   __syncthreads();  // the staged slabs are consumed
   if constexpr (kAc) copy_rows_async(s.A, kLdT, p.Aqk + (int64_t(blockIdx.x) * p.HV + hv) * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
@@ -164,7 +163,7 @@ __global__ void __launch_bounds__(kBwdThreads, 3) bwd_dhu_local_kernel(const __g
 
 void launch_bwd_dhu_local(const BwdParams& bp, cudaStream_t stream) {
   const ChunkParams& p = bp.c;
-  if (p.NT == 0 || bp.gla_dh_chain) return;  // gla's dh chain needs no chunk-local terms
+  if (p.NT == 0 || bp.gla_dh_chain || bp.dhu_forms_local) return;  // those chains form their chunk-local terms
   dispatch_bwd(bp, [&](auto kd, auto split) {
     constexpr int KD = decltype(kd)::value;
     constexpr bool kS = decltype(split)::value;

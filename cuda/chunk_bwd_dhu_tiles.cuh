@@ -26,16 +26,20 @@ template <int KD, int BV>
 struct DhuSmem {
   static constexpr int ldk = KD + 4;  // kg [64][KD]: row-major A fragments (4 mod 32); raw k: bf16 rows of 2 ldk
   static constexpr int ldw = KD + 8;  // w [64][KD]: transposed A fragments (8 mod 32)
-  // do's bf16 rows [64][BV] (dhu_forms_bc), read by ldmatrix.trans: a row stride of an odd multiple of
+  // do's bf16 rows [64][BV] (dhu_forms_local), read by ldmatrix.trans: a row stride of an odd multiple of
   // 16 bytes keeps the eight rows of a matrix on distinct banks
   static constexpr int ldo = BV + 8;
   static constexpr int buf = kChunk * ldk + kChunk * ldw + KD + 3 * kChunk + kChunk * ldo / 2;
   static constexpr int floats = KD * kLdB<BV> + kChunk * kLdB<BV> + 2 * buf + kChunk * ldo;
+  // with the forward's Aqk tiles [2][64][64] at the end (dhu_forms_local): 2 lda = 8 mod 32 words, so the
+  // transposed A fragments' scalar loads (rows k0 + 2t, columns m0 + g) fall on distinct banks
+  static constexpr int lda = kChunk + 4;
+  static constexpr int floats_local = floats + 2 * kChunk * lda;
   float *dh, *dvn, *b0;
   __device__ explicit DhuSmem(float* s) : dh(s), dvn(s + KD * kLdB<BV>), b0(s + (KD + kChunk) * kLdB<BV>) {}
   // buffer b (0, 1): kg (or k's bf16 rows), w, b_end [KD], raw k's gate rows b_r, rstd_k and rstd_q
   // [3][64] (load_chunk_row_scalars: past the chunk's length the last gate row, rstd 0, or 1 without
-  // the norm), do's rows. q's bf16 rows (dhu_forms_bc) share the raw k rows' 2 ldk bf16, from KD + 8
+  // the norm), do's rows. q's bf16 rows (dhu_forms_local) share the raw k rows' 2 ldk bf16, from KD + 8
   // (16-byte aligned; KD + 8 + KD = 2 ldk).
   __device__ float* kg(int b) const { return b0 + b * buf; }
   __device__ __nv_bfloat16* k16(int b) const { return reinterpret_cast<__nv_bfloat16*>(kg(b)); }
@@ -47,6 +51,7 @@ struct DhuSmem {
   // do's rows times their factors as bf16 hi and lo parts [64][BV] (dhu_scale_do), one step's
   __device__ __nv_bfloat16* dohi() const { return reinterpret_cast<__nv_bfloat16*>(b0 + 2 * buf); }
   __device__ __nv_bfloat16* dolo() const { return dohi() + kChunk * ldo; }
+  __device__ float* aqk(int b) const { return b0 + 2 * buf + kChunk * ldo + b * kChunk * lda; }
 };
 
 // Warp tiles: dvnew [64, BV]: rows 16 (w % 4), every 8-column tile, over the keys [KP (w / 4), + KP)
@@ -97,7 +102,7 @@ struct DhState {
   }
 };
 
-// B_c = scale qn^T Diag(2^b) do (dhu_forms_bc) in two parts, on m16n8k16 bf16 tensor-core products:
+// B_c = scale qn^T Diag(2^b) do (dhu_forms_local) in two parts, on m16n8k16 bf16 tensor-core products:
 // dhu_scale_do (every thread, after the step's first barrier) writes do' = Diag(f) do, f_r = scale
 // rstd_q 2^(b_r), from buffer b's rows as two bf16 parts hi = bf16(do'), lo = bf16(do' - hi) (about 16
 // bits of do', finer than the TF32 rounding of qg that dhu_local applies); after the barrier that joins
@@ -164,6 +169,41 @@ __device__ __forceinline__ void dhu_chain_bc(const DhuSmem<KD, BV>& s, int b,
       for (int e = 0; e < 4; ++e) bc[q][nt][e] = acc[1][q][nt][e] + acc[0][q][nt][e];
 }
 
+// This key half's part of A_c = Aqk^T do for the dvnew rows [m0, m0 + 16), added to c (dhu_forms_local):
+// Aqk is lower triangular (kkt writes zeros elsewhere), so the tokens t >= m0, the k steps from m0
+// alternating between the halves. A = Aqk^T (TF32 values as kkt stores them) by scalar loads in the
+// permuted k order of B = do's exact bf16 rows (ldmatrix.trans, position t: token k0 + 2t, t + 4:
+// k0 + 2t + 1).
+template <int KD, int BV>
+__device__ __forceinline__ void dhu_chain_ac(const DhuSmem<KD, BV>& s, int b, int m0, float (&c)[DhuTiling<KD, BV>::NV][4]) {
+  using S = DhuSmem<KD, BV>;
+  using Tl = DhuTiling<KD, BV>;
+  static_assert(Tl::NV == 2 || Tl::NV == 4, "one ldmatrix a k step");
+  const int l = threadIdx.x & 31, g = lane_g(), t = lane_t();
+  const float* A = s.aqk(b) + 2 * t * S::lda + m0 + g;
+#pragma unroll
+  for (int i = 0; i < kChunk / 16; ++i) {  // at most four k steps a half (m0 = 0)
+    const int k0 = m0 + 8 * Tl::khalf() + 16 * i;
+    if (k0 >= kChunk) break;
+    FragA<false> a;
+    a.hi[0] = __float_as_uint(A[k0 * S::lda]), a.hi[1] = __float_as_uint(A[k0 * S::lda + 8]);
+    a.hi[2] = __float_as_uint(A[(k0 + 1) * S::lda]), a.hi[3] = __float_as_uint(A[(k0 + 1) * S::lda + 8]);
+    uint32_t r[Tl::NV];  // matrix j: tokens k0 .. k0 + 7, columns 8 j ..
+    const __nv_bfloat16* row = s.do16(b) + (k0 + (l & 7)) * S::ldo + 8 * ((l >> 3) % Tl::NV);
+    if constexpr (Tl::NV == 2) {
+      ldsm_x2_trans(r, row);
+    } else {
+      ldsm_x4_trans(r, row);
+    }
+#pragma unroll
+    for (int j = 0; j < Tl::NV; ++j) {
+      FragB<false> fb;
+      fb.hi[0] = widen_lo<__nv_bfloat16>(r[j]), fb.hi[1] = widen_hi<__nv_bfloat16>(r[j]);
+      mma<false>(c[j], a, fb);
+    }
+  }
+}
+
 template <int KD, int BV, bool kSp, bool kRaw>
 __device__ __forceinline__ void dhu_store_state(const DhuSmem<KD, BV>& s, const DhState<KD, BV>& d) {
   constexpr int ldh = kLdDh<BV, kRaw>;
@@ -195,8 +235,7 @@ struct LocalTerms {
     }
   };
   float a[Tl::NV][4], b[Tl::MW][Tl::NU][4];
-  // kB: B_c too (not where the chain forms it, dhu_chain_bc)
-  template <bool kB>
+  // (not where the chain forms the terms itself: dhu_forms_local)
   __device__ void load(const BwdParams& bp, const Addr& ad, const ChunkInfo& ck, int c) {
     const float* A = bp.dvnew + ck.t0 * ad.lda + ad.a_off;  // rows + 0 and + 8, tiles 8 columns apart
     const float* B = bp.dh + c * ad.ldb + ad.b_off;          // + row mu(q) (+ 8) times V, + 8 nt
@@ -208,17 +247,15 @@ struct LocalTerms {
         const float2 x = ad.local_a && r + 8 * h < ck.len ? *reinterpret_cast<const float2*>(A + 8 * h * ad.lda + 8 * j) : float2{0.0f, 0.0f};
         a[j][2 * h] = x.x, a[j][2 * h + 1] = x.y;
       }
-    if constexpr (kB) {  // braces: a #pragma may not follow "if constexpr" directly
 #pragma unroll
-      for (int q = 0; q < Tl::MW; ++q)
+    for (int q = 0; q < Tl::MW; ++q)
 #pragma unroll
-        for (int nt = 0; nt < Tl::NU; ++nt)
+      for (int nt = 0; nt < Tl::NU; ++nt)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float2 x = ad.local ? *reinterpret_cast<const float2*>(B + (Tl::mu(q) + 8 * h) * V + 8 * nt) : float2{0.0f, 0.0f};
-            b[q][nt][2 * h] = x.x, b[q][nt][2 * h + 1] = x.y;
-          }
-    }
+        for (int h = 0; h < 2; ++h) {
+          const float2 x = ad.local ? *reinterpret_cast<const float2*>(B + (Tl::mu(q) + 8 * h) * V + 8 * nt) : float2{0.0f, 0.0f};
+          b[q][nt][2 * h] = x.x, b[q][nt][2 * h + 1] = x.y;
+        }
   }
 };
 

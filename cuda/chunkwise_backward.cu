@@ -35,9 +35,9 @@ OutScalarView out_scalar(const TensorView& t, const char* name) {
 // buffer's first write, as large (kg^T's slot may be larger than dkv) and present in this call; else
 // null (own memory). In stream order: front (cumsum, kkt: P, Aqk; WY: w, u, kg or kg^T, qg) -> state
 // recompute (reads w, u, kg or kg^T, qg) ->
-// dhu_local (reads Aqk; first writes dkv, dvnew) -> dhu (reads w) -> hv (first writes dqv,
-// dAc) -> wy -> intra -> finish. No backward kernel reads u, kg, qg; only dhu_local reads Aqk and
-// only dhu reads w. So: dvnew in u, dAc in Aqk; kda and gla: dkv in kg (or kg^T), dqv in qg; gdn: dqv in w.
+// dhu_local (reads Aqk; first writes dkv, dvnew) -> dhu (reads w; with dhu_forms_local Aqk, and
+// dhu_local does not run) -> hv (first writes dqv, dAc) -> wy -> intra -> finish. No backward kernel
+// reads u, kg, qg; only dhu_local or dhu reads Aqk and only dhu reads w. So: dvnew in u, dAc in Aqk; kda and gla: dkv in kg (or kg^T), dqv in qg; gdn: dqv in w.
 // Their contents are per call (every stage rewrites them), so sharing changes no result.
 const TensorView* Pipeline::Impl::backward_alias(const TensorView* b) const {
   const BackwardBuffers& bb = bbuf;
@@ -159,7 +159,7 @@ void Pipeline::Impl::run_backward(const Problem& p, const Inputs& in, const Cota
   if (!in.dt_bias.empty()) bp.ddt_bias = out_scalar(gr.ddt_bias, "ddt_bias");
   bp.direct_qk = direct_qk_outputs(bp), bp.direct_dg = direct_dg_output(bp);
   bp.gla_dh_chain = gla_dh_chain_applies(bp);
-  bp.dhu_forms_bc = dhu_forms_bc_applies(bp);
+  bp.dhu_forms_local = dhu_forms_local_applies(bp);
   gla_dh_halves(bp);
   if (!terms) launch_bwd_dhu_local(bp, stream);  // = launch_bwd_dhu, timed in parts
   timer.mark();

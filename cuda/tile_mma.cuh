@@ -267,6 +267,11 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* row_
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
+// Two matrices (lanes 0-15 give the row addresses), the same layout.
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t (&r)[2], const void* row_addr) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row_addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+}
 // c += a b, m16n8k16 with 16-bit operands (T = __half or __nv_bfloat16) and float32 accumulation:
 // products of 16-bit values are exact in float32, so on 16-bit inputs this equals the TF32 product.
 template <class T>
