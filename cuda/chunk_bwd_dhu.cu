@@ -12,7 +12,7 @@
 // and dhu_local does not run.
 // dh starts from d_final_state (or 0); for the CP transition (kInitTransition) one launch carries
 // dS_ext (columns [0, V), from 0, with do) and M^T (columns [V, V + K), from I, no A_c, B_c). After chunk 0 dh is written to dh0. The next chunk's kg, w arrive by
-// cp.async and its A_c, B_c by loads into registers (each thread's accumulator positions) while the
+// cp.async (w's copies issued after the key halves' join, dhu_fetch_w) and its A_c, B_c by loads into registers (each thread's accumulator positions) while the
 // current chunk is computed (gdn with bfloat16 k: k's rows and the row factors f_r = rstd_k 2^(b_end - b_r)
 // instead of kg, dvnew = A_c + Diag(f) (k dh): chunk_bwd.cuh dhu_reads_raw_k); the products on tensor cores (3xTF32 where bwd_split_products says so,
 // else one TF32 product: dh stays float32, only its operand copy is rounded; dvnew's shared copy,
@@ -51,7 +51,6 @@ __device__ __forceinline__ void dhu_fetch_rows(const BwdParams& bp, const DhuSme
   } else {
     copy_rows_async<kChunk, 4 * KD, kBwdThreads, kFull>(s.kg(b), S::ldk, L, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD, ldx);
   }
-  if (!p.gla) copy_rows_async<kChunk, 4 * KD, kBwdThreads, kFull>(s.w(b), S::ldw, L, p.w + (int64_t(ck.t0) * p.HV + hv) * KD, ldx);  // gla: w = 0
   if constexpr (kBc) {
     const auto* q = static_cast<const __nv_bfloat16*>(p.q.p) + (ck.t0 * p.q.st + int64_t(h) * p.q.sx);
     copy_rows_async<kChunk, 2 * KD, kBwdThreads, kFull>(s.q16(b), 2 * S::ldk, L, q, int(p.q.st));
@@ -61,7 +60,7 @@ __device__ __forceinline__ void dhu_fetch_rows(const BwdParams& bp, const DhuSme
 }
 
 // cp.async of chunk ck's tiles into buffer b: kg (raw: k's bf16 rows, with the gate and rstd_k rows),
-// w (rows >= L zero), b_end. Each thread copies fixed row segments (copy_rows_async: addresses stepped
+// b_end (w: dhu_fetch_w). Each thread copies fixed row segments (copy_rows_async: addresses stepped
 // by a constant; the per-element index arithmetic was ~30% of the step's instructions, ncu). h: the
 // q/k head of value head hv (formed once by the caller: an integer division per step otherwise).
 template <int KD, int BV, bool kKDA, bool kRaw, bool kBc>
@@ -84,6 +83,24 @@ __device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
     cp_async4(s.ge(b), ge, true);
   }
   cp_async_commit();
+}
+
+// cp.async of chunk ck's w rows into buffer b (rows >= L zero; gla: none, w = 0), a commit group of
+// their own: issued after the key halves' join of the step before the chunk's, waited before the
+// chunk's update (the wait before the update's barrier), about a step and a half later. With the
+// step's other copies at its top, k dh's first shared loads queued behind w's 2048 16-byte copies a
+// block. One H200, T = 8192, ncu: gdn (bf16, dhu_forms_local) dhu 434-437 -> 422-430 us (stage
+// 1.353-1.373 -> 1.326-1.339 ms at T = 32768); gdn float32 and kda level (496 -> 491-501, 404 -> 394-408).
+template <int KD, int BV>
+__device__ __forceinline__ void dhu_fetch_w(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv) {
+  using S = DhuSmem<KD, BV>;
+  const ChunkParams& p = bp.c;
+  const float* w = p.w + (int64_t(ck.t0) * p.HV + hv) * KD;
+  if (!p.gla) {
+    if (ck.len == kChunk) copy_rows_async<kChunk, 4 * KD, kBwdThreads, true>(s.w(b), S::ldw, kChunk, w, p.HV * KD);
+    else copy_rows_async<kChunk, 4 * KD, kBwdThreads, false>(s.w(b), S::ldw, ck.len, w, p.HV * KD);
+  }
+  cp_async_commit();  // an empty group for gla: every step commits two
 }
 
 // c += a b where a's values are exact TF32 (k's bf16 rows; its split low part is zero): the split
@@ -294,16 +311,21 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
     ck = p.chunks[c_hi];
     ckn = c_hi > c_lo ? p.chunks[c_hi - 1] : ck;
     dhu_fetch<KD, BV, kKDA, kRaw, kBc>(bp, s, 0, ck, c_hi, hv, h, v0);
+    dhu_fetch_w<KD, BV>(bp, s, 0, ck, hv);
     if constexpr (!kBc) cur.load(bp, ad, ck, c_hi);
   }
   for (int c = c_hi, b = 0; c >= c_lo; --c, b ^= 1) {
-    cp_async_wait<0>();
-    __syncthreads();  // buffer b has arrived; buffer b ^ 1 and dvn are free
+    // Each step commits two groups (its rows, then w; empty where nothing is left to copy): pending here
+    // are chunk c's rows and w, and the rows are waited for; chunk c's w before the update below.
+    cp_async_wait<1>();
+    __syncthreads();  // buffer b's rows have arrived; buffer b ^ 1 and dvn are free
     const ChunkInfo ckp = ckn;  // chunk c - 1
     if (c > c_lo) {
       dhu_fetch<KD, BV, kKDA, kRaw, kBc>(bp, s, b ^ 1, ckp, c - 1, hv, h, v0);
       if constexpr (!kBc) nxt.load(bp, ad, ckp, c - 1);
       if (c - 1 > c_lo) ckn = p.chunks[c - 2];
+    } else {
+      cp_async_commit();
     }
     if (bp.dh && bp.keep) {  // dh[c] from the registers (this thread loaded B_c's slot c at these positions a step ago)
       float* g = bp.dh + (int64_t(c) * p.HV + hv) * KD * bp.Vw + v0;
@@ -313,7 +335,10 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
     }
     if constexpr (kBc) dhu_scale_do<KD, BV>(p.scale, s, b);  // read after dhu_dvnew's barrier
     dhu_dvnew<KD, BV, kSplit, kRaw, kBc>(bp, s, b, ck, hv, v0, cur);
+    if (c > c_lo) dhu_fetch_w<KD, BV>(bp, s, b ^ 1, ckp, hv);
+    else cp_async_commit();
     if constexpr (kBc) dhu_chain_bc<KD, BV>(s, b, cur.b);  // key half 1 while half 0 finishes dvnew
+    cp_async_wait<2>();  // chunk c's w (pending: its w, chunk c - 1's rows and w)
     __syncthreads();
     dhu_update<KD, BV, kKDA, kSplit, kRaw>(s, b, p.gla ? 0 : ck.len, cur, d);  // gla: no w^T dvnew term (w = 0)
     if constexpr (!kBc) cur = nxt;
