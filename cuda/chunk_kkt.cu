@@ -75,22 +75,27 @@ struct KktSmem {
   static constexpr int ldk = kKDA ? 2 * KD + 16 / int(sizeof(Tin)) : ld_row<Tin>(KD), ldg = kKDA ? KD + 4 : 1;
   static constexpr int ld_raw = ldk * int(sizeof(Tin)) / 4;
   static_assert(!kKDA || (ld_raw % 32 == 4 && ld_raw >= KD), "kg's float32 rows over the raw rows");
-  // k and q tiles are dead once the products are done; P and the solve's scratch reuse that space.
-  static constexpr size_t bytes_raw = sizeof(Tin) * kChunk * ldk * (kKDA ? 1 : 2);
-  static constexpr size_t bytes_kq = std::max(align16(bytes_raw), align16(4 * (kChunk + 16) * kLdL));
+  // The raw tiles are dead once the products are done, and P and the solve's scratch reuse that
+  // space; gdn's k tile excepted, which w = P (beta k Gamma) reads after the solve (write_w): there P
+  // lies over the q tile and the solve's scratch over Lmat's first 16 rows, which only the diagonal
+  // blocks' solve reads, before the scratch's first write.
+  static constexpr size_t bytes_tile = align16(sizeof(Tin) * kChunk * ldk);
+  static constexpr size_t bytes_kq = kKDA ? std::max(bytes_tile, align16(4 * (kChunk + 16) * kLdL))
+                                          : bytes_tile + std::max(bytes_tile, align16(4 * kChunk * kLdL));
   // Lmat last: gla (no delta rule) never touches it and launches without it (3 blocks per
   // multiprocessor instead of 2 at K = 128 with 16-bit inputs).
   static constexpr size_t bytes_lmat = 4 * kChunk * kLdL;
-  static constexpr size_t bytes = bytes_kq + align16(4 * kChunk * ldg) + 4 * 3 * kChunk + bytes_lmat;
+  static constexpr size_t bytes = bytes_kq + align16(4 * kChunk * ldg) + 4 * 4 * kChunk + bytes_lmat;
   Tin *ks, *qs;
-  float *gs, *bet, *rk, *rq, *Ls, *Ps, *Xs;
+  float *gs, *bet, *rk, *rq, *fw, *Ls, *Ps, *Xs;  // fw: w's row factors (write_w)
   __device__ explicit KktSmem(char* b) {
     ks = reinterpret_cast<Tin*>(b), qs = ks + (kKDA ? KD : kChunk * ldk);
-    Ps = reinterpret_cast<float*>(b), Xs = Ps + kChunk * kLdL;
+    Ps = reinterpret_cast<float*>(kKDA ? b : b + bytes_tile);
     b += bytes_kq;
     gs = reinterpret_cast<float*>(b), b += align16(4 * kChunk * ldg);
-    bet = reinterpret_cast<float*>(b), rk = bet + kChunk, rq = rk + kChunk;
-    Ls = rq + kChunk;
+    bet = reinterpret_cast<float*>(b), rk = bet + kChunk, rq = rk + kChunk, fw = rq + kChunk;
+    Ls = fw + kChunk;
+    Xs = kKDA ? Ps + kChunk * kLdL : Ls;
   }
 };
 
@@ -318,6 +323,49 @@ __device__ void solve_unit_lower(const float* Ls, float* Ps, float* Xs) {
   }
 }
 
+// gdn where the pipeline wants w without u (ChunkParams::kkt_writes_w): w = P (beta rk 2^b k) [L, K]
+// from the P and raw k tiles this block holds, bit for bit what the WY stage would write (chunk_wy.cu:
+// the same TF32 operands, P rounded as kkt stores it and the right-hand side rounded after its row
+// factor, the same k steps in the same order per row block, w stored rounded), without that stage's
+// launch and its reads of P and k. Warp j takes the columns [j KD / 4, (j + 1) KD / 4) of every row
+// block; each B fragment serves the row blocks at and below its k step (P is lower triangular).
+template <class Tin, int KD>
+__device__ void write_w(const ChunkParams& p, const ChunkInfo& ck, int hv, const KktSmem<Tin, KD, false>& s) {
+  constexpr int ld = KktSmem<Tin, KD, false>::ldk, NT = KD / 32;
+  static_assert(KD % 32 == 0, "whole n-tiles per warp");
+  const int L = ck.len, c0 = int(threadIdx.x >> 5) * (KD / 4);
+  for (int r = threadIdx.x; r < kChunk; r += kkt_threads<false>) s.fw[r] = s.bet[r] * s.rk[r] * exp2f(s.gs[r]);
+  __syncthreads();
+  float acc[4][NT][4] = {};
+#pragma unroll
+  for (int k0 = 0; k0 < kChunk; k0 += 8) {
+    if (k0 >= L) break;
+    FragB<false> b[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      b[nt] = load_b<false, true>(
+          [&](int r, int d) { return r < L ? tf32_round(to_float(s.ks[r * ld + c0 + d]) * s.fw[r]) : 0.0f; }, k0, 8 * nt);
+#pragma unroll
+    for (int i = k0 / 16; i < 4; ++i) {
+      if (16 * i >= L) break;
+      const FragA<false> a = ldm_a_row<false>(s.Ps, kLdL, 16 * i, k0, false);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mma(acc[i][nt], a, b[nt]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const int r = acc_row(16 * i, e), c = c0 + acc_col(8 * nt, e);
+        if (r < L)
+          *reinterpret_cast<float2*>(p.w + (int64_t(ck.t0 + r) * p.HV + hv) * KD + c) =
+              make_float2(tf32_round(acc[i][nt][e]), tf32_round(acc[i][nt][e + 1]));
+      }
+}
+
 // gla: 3 blocks of 8 warps per multiprocessor (what its shared memory allows) need <= 85 registers;
 // without the bound the gate tile's scan took it to 94 (2 blocks). kda: 2 blocks (its shared memory).
 template <class Tin, int KD, bool kKDA, bool kDelta>
@@ -364,6 +412,8 @@ __global__ void __launch_bounds__(kkt_threads<kKDA>, kKDA ? (kDelta ? 2 : 3) : 0
       const float* src = s.Ps + (idx / 16) * kLdL + 4 * (idx % 16);
       P4[idx] = make_float4(operand_store<S>(src[0]), operand_store<S>(src[1]), operand_store<S>(src[2]), operand_store<S>(src[3]));
     }
+    if constexpr (!kKDA && !S)
+      if (p.kkt_writes_w) write_w(p, ck, hv, s);
   }
   // The gate tile (read-only since load_tiles, never aliased) for the later stages, stored last: kept
   // forwards write every row, and with those stores in front of the products gla's fwd+bwd (keep) at
@@ -383,6 +433,8 @@ void launch(const ChunkParams& p, cudaStream_t stream) {
 
 void launch_chunk_kkt(const ChunkParams& p, int input_dtype, cudaStream_t stream) {
   if (front_chunks(p) <= 0) return;
+  KCP_CHECK(!p.kkt_writes_w || (!p.kda && input_dtype != kF32 && p.w && p.K % 32 == 0),
+            "cuda-chunkwise: kkt writes w for gdn with 16-bit inputs only, into an allocated w");
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
     dispatch_key_dim(p.K, [&](auto kd) {

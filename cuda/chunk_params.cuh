@@ -113,6 +113,9 @@ struct ChunkParams {
   float* Aqk = nullptr;
   float* Gk = nullptr;  // kda: kkt writes the gated gram G (Lmat = Diag(beta) G) for the backward's WY kernel
   float* w = nullptr;
+  // gdn with 16-bit inputs, where w is wanted without u (the kept forward, the backward's recompute):
+  // kkt writes w = P (beta k Gamma) from the P and k tiles it holds, and the WY stage does not run.
+  bool kkt_writes_w = false;
   float* u = nullptr;
   float* kg = nullptr;
   // kda's plain forward with the transposed chain (chunk_state_kda.cu): kg per chunk transposed,

@@ -21,7 +21,9 @@
 
 namespace kcp::cuda {
 
-enum class Stage { cumsum, kkt, wy, state, output };
+// kkt_w: kkt writing w as well (gdn with 16-bit inputs: the kept forward's and the recompute's front,
+// where no u is wanted and the WY stage does not run).
+enum class Stage { cumsum, kkt, kkt_w, wy, state, output };
 
 // Float32 device buffers of the stage results (TT = B*T tokens, NT = chunks of all sequences).
 struct StageBuffers {

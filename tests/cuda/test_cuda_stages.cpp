@@ -1,7 +1,8 @@
 // Each CUDA stage against its CPU chunkwise twin (reference/chunkwise.h, float64) on the same
 // inputs: before a stage runs, the buffers it reads are overwritten with the twin's values, so a
 // failure names one kernel: cumsum (gcum, beta, rstd; kda and gla: rstd, their gcum and beta come
-// from kkt), kkt + solve (P, Aqk), WY (w, u, kg, qg),
+// from kkt), kkt + solve (P, Aqk; gdn with 16-bit inputs also w as kkt writes it for the kept forward,
+// equal bit for bit to WY's from the same P), WY (w, u, kg, qg),
 // state (h, vnew, final state), output (o). For gdn with 16-bit inputs the forward's state kernel
 // is the folded one (chunk_state_fold.cu: reads P, k, v instead of w, u, and fuses the output): it
 // runs with 1 and 2 column groups per block and its fused o is checked too; WY is still checked (it
@@ -147,6 +148,19 @@ TEST_CASE("each CUDA stage matches its CPU chunkwise twin on the same inputs" * 
       check_stage("kkt Aqk", *gpu, b.Aqk, tw.Aqk, bar);
       if (kda) check_stage("kkt gcum", *gpu, b.gcum, tw.gcum, val::tol::kFloatVsDouble);
       if (kda) check_stage("kkt beta", *gpu, b.beta, tw.beta, val::tol::kFloatVsDouble);
+      if (!kda && sc.qkv != DType::f32) {  // gdn, 16-bit: kkt writes w where no u is wanted (Stage::kkt_w),
+        test::poison(*gpu, b.w);             // bit for bit the WY stage's w from the P it wrote
+        pipe.run_stage(cuda::Stage::kkt_w, p, din.views, {});
+        check_stage("kkt w", *gpu, b.w, tw.w, bar);
+        const Tensor<double> w_kkt = test::to_host(*gpu, b.w);
+        test::poison(*gpu, b.w);
+        pipe.run_stage(cuda::Stage::wy, p, din.views, {});
+        const Tensor<double> w_wy = test::to_host(*gpu, b.w);
+        int64_t differ = 0;
+        for (int64_t i = 0; i < w_wy.numel(); ++i) differ += w_kkt.data()[i] != w_wy.data()[i];
+        INFO("w elements where kkt's differs from WY's: ", differ, " of ", w_wy.numel());
+        CHECK(differ == 0);
+      }
 
       if (delta) {  // gla: no WY stage
         feed(*gpu, b.P, tw.P);
