@@ -26,7 +26,11 @@
 // forward without keep (ChunkParams::forward_only): gcum only each chunk's last row.
 // Outputs (float32, TF32-rounded when products are not split): Aqk, P (not gla) [NT,HV,64,64]; rows and
 // columns >= L are zero (P: identity there). gla: kg, qg [TT,HV,K] (rows < L), as the WY stage's.
-// Covered by tests/cuda/test_cuda_stages.cpp ("kkt").
+// gdn with 16-bit inputs and ChunkParams::kkt_writes_w (the kept forward, the backward's recompute):
+// also w = P (beta rk 2^b k) [TT,HV,K] (rows < L), the WY stage's w bit for bit (write_w), so that
+// stage does not run: its launch and its reads of P and k go (H200, T = 8192, H = 16: kkt 62 -> 88 us,
+// WY's 51 us gone).
+// Covered by tests/cuda/test_cuda_stages.cpp ("kkt", and "kkt w" against the WY stage bit for bit).
 #include "cuda/chunk_kkt.cuh"
 #include "cuda/chunk_gates.cuh"
 #include "cuda/chunk_kkt_gla.cuh"

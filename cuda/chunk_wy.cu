@@ -14,7 +14,9 @@
 // flat index: 2.6 instructions per cycle, the ALU the busiest pipe, 0.77 ms at kda T = 32768).
 // Slabs are the fastest grid index so the blocks of one chunk share P in L2.
 // Not run by the gdn forward with 16-bit inputs, whose state kernel folds w and u in
-// (chunk_state_fold.cu). Covered by tests/cuda/test_cuda_stages.cpp ("wy").
+// (chunk_state_fold.cu), nor where gdn with 16-bit inputs wants w without u (the kept forward, the
+// backward's recompute): kkt writes that w, bit for bit this stage's (chunk_kkt.cu write_w).
+// Covered by tests/cuda/test_cuda_stages.cpp ("wy", and kkt's w against this stage's).
 #include "cuda/chunk_wy.cuh"
 #include "cuda/chunk_rows.cuh"
 #include "cuda/chunk_state_kda.cuh"
