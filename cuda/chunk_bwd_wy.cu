@@ -21,15 +21,17 @@
 namespace kcp::cuda {
 namespace {
 
+// Four 64x64 tiles (W1 then T, G, dP, P) and a 32-key slab of k in P's place during the gram: 74.5 KB,
+// three blocks per multiprocessor (T = P^T dP reads P down its columns, tile_nn, so no P^T tile).
 struct WySmem {
-  float *W, *G, *X, *P, *PT, *k, *bet, *gsc, *red;
+  float *W, *G, *X, *P, *k, *bet, *gsc, *red;
   static constexpr int kTile = kChunk * kLdC, kSl = kChunk * kLdS;
-  static constexpr int kRegion = kSl > 2 * kTile ? kSl : 2 * kTile;
+  static constexpr int kRegion = kSl > kTile ? kSl : kTile;
   static constexpr int floats = 3 * kTile + kRegion + 128 + kChunk * 17;
   __device__ explicit WySmem(float* s) {
     W = s, G = s + kTile, X = s + 2 * kTile, s += 3 * kTile;
-    P = s, PT = s + kTile;  // after the gram
-    k = s;                  // gdn: a 32-key slab of k during the gram
+    P = s;  // after the gram
+    k = s;  // gdn: a 32-key slab of k during the gram
     s += kRegion;
     bet = s, gsc = bet + 64, red = gsc + 64;
   }
@@ -52,6 +54,19 @@ __device__ __forceinline__ void tile_nt(float (&acc)[4][4], const float* A, cons
       mma<S>(acc[j], a, b[0]);
       mma<S>(acc[j + 1], a, b[1]);
     }
+  }
+}
+// c += A B on 64x64 tiles with B read down its columns (B(k, n) = B[k][n]: scalar loads, which ldmatrix
+// cannot give for 32-bit words), A and the warp layout as tile_nt.
+template <bool S, bool kExactA, bool kExactB>
+__device__ __forceinline__ void tile_nn(float (&acc)[4][4], const float* A, const float* B) {
+  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = 32 * (w >> 2);
+#pragma unroll 2
+  for (int k0 = 0; k0 < kChunk; k0 += 8) {
+    const FragA<S> a = ldm_a_row<S>(A, kLdC, m0, k0, kExactA);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      mma<S>(acc[j], a, load_b<S, kExactB>([B](int k, int n) { return B[k * kLdC + n]; }, k0, n0 + 8 * j));
   }
 }
 // Row and column of element e of tile j of tile_nt's accumulators.
@@ -118,7 +133,7 @@ __device__ void load_gram_kda(const ChunkParams& p, const WySmem& s, int64_t blk
 }
 
 template <int KD, bool kKDA, bool kSplit>
-__global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_constant__ BwdParams bp) {
+__global__ void __launch_bounds__(kBwdThreads, 3) bwd_wy_kernel(const __grid_constant__ BwdParams bp) {
   const ChunkParams& p = bp.c;
   const ChunkInfo ck = chunk_at(p, blockIdx.x);
   const int hv = blockIdx.y, L = ck.len;
@@ -132,11 +147,10 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_con
   copy_rows_async(s.X, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
   if constexpr (kKDA) load_gram_kda(p, s, blk, L);
   else wy_gram_gdn<KD, kSplit>(bp, s, ck, hv);
-  __syncthreads();  // the slabs are consumed: P', P'^T take their place
+  __syncthreads();  // the slabs are consumed: P' takes their place
   for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
     const int a = idx / kChunk, b = idx % kChunk;
-    const float x = a == b ? 1.0f : (a > b ? s.X[a * kLdC + b] : 0.0f);
-    s.P[a * kLdC + b] = x, s.PT[b * kLdC + a] = x;
+    s.P[a * kLdC + b] = a == b ? 1.0f : (a > b ? s.X[a * kLdC + b] : 0.0f);
   }
   __syncthreads();
   float acc[4][4] = {};
@@ -152,12 +166,12 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_kernel(const __grid_con
       acc[j][e] = 0.0f;
     }
   __syncthreads();
-  tile_nt<kSplit, true, true>(acc, s.PT, s.X);  // T_rs = sum_m P'_mr dP_ms
+  tile_nn<kSplit, true, true>(acc, s.X, s.P);  // element (s, r): sum_m dP_ms P'_mr = T_rs
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < 4; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s.W[nt_row(e) * kLdC + nt_col(j, e)] = operand_store<kSplit>(acc[j][e]), acc[j][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) s.W[nt_col(j, e) * kLdC + nt_row(e)] = operand_store<kSplit>(acc[j][e]), acc[j][e] = 0.0f;
   __syncthreads();
   tile_nt<kSplit, true, true>(acc, s.W, s.P);  // (T P'^T)_rs = sum_m T_rm P'_sm
   float db[2] = {};  // rows nt_row(0), nt_row(2)
