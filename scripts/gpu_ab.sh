@@ -2,7 +2,7 @@
 # Same-call A/B on the lent GPU (docs/BENCHMARKS.md: "each change and its base built in the same
 # call"): the working tree ("new") and a base tree, built side by side on the device; then on new:
 # test_cuda, `kcp check --precision f32` of data/golden with and without KCP_CUDA_KEEP=1, racecheck
-# and memcheck on a small forward+backward of gdn, kda, gla; then `kcp bench --backward 1 --keep 1`
+# and memcheck on a small forward+backward of gdn, kda, gla (racecheck also with --fused 1, gdn and kda); then `kcp bench --backward 1 --keep 1`
 # of new and base alternating (T = 8192 twice, 32768 once, per variant; gdn float32 at 8192), the
 # medians from runs without stage times and one stage line each from one more run with
 # KCP_CUDA_STAGE_TIMES=1 (ab_line); then, unless PROF=0, ncu (--set full) of six kernels
@@ -56,6 +56,9 @@ $N check --backend cuda-chunkwise --precision f32 data/golden > $L/golden.log 2>
 KCP_CUDA_KEEP=1 $N check --backend cuda-chunkwise --precision f32 data/golden > $L/golden_keep.log 2>&1; echo "golden keep rc=$?" >> $S; tail -2 $L/golden_keep.log >> $S
 SB=(bench --backend cuda-chunkwise --variant gdn,kda,gla --H 2 --T 200 --backward 1 --warmup 0 --repeat 1)
 compute-sanitizer --tool racecheck $N "${SB[@]}" > $L/race.log 2>&1; echo "racecheck rc=$?" >> $S; tail -1 $L/race.log >> $S
+# the fused paths (L2 norm, beta sigmoid, gate formula in the kernels), which the line above does not take
+compute-sanitizer --tool racecheck $N "${SB[@]/gdn,kda,gla/gdn,kda}" --fused 1 --keep 1 > $L/race_fused.log 2>&1
+echo "racecheck fused rc=$?" >> $S; tail -1 $L/race_fused.log >> $S
 compute-sanitizer --tool memcheck $N "${SB[@]}" > $L/mem.log 2>&1; echo "memcheck rc=$?" >> $S; tail -1 $L/mem.log >> $S
 else
   echo "TESTS=0: no tests in this call" >> $S
