@@ -40,8 +40,10 @@ struct WySmem {
 // c += A B^T on 64x64 tiles (rows of kLdC floats, 4 mod 32: ldmatrix fragments without bank
 // conflicts), on tensor cores (3xTF32 when S): warp w owns rows 16 (w % 4) and the 8-column tiles
 // 4 (w / 4) + j; acc[j][e] is element e of tile j (tile_mma.cuh: acc_row, acc_col). kExactA / kExactB:
-// that tile holds TF32 values already (no conversion in the fragments unless S).
-template <bool S, bool kExactA, bool kExactB>
+// that tile holds TF32 values already (no conversion in the fragments unless S). kBRows = false: c += A B
+// instead, B read down its columns (B(k, n) = B[k][n]: scalar loads, which ldmatrix cannot give for
+// 32-bit words), so that no transposed copy of B is needed (tile_nn).
+template <bool S, bool kExactA, bool kExactB, bool kBRows = true>
 __device__ __forceinline__ void tile_nt(float (&acc)[4][4], const float* A, const float* B) {
   const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = 32 * (w >> 2);
 #pragma unroll 2
@@ -50,24 +52,21 @@ __device__ __forceinline__ void tile_nt(float (&acc)[4][4], const float* A, cons
 #pragma unroll
     for (int j = 0; j < 4; j += 2) {
       FragB<S> b[2];
-      ldm_b_nk2<S>(b[0], b[1], B, kLdC, k0, n0 + 8 * j, kExactB);
+      if constexpr (kBRows) {
+        ldm_b_nk2<S>(b[0], b[1], B, kLdC, k0, n0 + 8 * j, kExactB);
+      } else {
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+          b[u] = load_b<S, kExactB>([B](int k, int n) { return B[k * kLdC + n]; }, k0, n0 + 8 * (j + u));
+      }
       mma<S>(acc[j], a, b[0]);
       mma<S>(acc[j + 1], a, b[1]);
     }
   }
 }
-// c += A B on 64x64 tiles with B read down its columns (B(k, n) = B[k][n]: scalar loads, which ldmatrix
-// cannot give for 32-bit words), A and the warp layout as tile_nt.
 template <bool S, bool kExactA, bool kExactB>
 __device__ __forceinline__ void tile_nn(float (&acc)[4][4], const float* A, const float* B) {
-  const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = 32 * (w >> 2);
-#pragma unroll 2
-  for (int k0 = 0; k0 < kChunk; k0 += 8) {
-    const FragA<S> a = ldm_a_row<S>(A, kLdC, m0, k0, kExactA);
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      mma<S>(acc[j], a, load_b<S, kExactB>([B](int k, int n) { return B[k * kLdC + n]; }, k0, n0 + 8 * j));
-  }
+  tile_nt<S, kExactA, kExactB, false>(acc, A, B);
 }
 // Row and column of element e of tile j of tile_nt's accumulators.
 __device__ __forceinline__ int nt_row(int e) { return acc_row(16 * ((threadIdx.x >> 5) & 3), e); }
