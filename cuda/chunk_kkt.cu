@@ -292,10 +292,12 @@ void launch(const ChunkParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-void launch_chunk_kkt(const ChunkParams& p, int input_dtype, cudaStream_t stream) {
-  if (front_chunks(p) <= 0) return;
-  KCP_CHECK(!p.kkt_writes_w || (!p.kda && input_dtype != kF32 && p.w && p.K % 32 == 0),
+void launch_chunk_kkt(const ChunkParams& cp, int input_dtype, cudaStream_t stream, bool with_w) {
+  if (front_chunks(cp) <= 0) return;
+  KCP_CHECK(!with_w || (!cp.kda && input_dtype != kF32 && cp.w && cp.K % 32 == 0),
             "cuda-chunkwise: kkt writes w for gdn with 16-bit inputs only, into an allocated w");
+  ChunkParams p = cp;
+  p.kkt_writes_w = with_w;
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
     dispatch_key_dim(p.K, [&](auto kd) {

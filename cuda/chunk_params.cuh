@@ -115,6 +115,7 @@ struct ChunkParams {
   float* w = nullptr;
   // gdn with 16-bit inputs, where w is wanted without u (the kept forward, the backward's recompute):
   // kkt writes w = P (beta k Gamma) from the P and k tiles it holds, and the WY stage does not run.
+  // Set by launch_chunk_kkt(..., with_w) alone.
   bool kkt_writes_w = false;
   float* u = nullptr;
   float* kg = nullptr;

@@ -234,12 +234,7 @@ void Pipeline::run_stage(Stage s, const Problem& p, const Inputs& in, const Outp
   switch (s) {
     case Stage::cumsum: launch_chunk_cumsum(st.c, st.dtype, stream); return;
     case Stage::kkt: launch_chunk_kkt(st.c, st.dtype, stream); return;
-    case Stage::kkt_w: {
-      ChunkParams c = st.c;
-      c.kkt_writes_w = true;
-      launch_chunk_kkt(c, st.dtype, stream);
-      return;
-    }
+    case Stage::kkt_w: launch_chunk_kkt(st.c, st.dtype, stream, true); return;
     case Stage::wy: launch_chunk_wy(st.c, st.dtype, stream); return;
     case Stage::state: {
       StateParams sp = impl_->state_params(st, p, in, out);

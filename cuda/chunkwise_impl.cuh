@@ -365,15 +365,10 @@ struct Pipeline::Impl {
   // cumsum -> kkt -> WY; with_u = false leaves u unwritten (its readers: the unfolded state kernel).
   // gdn with 16-bit inputs and no u: kkt writes w itself (ChunkParams::kkt_writes_w), no WY stage.
   void run_front(const Setup& st, bool with_u = true) const {
+    const bool kkt_w = !with_u && state_fold_applies(st.c, st.dtype);
     launch_chunk_cumsum(st.c, st.dtype, stream);
-    if (!with_u && state_fold_applies(st.c, st.dtype)) {
-      ChunkParams c = st.c;
-      c.kkt_writes_w = true;
-      launch_chunk_kkt(c, st.dtype, stream);
-      return;
-    }
-    launch_chunk_kkt(st.c, st.dtype, stream);
-    launch_chunk_wy(st.c, st.dtype, stream, with_u);
+    launch_chunk_kkt(st.c, st.dtype, stream, kkt_w);
+    if (!kkt_w) launch_chunk_wy(st.c, st.dtype, stream, with_u);
   }
 };
 

@@ -3,8 +3,8 @@
 # the GPU's own clocks (ncu --clock-control none --cache-control none: neither locked clocks nor flushed
 # caches, so the durations are the bench's, except that ncu runs the kernels one at a time and the side
 # stream's fingerprint no longer overlaps a chain), their sum against the bench's median of the same
-# arguments; with nsys on the machine, also the timeline's gaps (kernel start minus the previous end on
-# the same stream). Summary lines go to $OUT/kernel_times.txt.
+# arguments: the difference is what is not in kernels (launch gaps, the host's start; the lent machine
+# has no nsys for a timeline). Summary lines go to $OUT/kernel_times.txt.
 # There (after `tar xzf .gpu.tgz`, scripts/gpu_pack.sh): OUT=... [KCP=.gpu/kcp] [ARGS="..."] scripts/gpu_kernel_times.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,23 +33,4 @@ for r in half:
     print(f"  {us:9.1f} us  stream {r[6]:>3}  grid {r[8]:>14}  block {r[7]:>12}  {r[4][:90]}")
 print(f"  kernels of the timed call: {len(half)} of {len(rows)}; sum {tot:.1f} us")
 EOF
-if command -v nsys > /dev/null; then
-  nsys profile -o "$OUT/tl" --force-overwrite true $KCP "${B[@]}" --warmup 2 --repeat 3 > /dev/null 2>&1
-  nsys stats --report cuda_gpu_trace --format csv -o "$OUT/tl" "$OUT/tl.nsys-rep" > /dev/null 2>&1
-  python3 - "$OUT"/tl_cuda_gpu_trace.csv >> "$S" <<'EOF'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-k = [r for r in rows if r.get("Grid X")]  # kernels only
-last = {}
-gaps = []
-for r in k:
-    s, d, st = int(r["Start (ns)"]), int(r["Duration (ns)"]), r["Strm"]
-    if st in last: gaps.append((s - last[st]) / 1e3)
-    last[st] = s + d
-n = len(gaps)
-print(f"  nsys: {len(k)} kernels; same-stream gaps median {sorted(gaps)[n // 2]:.1f} us, sum of the last third {sum(gaps[-n // 3:]):.1f} us")
-EOF
-else
-  echo "  nsys: not on this machine" >> "$S"
-fi
 cat "$S"
