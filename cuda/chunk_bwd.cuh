@@ -173,13 +173,14 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream);
 // gla's part 2 (chunk_bwd_dh_gla.cu; launch_bwd_dhu_serial sends gla there): the elementwise scan of
 // dh, then dvnew += kg dh[c] in parallel over the chunks.
 void launch_bwd_dhu_gla(const BwdParams& bp, cudaStream_t stream);
-// chunk: kernels hv (NT, HV, 2) -> wy (NT, HV) -> intra (NT HV K/32 blocks; gla: its anchored kernel first) -> partial sums.
+// chunk: kernels hv (NT, HV, 2) -> wy (NT, HV) -> intra (NT HV K/32 blocks; gla: its anchored kernel first; gdn:
+// wy and intra as one kernel on (NT, HV)) -> partial sums.
 void launch_bwd_chunk(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_hv(const BwdParams& bp, cudaStream_t stream);
 void launch_bwd_wy(const BwdParams& bp, cudaStream_t stream);  // gla: nothing (no WY backward)
-void launch_bwd_wy_kernel(const BwdParams& bp, cudaStream_t stream);
+void launch_bwd_wy_kernel(const BwdParams& bp, cudaStream_t stream);  // kda's (gdn's runs in launch_bwd_intra_gdn)
 void launch_bwd_intra(const BwdParams& bp, cudaStream_t stream);
-void launch_bwd_intra_gdn(const BwdParams& bp, cudaStream_t stream);  // gdn's kernel (one slot of da partials)
+void launch_bwd_intra_gdn(const BwdParams& bp, cudaStream_t stream);  // gdn's wy + intra kernel (one slot of da partials)
 void launch_bwd_intra_gla_anchored(const BwdParams& bp, cudaStream_t stream);  // gla's, one anchor per chunk
 void launch_bwd_chunk_sum(const BwdParams& bp, cudaStream_t stream);  // gla: nothing to sum
 // finish: the fused input transforms backward and the gradients in their dtypes.

@@ -4,8 +4,8 @@
 //   hv    (chunk_bwd_hv.cu,    grid (chunks, HV, 2)):    products over V with h, dh, do, vnew, dvnew;
 //         dq, dk inter + WY parts, dv, the inter gate terms; dA and W1 = dvnew vnew^T to the workspace
 //   wy    (chunk_bwd_wy.cu,    grid (chunks, HV)):       gated k gram G, dP, T = P^T dP, dL; dbeta_e = dL . G
-//   intra (chunk_bwd_intra.cu, grid (chunks, HV, K/32); gdn: chunk_bwd_intra_gdn.cu, grid (chunks, HV)):
-//         the intra products through dA, dL; the intra gate terms
+//   intra (chunk_bwd_intra.cu, grid (chunks, HV, K/32)): the intra products through dA, dL; the intra gate terms
+//   gdn: wy and intra as one kernel (chunk_bwd_intra_gdn.cu, grid (chunks, HV)), dL kept in shared memory
 //   sum   (here, one thread per (token, value head)):    dbeta_e += kernel hv's partials; gdn: da = sum of
 //         the partials of kernels hv and intra, in a fixed order (deterministic, no atomics).
 // gla (ChunkParams::gla, no delta rule): kernel hv gives dv = dvnew, kernel wy and the sum do not run
@@ -47,7 +47,8 @@ void launch_bwd_chunk(const BwdParams& bp, cudaStream_t stream) {
 }
 
 void launch_bwd_wy(const BwdParams& bp, cudaStream_t stream) {
-  if (!bp.c.gla) launch_bwd_wy_kernel(bp, stream);  // gla: P = I, no Lmat: nothing to differentiate
+  // gla: P = I, no Lmat: nothing to differentiate; gdn: inside its intra kernel (chunk_bwd_intra_gdn.cu)
+  if (bp.c.kda && !bp.c.gla) launch_bwd_wy_kernel(bp, stream);
 }
 
 }  // namespace kcp::cuda

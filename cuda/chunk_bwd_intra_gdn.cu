@@ -1,16 +1,19 @@
-// Backward stage "chunk", kernel 3 of 3 for gdn (scalar gate per row): the intra-chunk products
-// through dA and dL (CPU twin chunk_intra_backward) and the intra part of the gate gradient, as
-// 64x64 matrix products on tensor cores. kda and gla (a gate per key) run chunk_bwd_intra.cu.
+// Backward stage "chunk", kernels 2 and 3 of 3 for gdn (scalar gate per row), fused: the WY backward
+// (chunk_bwd_wy_tiles.cuh: dbeta_e, dL, and the raw gram k k^T), then the intra-chunk products through
+// dA and dL (CPU twin chunk_intra_backward) and the intra part of the gate gradient, as 64x64 matrix
+// products on tensor cores. dL stays in shared memory (it is M_L before its mask) and the WY stage's gram
+// is the k k^T below, so neither makes a round trip through memory, and one launch less. kda and gla (a
+// gate per key) run kernel wy (chunk_bwd_wy.cu), then chunk_bwd_intra.cu.
 // Grid (chunks, HV), 256 threads. With D_rs = 2^(b_r - b_s) (b the chunk-local gate cumsum in log2
 // units, one per row; s <= r, so every exponent <= 0), dA (kernel 1, scaled, lower with the
-// diagonal) and dL (kernel 2) of the chunk:
+// diagonal) and dL of the chunk:
 //   M_A[r][s] = dA_rs D_rs (s <= r),   M_L[r][s] = beta_r dL_rs D_rs (s < r)     [64,64]
 //   dq += M_A k,   dk += M_L k + M_A^T q + M_L^T k                              [64,K]
 //   Z  = M_A o (q k^T) + M_L o (k k^T), strictly lower (o: element-wise)        [64,64]
 //   da_t (summed over the keys) = sum_{r >= t} sum_{s < t} Z_rs: a row prefix, then a column
 //   suffix, sums only (no cancellation, as the CPU twin)  -> bp.part slot kPartDaIntra
 // q, k are qn, kn (the fused L2 norm applied on load, chunk_bwd_tiles.cuh), streamed in passes of
-// up to 64 keys (q k^T and k k^T accumulate across the passes in registers); dq, dk of a pass
+// up to 64 keys (q k^T accumulates across the passes in registers); dq, dk of a pass
 // added to dqv, dkv (kernel 1's parts), or, with BwdParams::direct_qk (G = 1), written to dq, dk in
 // their dtypes, through the fused norm's backward where it is on (store_normed; it costs intra 0.27 ms
 // at T = 32768, H = 16 for finish's 0.30, docs/BENCHMARKS.md). Products: mma.sync m16n8k8, 3xTF32 where
@@ -19,6 +22,7 @@
 // Covered by tests/cuda/test_cuda_backward.cpp (stage "chunk" against the CPU twin, and end to end).
 #include "cuda/chunk_bwd.cuh"
 #include "cuda/chunk_bwd_tiles.cuh"
+#include "cuda/chunk_bwd_wy_tiles.cuh"
 #include "cuda/cuda_check.cuh"
 #include "cuda/dispatch.cuh"
 #include "cuda/tile_mma.cuh"
@@ -30,16 +34,27 @@ constexpr int kLdM = 72;  // [64][72] tiles: M_A, M_L, q and k passes
 constexpr int kLdZ = 65;  // Z: row r read by thread r (prefix), column t by thread t (suffix)
 constexpr int kPass = 64;  // keys per pass
 
-// MA, ML, q, k [64][kLdM] | Z [64][kLdZ] | gs, bet [64] | with the fused norm's backward only
-// (floats_norm): Xk [64][kLdZ], red [4][64]; Xq is Z (free until intra_gate_gdn).
+// gs, bet [64] | MA | ML, q, k [64][kLdM] | Z [64][kLdZ] | with the fused norm's backward only
+// (floats_norm): Xk [64][kLdZ], red [4][64]; Xq is Z (free until intra_gate_gdn). While the WY stage
+// runs, its tiles (wy::WySmem, 74.5 KB) lie from ML on, and it reads the gates and beta from gs, bet.
 struct IntraGdnSmem {
   static constexpr int kTile = kChunk * kLdM;
-  static constexpr int floats = 4 * kTile + kChunk * kLdZ + 2 * kChunk;
-  static constexpr int floats_norm = floats + kChunk * kLdZ + 4 * kChunk;
-  float *MA, *ML, *q, *k, *Z, *gs, *bet, *Xq, *Xk, *red;
+  static constexpr int kScalars = 2 * kChunk;
+  static constexpr int kAfterMA = 3 * kTile + kChunk * kLdZ;         // ML, q, k, Z
+  static constexpr int kAfterMANorm = kAfterMA + kChunk * kLdZ + 4 * kChunk;  // Xk, red
+  static constexpr int wy_floats = wy::WySmem::floats;
+  static constexpr int floats = kScalars + kTile + (kAfterMA > wy_floats ? kAfterMA : wy_floats);
+  static constexpr int floats_norm = kScalars + kTile + (kAfterMANorm > wy_floats ? kAfterMANorm : wy_floats);
+  float *gs, *bet, *MA, *ML, *q, *k, *Z, *Xq, *Xk, *red;
   __device__ explicit IntraGdnSmem(float* s)
-      : MA(s), ML(s + kTile), q(s + 2 * kTile), k(s + 3 * kTile), Z(s + 4 * kTile), gs(Z + kChunk * kLdZ), bet(gs + kChunk),
-        Xq(Z), Xk(bet + kChunk), red(Xk + kChunk * kLdZ) {}
+      : gs(s), bet(s + kChunk), MA(s + kScalars), ML(MA + kTile), q(ML + kTile), k(q + kTile), Z(k + kTile), Xq(Z),
+        Xk(Z + kChunk * kLdZ), red(Xk + kChunk * kLdZ) {}
+  // The WY stage's view: its tiles from ML on, the gates and beta in gs, bet.
+  __device__ wy::WySmem wy_view() const {
+    wy::WySmem w(ML);
+    w.gsc = gs, w.bet = bet;
+    return w;
+  }
 };
 
 // M_A, M_L in place from the raw dA, dL tiles (rows >= L and the masked parts zero).
@@ -53,21 +68,19 @@ __device__ void build_masks(const IntraGdnSmem& s, int L) {
   }
 }
 
-// q k^T and k k^T over the pass's keys (NP columns), lower 16x16 blocks only: warp w owns rows
-// 16 (w % 4) and the 8-column tiles 4 (w / 4) + j.
+// q k^T over the pass's keys (NP columns), lower 16x16 blocks only: warp w owns rows 16 (w % 4) and
+// the 8-column tiles 4 (w / 4) + j (the WY stage's gram, k k^T, has the same layout).
 template <int NP, bool S>
-__device__ void gram_products(const IntraGdnSmem& s, float (&qk)[4][4], float (&kk)[4][4]) {
+__device__ void gram_products(const IntraGdnSmem& s, float (&qk)[4][4]) {
   const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = 32 * (w >> 2);
   auto rows = [](const float* t) { return [t](int m, int k) { return t[m * kLdM + k]; }; };
 #pragma unroll 2
   for (int k0 = 0; k0 < NP; k0 += 8) {
-    const FragA<S> aq = load_a<S>(rows(s.q), m0, k0), ak = load_a<S>(rows(s.k), m0, k0);
+    const FragA<S> aq = load_a<S>(rows(s.q), m0, k0);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (n0 + 8 * j >= m0 + 16) continue;  // the whole tile has s > r
-      const FragB<S> b = load_b<S>([&](int k, int n) { return s.k[n * kLdM + k]; }, k0, n0 + 8 * j);
-      mma<S>(qk[j], aq, b);
-      mma<S>(kk[j], ak, b);
+      mma<S>(qk[j], aq, load_b<S>([&](int k, int n) { return s.k[n * kLdM + k]; }, k0, n0 + 8 * j));
     }
   }
 }
@@ -262,31 +275,31 @@ __device__ void load_pass_tiles(const IntraGdnSmem& s, const ChunkParams& p, con
   for (int c = 0; c < NP; c += kSlab) x[c / kSlab].store(s.q + c, s.k + c, kLdM, p, ck.t0, h, ck.len, d0 + c);
 }
 
+// dL from the WY stage's registers into ML (raw: build_masks applies beta, the decay and the mask).
+__device__ void wy_to_intra(const IntraGdnSmem& s, const float (&dl)[4][4]) {
+  __syncthreads();  // the WY stage's tiles are dead
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s.ML[wy::nt_row(e) * kLdM + wy::nt_col(j, e)] = dl[j][e];
+  __syncthreads();
+}
+
+// The intra stage's passes over the keys: dq, dk (through the fused norm's backward where this kernel
+// forms it), and q k^T into qk.
 template <int KD, bool kSplit>
-__global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_gdn_kernel(const __grid_constant__ BwdParams bp) {
+__device__ void intra_passes(const BwdParams& bp, const IntraGdnSmem& s, const ChunkInfo& ck, int hv, float (&qk)[4][4]) {
   constexpr int NP = KD < kPass ? KD : kPass;
   static_assert(KD <= 2 * NP, "the fused norm's backward keeps the sums of one earlier pass (Xq, Xk)");
   const ChunkParams& p = bp.c;
-  const ChunkInfo ck = chunk_at(p, blockIdx.x);
-  const int hv = blockIdx.y, L = ck.len, h = hv / p.G;
-  const int64_t blk = int64_t(blockIdx.x) * p.HV + hv;
-  extern __shared__ __align__(16) float smem[];
-  const IntraGdnSmem s(smem);
-  copy_rows_async(s.MA, kLdM, bp.dAc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  copy_rows_async(s.ML, kLdM, bp.Wc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
-  copy_gates_async<false>(s.gs, 0, p, ck, hv, 0, 1);
-  for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
-  cp_async_wait_all();
-  __syncthreads();
-  build_masks(s, L);
-  float qk[4][4] = {}, kk[4][4] = {};
+  const int h = hv / p.G;
   const bool norm = intra_forms_norm(bp);  // finish's qk pass does not run
   RowDots rd;
   for (int d0 = 0; d0 < KD; d0 += NP) {
     __syncthreads();  // build_masks, or the previous pass, is done
     load_pass_tiles<NP>(s, p, ck, h, d0);
     __syncthreads();
-    gram_products<NP, kSplit>(s, qk, kk);
+    gram_products<NP, kSplit>(s, qk);
     float dq[NP / 16][4] = {}, dk[NP / 16][4] = {};
     intra_products<NP, kSplit>(s, dq, dk);
     add_parts<NP>(bp, ck, hv, d0, dq, dk);
@@ -317,6 +330,24 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_intra_gdn_kernel(const __g
     store_normed<NP>(bp, s, ck, hv, 0, rd, kept(s.Xq), kept(s.Xk));
     __syncthreads();  // Xq is Z
   }
+}
+
+template <int KD, bool kSplit>
+__global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_intra_gdn_kernel(const __grid_constant__ BwdParams bp) {
+  const ChunkInfo ck = chunk_at(bp.c, blockIdx.x);
+  const int hv = blockIdx.y;
+  const int64_t blk = int64_t(blockIdx.x) * bp.c.HV + hv;
+  extern __shared__ __align__(16) float smem[];
+  const IntraGdnSmem s(smem);
+  copy_rows_async(s.MA, kLdM, bp.dAc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);  // complete after the WY stage's gram
+  float qk[4][4] = {}, kk[4][4] = {};
+  {
+    float dl[4][4];
+    wy::wy_backward<KD, false, kSplit>(bp, s.wy_view(), ck, hv, blk, kk, dl);
+    wy_to_intra(s, dl);
+  }
+  build_masks(s, ck.len);
+  intra_passes<KD, kSplit>(bp, s, ck, hv, qk);
   intra_gate_gdn(bp, s, ck, hv, qk, kk);
 }
 
@@ -327,7 +358,7 @@ void launch_bwd_intra_gdn(const BwdParams& bp, cudaStream_t stream) {
   const size_t smem = sizeof(float) * (intra_forms_norm(bp) ? IntraGdnSmem::floats_norm : IntraGdnSmem::floats);
   dispatch_bwd(bp, [&](auto kd, auto split) {
     constexpr int KD = decltype(kd)::value;
-    launch_kernel(bwd_intra_gdn_kernel<KD, decltype(split)::value>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+    launch_kernel(bwd_wy_intra_gdn_kernel<KD, decltype(split)::value>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
   });
 }
 
