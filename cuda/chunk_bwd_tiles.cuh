@@ -95,7 +95,8 @@ __device__ __forceinline__ void load_rows_bits(float* s, int lds, const RowsView
 }
 // The same, one element at a time (each load waits for its data): for rarely taken paths inside
 // kernels at their register bound, where load_rows_any's loads in flight would cost spills on the
-// common path too (load_qk_slabs's fallback: 120 bytes of spills in bwd_intra_gdn_kernel).
+// common path too (load_qk_slabs's fallback: 120 bytes of spills in gdn's intra kernel, bwd_intra_gdn_kernel,
+// since 4a3e477 part of bwd_wy_intra_gdn_kernel).
 template <int kMaxCols>
 __device__ __forceinline__ void load_rows_lean(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0,
                                                int ncols, const float* rscale, int rstride) {
