@@ -218,6 +218,7 @@ __device__ __forceinline__ void hv_finish(const BwdParams& bp, float* smem, cons
             th.z == 0 ? make_float2(c <= r ? p.scale * x0 : 0.0f, c + 1 <= r ? p.scale * x1 : 0.0f) : make_float2(x0, x1);
       }
   }
+  if constexpr (kHvQkStaged<kDelta, kSplit>) cp_async_wait_all();  // the staged q, k rows (pending where V is one slab)
   __syncthreads();  // slabs consumed: the row blocks' key totals reuse them (kda, gla)
   const HvSmem s = carve_hv<KD, kDelta>(smem, 0, th.z);
   float vsum = 0.0f;  // row t = tid of half 0 (gla: no dbeta term from v)
@@ -249,7 +250,7 @@ __device__ __forceinline__ void hv_slabs(const BwdParams& bp, float* smem, const
   const bool has_h = th.z < S::NH;
   for (int j = 0; j < ns; ++j) {
     const HvSmem s = carve_hv<KD, kDelta>(smem, j & 1, th.z);
-    cp_async_wait_all();
+    if (j > 0) cp_async_wait_all();  // slab 0: waited by hv_start (which leaves the staged q, k rows in flight)
     round_own_copies<KD, kDelta, !kSplit, NT>(carve_hv<KD, kDelta>(smem, j & 1, 0));
     pdo.template store<!kSplit>(s.dO);  // only product operands: rounded once here unless split
     if constexpr (!kDelta) pv.template store<!kSplit>(s.vn);
@@ -284,11 +285,12 @@ __global__ void __launch_bounds__(HvShape<KD, kDelta>::kThreads, HvShape<KD, kDe
   SlabPrefetch<NT, !kSplit> pdo, pv;  // do (and gla's v) of the next slab
   pdo.load(bp.d_o, it.ck.t0, it.hv, it.ck.len, 0);
   if constexpr (!kDelta) pv.load(p.v, it.ck.t0, it.hv, it.ck.len, 0);
-  if constexpr (kHvQkStaged<kDelta, kSplit>) {  // committed with hv_issue's copies
-    issue_qk_rows<KD, kKDA, NT>(p, smem + S::floats, it);
-    issue_slab_v<NT>(p, carve_hv<KD, kDelta>(smem, 0, 0), it, 0);
-  }
+  if constexpr (kHvQkStaged<kDelta, kSplit>) issue_slab_v<NT>(p, carve_hv<KD, kDelta>(smem, 0, 0), it, 0);  // committed with hv_issue's copies
   hv_issue<KD, kKDA, kDelta>(bp, smem, it);
+  // q's and k's rows (and kda's gates) in a group of their own after slab 0's: only the epilogue
+  // reads them, so hv_start does not wait for them (they land during slab 0; the slab loop's next
+  // wait, or hv_finish's, takes them)
+  if constexpr (kHvQkStaged<kDelta, kSplit>) issue_qk_rows<KD, kKDA, NT>(p, smem + S::floats, it);
   hv_start<KD, kDelta, kSplit>(smem);
   HvAcc<S::NTW> a = {};
   float vp[2] = {};

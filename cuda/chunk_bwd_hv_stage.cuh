@@ -2,7 +2,7 @@
 // inputs its epilogue and slab_dxu read at accumulator positions, copied into shared memory by cp.async
 // with the copies they ride along with, instead of loaded from global memory where they are used
 // (each such load waited a round trip with nothing to overlap it: one block a multiprocessor).
-//   q, k rows [2][64][K + 8] 16-bit and rstd_q, rstd_k [2][64]   (issue_qk_rows, the item's first copies)
+//   q, k rows [2][64][K + 8] 16-bit and rstd_q, rstd_k [2][64]   (issue_qk_rows, a group after slab 0's)
 //   v's slab rows [2 buffers][64][kLdVs] 16-bit                   (issue_slab_v, a slab ahead)
 //   kda: the gate cumsum rows [64][K + 8] float                   (issue_qk_rows)
 // The area follows HvShape::floats (HvSmem::qk, HvSmem::vst; offsets in HvShape).
@@ -12,13 +12,6 @@
 #include "cuda/chunk_bwd_hv_tiles.cuh"
 
 namespace kcp::cuda::hv {
-
-// Whether kernel hv stages the rows above: the delta rule with 16-bit inputs (unsplit products imply
-// q, k, v 16-bit, their rows 16-byte aligned by the forward's rule). Float32 inputs would need twice
-// the bytes, which do not fit beside the rest. The epilogue's q and k had been loaded tile by tile,
-// four round trips an item; v at the start of P^T dvnew, waited for at its end.
-template <bool kDelta, bool kSplit>
-constexpr bool kHvQkStaged = kDelta && !kSplit;
 
 // The staged rows of q (x = 0) or k (x = 1), row r at qk_row(...) + r * ldq, and their rstd [64].
 template <int KD>

@@ -38,6 +38,14 @@ __host__ __device__ constexpr int slab_off(int r, int c) { return kSw ? sw_off(r
 template <bool kDelta, bool kSplit>
 constexpr bool kHvWgmma = kDelta && !kSplit;
 
+// Whether kernel hv stages q's, k's and v's rows in shared memory (chunk_bwd_hv_stage.cuh): the delta
+// rule with 16-bit inputs (unsplit products imply q, k, v 16-bit, their rows 16-byte aligned by the
+// forward's rule). Float32 inputs would need twice the bytes, which do not fit beside the rest. The
+// epilogue's q and k had been loaded tile by tile, four round trips an item; v at the start of
+// P^T dvnew, waited for at its end.
+template <bool kDelta, bool kSplit>
+constexpr bool kHvQkStaged = kDelta && !kSplit;
+
 template <int KD, bool kDelta>
 struct HvShape {
   static constexpr int KW = KD < 64 ? KD : 64;  // key rows per half
@@ -331,7 +339,8 @@ __device__ void hv_start(float* smem) {
   const HvSmem s = carve_hv<KD, kDelta>(smem, 0, 0);
   const float* stage = carve_hv<KD, kDelta>(smem, 1, 0).dO;
   for (int r = threadIdx.x; r < S::kHalves * kChunk; r += NT) s.hdh[r] = 0.0f;  // half 0's view starts both
-  cp_async_wait_all();
+  cp_async_commit();  // the staged q, k rows' group, if any (kHvQkStaged): left in flight
+  cp_async_wait<kHvQkStaged<kDelta, kSplit> ? 1 : 0>();
   __syncthreads();
   if constexpr (kDelta)
     for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += NT) {
