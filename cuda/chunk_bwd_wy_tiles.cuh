@@ -91,7 +91,9 @@ __device__ __forceinline__ void gram_slab_gdn(float (&acc)[4][4], const WySmem& 
 
 // gdn's gram over 32-key slabs (the next slab's k loads in flight during this slab's products), the
 // decay 2^(b_r - b_c) applied at the end, into s.G (strict lower); the raw products stay in acc (zero
-// on entry).
+// on entry). The slabs come through registers, so the caller's cp.async copies (the gates, W1, P and
+// the fused kernel's dA: ~50 KB a block) stay in flight during the products and are waited for at
+// the end, where the decay first reads the gates.
 template <int KD, bool kSplit>
 __device__ void wy_gram_gdn(const BwdParams& bp, const WySmem& s, const ChunkInfo& ck, int hv, float (&acc)[4][4]) {
   const ChunkParams& p = bp.c;
@@ -103,10 +105,11 @@ __device__ void wy_gram_gdn(const BwdParams& bp, const WySmem& s, const ChunkInf
     __syncthreads();
     next.store(nullptr, s.k, kLdS, p, ck.t0, h, L, d0);
     if (d0 + kSlab < KD) next.load(p, ck.t0, h, L, d0 + kSlab, false, vec);
-    cp_async_wait_all();
     __syncthreads();
     gram_slab_gdn<kSplit>(acc, s);
   }
+  cp_async_wait_all();
+  __syncthreads();
 #pragma unroll
   for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -138,7 +141,7 @@ __device__ void wy_backward(const BwdParams& bp, const WySmem& s, const ChunkInf
   const ChunkParams& p = bp.c;
   const int L = ck.len;
   for (int r = threadIdx.x; r < kChunk; r += kBwdThreads) s.bet[r] = r < L ? p.beta_e[int64_t(ck.t0 + r) * p.HV + hv] : 0.0f;
-  if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);  // waited for in the gram's first slab
+  if constexpr (!kKDA) copy_gates_async<false>(s.gsc, 0, p, ck, hv, 0, 1);  // waited for after the gram's products
   copy_rows_async(s.W, kLdC, bp.Wc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);  // W1, and raw P into X (both free until dP)
   copy_rows_async(s.X, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
   if constexpr (kKDA) load_gram_kda(p, s, blk, L);
