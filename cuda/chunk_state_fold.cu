@@ -93,8 +93,8 @@ __device__ __forceinline__ void store_tf32_t(char* dst, int op32, const float (&
 struct FoldDescs {
   uint64_t k, q, km, p, a, sb, y, n, vt;
 };
-template <class Tin, int KD, int BV>
-__device__ FoldDescs make_descs(const FoldSmem<Tin, KD, BV>& s) {
+template <class Tin, int KD, int BV, int NW>
+__device__ FoldDescs make_descs(const FoldSmem<Tin, KD, BV, NW>& s) {
   constexpr uint32_t kB = kHiLoGroup<BV>;
   FoldDescs d;
   d.k = wg::desc(s.Ks(0), 16, 1024, true), d.q = wg::desc(s.Qs(0), 16, 1024, true);  // K-major A, swizzled
@@ -145,11 +145,13 @@ __device__ void issue_update(const FoldDescs& d, uint64_t so, float (&U2)[KD >= 
 }
 
 // o rows < L in the dtype of the o view: column pairs stored together where the view is aligned for
-// them, else one element each (tile_store.cuh store_acc_rows<2>).
-template <int NA>
+// them, else one element each (tile_store.cuh store_acc_rows<2>). The warp's 16 rows: its index within
+// the warpgroup (with one, threadIdx.x >> 5: the `& 3` took 4 more registers in those kernels).
+template <int NW, int NA>
 __device__ void store_output(const StateParams& sp, const ChunkInfo& ck, int hv, int v0, const float (&o)[NA]) {
-  store_acc_rows<2>(sp.o.p, sp.o.dt, int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + v0, sp.o.st, ck.len,
-                    16 * int(threadIdx.x >> 5), reinterpret_cast<const float(&)[NA / 4][4]>(o));
+  const int warp = NW == 1 ? int(threadIdx.x >> 5) : int(threadIdx.x >> 5) & 3;
+  store_acc_rows<2>(sp.o.p, sp.o.dt, int64_t(ck.t0) * sp.o.st + int64_t(hv) * sp.o.sx + v0, sp.o.st, ck.len, 16 * warp,
+                    reinterpret_cast<const float(&)[NA / 4][4]>(o));
 }
 
 // The kept forward's h[c] (the state entering chunk c) and vnew (rows < L), accumulator pairs (x, x+1:
@@ -180,8 +182,8 @@ __device__ void write_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, i
 
 // Y = beta v - fb X for this thread's accumulator entries (v from its row-major tile), into the TF32
 // operand tile of P @ Y.
-template <class Tin, int KD, int BV>
-__device__ void form_y(const FoldSmem<Tin, KD, BV>& s, int st, const ThreadPlan<Tin, KD, BV>& tp, const RowFactors& rf,
+template <class Tin, int KD, int BV, int NW>
+__device__ void form_y(const FoldSmem<Tin, KD, BV, NW>& s, int st, const ThreadPlan<Tin, KD, BV, NW>& tp, const RowFactors& rf,
                        const float (&X)[BV / 2]) {
   float y[BV / 2];
   const char* vs = s.Vs(st) + 2 * (wg::acc_row(0) * BV + wg::acc_col(0));
@@ -229,23 +231,23 @@ __device__ __forceinline__ void store_final_state(const StateParams& sp, int n, 
 
 // The state of chunk c as the hi + lo operand tiles of k @ S and q @ S (rows past K: K = 32 only,
 // never read), published to wgmma and to every thread.
-template <class Tin, int KD, int BV>
-__device__ __forceinline__ void publish_state(const StateParams& sp, const FoldSmem<Tin, KD, BV>& s,
-                                              const ThreadPlan<Tin, KD, BV>& tp, int c, int hv, int v0,
+template <class Tin, int KD, int BV, int NW>
+__device__ __forceinline__ void publish_state(const StateParams& sp, const FoldSmem<Tin, KD, BV, NW>& s,
+                                              const ThreadPlan<Tin, KD, BV, NW>& tp, int c, int hv, int v0,
                                               const float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
 #pragma unroll
   for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
     if (KD >= 64 || wg::acc_row(0) < KD) store_split<Tin, BV>(s.Sb(), tp.op16, mh, S[mh], 1.0f, 1.0f);
   if (sp.h) write_h<KD, BV / 2>(sp, c, hv, v0, S);
   wg::fence_proxy_async();
-  __syncthreads();  // chunk c's tiles and the S operands visible to wgmma; chunk c-1 done by all
+  __syncthreads();  // chunk c's tiles (shared) and the S operands visible to wgmma; chunk c-1 done by all
 }
 
 // vnew = P @ (beta v - fb X) once X = k @ S has landed; leaves the operand tiles of the update
 // (Vt = vnew E) and of the output (TF32 vnew). QX = q @ S lands here too.
-template <class Tin, int KD, int BV>
-__device__ __forceinline__ void compute_vnew(const StateParams& sp, const FoldSmem<Tin, KD, BV>& s, int st, uint64_t so,
-                                             const ThreadPlan<Tin, KD, BV>& tp, const FoldDescs& dsc,
+template <class Tin, int KD, int BV, int NW>
+__device__ __forceinline__ void compute_vnew(const StateParams& sp, const FoldSmem<Tin, KD, BV, NW>& s, int st, uint64_t so,
+                                             const ThreadPlan<Tin, KD, BV, NW>& tp, const FoldDescs& dsc,
                                              const RowFactors& rf, const ChunkInfo& ck, int hv, int v0,
                                              float (&X2)[BV], float (&QX2)[BV], float (&QX)[BV / 2],
                                              float (&VN)[BV / 2]) {
@@ -255,7 +257,7 @@ __device__ __forceinline__ void compute_vnew(const StateParams& sp, const FoldSm
   sum_parts<BV>(X2, X);
   form_y(s, st, tp, rf, X);
   wg::fence_proxy_async();
-  __syncthreads();
+  wg::sync_warpgroup<NW>();  // Y is this warpgroup's own
   wg::pin(VN);
   wg::fence();
   tf32_chunk_product<BV>(VN, dsc.p + so, dsc.y, false);
@@ -270,8 +272,8 @@ __device__ __forceinline__ void compute_vnew(const StateParams& sp, const FoldSm
 
 // S = 2^(b_end) S + k^T @ Vt (the product on wgmma, summed into S after the wait) and o = f QX +
 // Aqk @ vnew (wgmma), then o to memory.
-template <class Tin, int KD, int BV>
-__device__ __forceinline__ void update_and_output(const StateParams& sp, const FoldSmem<Tin, KD, BV>& s, int st,
+template <class Tin, int KD, int BV, int NW>
+__device__ __forceinline__ void update_and_output(const StateParams& sp, const FoldSmem<Tin, KD, BV, NW>& s, int st,
                                                   uint64_t so, const FoldDescs& dsc, const RowFactors& rf,
                                                   const ChunkInfo& ck, int hv, int v0, float (&QX)[BV / 2],
                                                   float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
@@ -280,7 +282,7 @@ __device__ __forceinline__ void update_and_output(const StateParams& sp, const F
 #pragma unroll
   for (int x = 0; x < BV / 2; ++x) QX[x] *= rf.f[(x >> 1) & 1];
   wg::fence_proxy_async();
-  __syncthreads();
+  wg::sync_warpgroup<NW>();  // Vt and vnew are this warpgroup's own
   float U2[MH][BV];
   wg::pin(QX);
 #pragma unroll
@@ -301,24 +303,24 @@ __device__ __forceinline__ void update_and_output(const StateParams& sp, const F
 #pragma unroll
     for (int x = 0; x < BV / 2; ++x) S[mh][x] += U2[mh][x] + U2[mh][x + BV / 2];
   }
-  if (sp.o.p) store_output(sp, ck, hv, v0, QX);
+  if (sp.o.p) store_output<NW>(sp, ck, hv, v0, QX);
 }
 
-template <class Tin, int KD, int BV>
-__global__ void __launch_bounds__(kThreads, 1) chunk_state_fold_kernel(const StateParams sp) {
-  using Sm = FoldSmem<Tin, KD, BV>;
+template <class Tin, int KD, int BV, int NW>
+__global__ void __launch_bounds__(NW * kWarpgroup, 1) chunk_state_fold_kernel(const StateParams sp) {
+  using Sm = FoldSmem<Tin, KD, BV, NW>;
   constexpr int NA = BV / 2, MH = KD >= 64 ? KD / 64 : 1;
   constexpr uint64_t kStageDesc = Sm::bytes_stage >> 4;
   extern __shared__ float4 smem_f4[];
   const Sm s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
-  const ChainBlock b = chain_block(p, BV);
-  const int v0 = b.v0, n = b.n, hv = b.hv, c_begin = b.c_begin, c_end = b.c_end;
+  const ChainBlock b = chain_block(p, NW * BV);
+  const int v0 = b.v0 + BV * warpgroup<NW>(), n = b.n, hv = b.hv, c_begin = b.c_begin, c_end = b.c_end;
   expect_swizzle_aligned(smem_f4);
-  for (int i = threadIdx.x; i < int(2 * Sm::bytes_stage / 16); i += kThreads)  // never-copied parts stay 0
-    smem_f4[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);                          // (P, Aqk upper blocks; K = 32 pad)
+  for (int i = threadIdx.x; i < int(2 * Sm::bytes_stage / 16); i += NW * kWarpgroup)  // never-copied parts stay 0
+    smem_f4[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // (P, Aqk upper blocks; K = 32 pad)
   __syncthreads();  // the zeros land before any copy into the same tiles
-  const ThreadPlan<Tin, KD, BV> tp;
+  const ThreadPlan<Tin, KD, BV, NW> tp;
   const FoldDescs dsc = make_descs(s);
   float S[MH][NA];  // S(i = 64 mh + acc_row(x), v0 + acc_col(x)); rows i >= K unused
   load_initial_state<KD, NA>(sp, n, hv, v0, S);
@@ -344,34 +346,38 @@ __global__ void __launch_bounds__(kThreads, 1) chunk_state_fold_kernel(const Sta
   store_final_state<KD, NA>(sp, n, hv, v0, S);
 }
 
-template <class Tin, int KD, int BV>
+// A block: NW warpgroups of BV columns each (the loaded tiles shared, one block a multiprocessor).
+template <class Tin, int KD, int BV, int NW>
 void launch(const StateParams& sp, cudaStream_t stream) {
-  using Sm = FoldSmem<Tin, KD, BV>;
+  using Sm = FoldSmem<Tin, KD, BV, NW>;
   static_assert(Sm::bytes <= 227 * 1024, "folded state tiles exceed shared memory");
-  launch_kernel(chunk_state_fold_kernel<Tin, KD, BV>, dim3(sp.Vw / BV, sp.c.N * sp.c.HV), kThreads, Sm::bytes,
-                stream, sp);
+  launch_kernel(chunk_state_fold_kernel<Tin, KD, BV, NW>, dim3(sp.Vw / (NW * BV), sp.c.N * sp.c.HV), NW * kWarpgroup,
+                Sm::bytes, stream, sp);
 }
 
 }  // namespace
 
-void launch_chunk_state_fold(const StateParams& sp, int input_dtype, int groups, cudaStream_t stream) {
+void launch_chunk_state_fold(const StateParams& sp, int input_dtype, FoldLayout layout, cudaStream_t stream) {
   const ChunkParams& p = sp.c;
   // The forward (V columns from v, init 0 or given) or the CP transition (kInitTransition: S_ext in
   // the V columns, M = the same chain on I with v = 0 in the next K; no o, h, vnew).
   const bool forward = sp.Vw == p.V && sp.u == p.u && (sp.init == kInitZero || sp.init == kInitGiven);
   const bool transition = sp.init == kInitTransition && sp.Vu == p.V && sp.Vw == p.V + p.K && !sp.o.p && !sp.h && !sp.vnew;
-  KCP_CHECK(state_fold_applies(p, input_dtype) && (forward || transition) && p.V % 32 == 0 && sp.Vw % 32 == 0 &&
-                groups >= 0 && groups <= 2,
+  KCP_CHECK(state_fold_applies(p, input_dtype) && (forward || transition) && p.V % 32 == 0 && sp.Vw % 32 == 0,
             "cuda-chunkwise: the folded state kernel serves the gdn forward and transition with 16-bit inputs only");
+  KCP_CHECK(fold_layout_valid(layout), "launch_chunk_state_fold: no kernel for ", layout.groups, " column groups x ",
+            layout.warpgroups, " warpgroups");
   if (p.N * p.HV == 0) return;
-  const int G = groups ? groups : (int64_t(sp.Vw / 16) * p.N * p.HV <= multiprocessors(p) ? 1 : 2);
+  FoldLayout f = layout.groups ? layout : automatic_fold_layout(sp.Vw, int64_t(p.N) * p.HV, multiprocessors(p));
+  if (sp.Vw % (16 * f.groups * f.warpgroups) != 0) f = {2, 1};  // a block's columns must divide V (and V + K)
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
     if constexpr (sizeof(Tin) == 2)
       dispatch_key_dim(p.K, [&](auto kd) {
         constexpr int KD = decltype(kd)::value;
-        if (G == 1) launch<Tin, KD, 16>(sp, stream);
-        else launch<Tin, KD, 32>(sp, stream);
+        if (f.warpgroups == 2) launch<Tin, KD, 32, 2>(sp, stream);
+        else if (f.groups == 1) launch<Tin, KD, 16, 1>(sp, stream);
+        else launch<Tin, KD, 32, 1>(sp, stream);
       });
   });
 }

@@ -6,14 +6,15 @@
 #include <cuda_runtime.h>
 
 #include "cuda/chunk_params.cuh"
+#include "cuda/fold_layout.h"
 
 namespace kcp::cuda {
 
 // Whether the folded kernel serves a problem: gdn with float16/bfloat16 q, k, v (products unsplit).
 inline bool state_fold_applies(const ChunkParams& p, int input_dtype) { return !p.kda && input_dtype != kF32; }
 
-// Grid (V/(16 G), N*HV), 128 G threads. `groups` = G in {1, 2} (16-column groups per block), 0 picks
-// it from the device: 1 when the blocks of G = 1 fit on the multiprocessors at once, else 2.
-void launch_chunk_state_fold(const StateParams& sp, int input_dtype, int groups, cudaStream_t stream);
+// A block's state columns by `layout` (fold_layout.h; groups 0: automatic_fold_layout). Grid (Vw / (16
+// groups warpgroups), N*HV), 128 warpgroups threads.
+void launch_chunk_state_fold(const StateParams& sp, int input_dtype, FoldLayout layout, cudaStream_t stream);
 
 }  // namespace kcp::cuda

@@ -159,9 +159,11 @@ std::string ForwardSchedule::describe() const {
   return s;
 }
 
-void Pipeline::set_state_groups(int groups) {
-  KCP_CHECK(groups >= 0 && groups <= 2, "set_state_groups: expected 0 (automatic), 1 or 2, got ", groups);
-  impl_->state_groups = groups;
+void Pipeline::set_state_groups(int groups, int warpgroups) {
+  KCP_CHECK(fold_layout_valid({groups, warpgroups}),
+            "set_state_groups: expected 0 (automatic), 1 or 2 groups of one warpgroup, or 2 x 2; got ", groups,
+            " x ", warpgroups);
+  impl_->state_layout = {groups, warpgroups};
 }
 
 void Pipeline::set_chunk_grid(bool on) { impl_->grid_closed_form = on; }
@@ -285,7 +287,7 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
     launch_chunk_kkt(st.c, st.dtype, impl_->stream);
     if (keep) impl_->keep_front(p, in, false);  // cumsum, kkt; not WY
     timer.mark();
-    launch_chunk_state_fold(sp, st.dtype, 0, impl_->stream);
+    launch_chunk_state_fold(sp, st.dtype, impl_->fold_layout(), impl_->stream);
     impl_->record_state("chunk_state_fold", sp);
   } else {
     impl_->run_front(st);

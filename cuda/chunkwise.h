@@ -146,12 +146,15 @@ class Pipeline {
   // dhu_local terms or of kept front stages compares problem, dtypes and shapes, not fingerprints:
   // no hash, no host synchronization. Default off.
   void set_inputs_unchanged(bool on);
-  // Folded state kernel (gdn, 16-bit inputs): 16-column groups per block, 1 or 2; 0 (the default)
-  // picks by the device's multiprocessor count. For tests, which must cover both.
-  void set_state_groups(int groups);
+  // Folded state kernel (gdn, 16-bit inputs): 16-column groups per warpgroup, 1 or 2, and warpgroups
+  // per block sharing the loaded tiles (1 x 1, 2 x 1 or 2 x 2); groups 0 (the default) picks by the
+  // device's multiprocessor count (fold_layout.h automatic_fold_layout). For tests, which must
+  // cover every layout.
+  void set_state_groups(int groups, int warpgroups = 1);
   // The multiprocessor count that the grid-shape choices (16 or 32 state columns per block in the
-  // state and dhu chains) assume; 0 (the default): the device's. For tests: 1 picks 32 columns
-  // wherever they divide, so small cases cover the wide blocks too.
+  // state and dhu chains) assume; 0 (the default): the device's. For tests: 1 picks the widest blocks
+  // wherever they divide (32 columns; the folded state kernel's 64 of 2 x 2), so small cases cover
+  // the wide blocks too.
   void set_multiprocessors(int sms);
   // gla's state stage of one sequence with 16-bit inputs (forward, kept forward, the backward's
   // recompute) walks its chain as two halves at once

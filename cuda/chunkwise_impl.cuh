@@ -56,7 +56,12 @@ struct Pipeline::Impl {
   void* d_bws = nullptr;  // the backward's float32 workspace (chunkwise_backward.cu)
   size_t bws_bytes = 0;
   BackwardBuffers bbuf;
-  int state_groups = 0;  // folded state kernel: 16-column groups per block (0: automatic)
+  FoldLayout state_layout;  // folded state kernel: a block's columns (groups 0: automatic)
+  // set_state_groups where given, else KCP_CUDA_STATE_GROUPS ("1", "2", "2x2"), else automatic
+  FoldLayout fold_layout() const {
+    static const FoldLayout env = parse_fold_layout(std::getenv("KCP_CUDA_STATE_GROUPS"));
+    return state_layout.groups ? state_layout : env;
+  }
   ForwardSchedule sched;  // the last forward's (last_forward), reset by each forward
   bool kda_chain = env_not_off("KCP_CUDA_KDA_CHAIN");  // set_kda_chain
   // Whether the kept forward and the backward's recompute (which store h and vnew) take the transposed
@@ -261,7 +266,7 @@ struct Pipeline::Impl {
   StateParams state_params(const Setup& st, const Problem& p, const Inputs& in, const Outputs& out) const;
   // The forward's state stage: folded for gdn with 16-bit inputs; gla's split chain, then its output
   // from the stored states (in buf.h unless the caller keeps them elsewhere); else from w and u.
-  // KCP_CUDA_STATE_GROUPS=1|2 overrides the automatic choice (diagnostics, like the stage times).
+  // KCP_CUDA_STATE_GROUPS=1|2|2x2 overrides the automatic layout (diagnostics, like the stage times).
   // gla's state stage of one sequence in two halves (chunk_state_gla_halves.cu) where set_gla_halves'
   // rule applies: returns false (nothing queued) where it does not. store_h: h left true for a
   // backward (the kept forward, the backward's recompute; without an output it always is). chunkwise.cu
@@ -293,16 +298,12 @@ struct Pipeline::Impl {
       launch_gla_state(g, dtype, stream);
       return "chunk_state_gla";
     }
-    static const int env_groups = [] {
-      const char* e = std::getenv("KCP_CUDA_STATE_GROUPS");
-      return e && (e[0] == '1' || e[0] == '2') ? e[0] - '0' : 0;
-    }();
     if (sp.c.kg_t) {
       launch_chunk_state_kda(sp, stream);
       return "chunk_state_kda";
     }
     if (state_fold_applies(sp.c, dtype)) {
-      launch_chunk_state_fold(sp, dtype, state_groups ? state_groups : env_groups, stream);
+      launch_chunk_state_fold(sp, dtype, fold_layout(), stream);
       return "chunk_state_fold";
     }
     launch_chunk_state(sp, dtype, stream, false);

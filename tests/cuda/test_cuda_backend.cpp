@@ -6,7 +6,8 @@
 // table's closed form (cuda/chunk_table.h) on layouts that have one and layouts that do not. The
 // forward's schedule in words (cuda/chunkwise.h ForwardSchedule, `kcp bench --explain`), and the reading
 // of KCP_CUDA_KDA_WINDOW (cuda/env_switches.h). The admission of one-launch kda chains
-// (cuda/spinning_chains.h): the limit, the counting until done, one entry per owner.
+// (cuda/spinning_chains.h): the limit, the counting until done, one entry per owner. The folded state
+// kernel's automatic block layout and KCP_CUDA_STATE_GROUPS (cuda/fold_layout.h).
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -16,6 +17,7 @@
 #include "cuda/chunk_table.h"
 #include "cuda/chunkwise.h"
 #include "cuda/env_switches.h"
+#include "cuda/fold_layout.h"
 #include "cuda/key_dims.h"
 #include "cuda/spinning_chains.h"
 #include "validation/cases.h"
@@ -172,6 +174,36 @@ TEST_CASE("KCP_CUDA_KDA_WINDOW: auto, off or a count; anything else an error nam
   for (const char* bad : {"12x", "-1", "abc", "3.5", "99999999999"}) {
     INFO(bad);
     CHECK_THROWS_WITH_AS(cuda::window_chunks_setting(bad), doctest::Contains("KCP_CUDA_KDA_WINDOW="), Error);
+  }
+}
+
+// The model's arithmetic on 132 multiprocessors (fold_layout.h: waves x step time, 1.57 / 2.16 / 3.38
+// us for 16 / 32 / 64 columns a block), each expectation worked by hand below.
+TEST_CASE("folded state kernel: the automatic layout, waves times step time") {
+  using cuda::automatic_fold_layout;
+  auto is = [](cuda::FoldLayout f, int g, int w) { return f.groups == g && f.warpgroups == w; };
+  // 16 heads, V = 128: 128 blocks of 16 (one wave, 1.57) against 64 of 32 (2.16), 32 of 64 (3.38)
+  CHECK(is(automatic_fold_layout(128, 16, 132), 1, 1));
+  // 32 heads: 256 blocks of 16 are two waves (3.14); 128 of 32 one (2.16); 64 of 64 (3.38)
+  CHECK(is(automatic_fold_layout(128, 32, 132), 2, 1));
+  // 64 heads: 4 waves of 16 (6.28), 2 of 32 (4.32), 1 of 64 (3.38)
+  CHECK(is(automatic_fold_layout(128, 64, 132), 2, 2));
+  // a transition's V + K = 256 columns of 16 heads: 256 blocks of 16 (3.14), 128 of 32 (2.16)
+  CHECK(is(automatic_fold_layout(256, 16, 132), 2, 1));
+  // V = 96 has no 64-column blocks: of 64 heads, 3 waves of 16 (4.71) against 2 of 32 (4.32)
+  CHECK(is(automatic_fold_layout(96, 64, 132), 2, 1));
+  // one multiprocessor (the tests' set_multiprocessors(1)): every block a wave, the widest wins
+  CHECK(is(automatic_fold_layout(128, 1, 1), 2, 2));
+}
+
+TEST_CASE("KCP_CUDA_STATE_GROUPS: auto, 1, 2 or 2x2; anything else an error naming the variable") {
+  for (const char* a : {(const char*)nullptr, "", "auto"}) CHECK(cuda::parse_fold_layout(a).groups == 0);
+  CHECK(cuda::parse_fold_layout("1").groups == 1);
+  CHECK(cuda::parse_fold_layout("2").warpgroups == 1);
+  CHECK(cuda::parse_fold_layout("2x2").warpgroups == 2);
+  for (const char* bad : {"3", "1x4", "2x", "x"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH_AS(cuda::parse_fold_layout(bad), doctest::Contains("KCP_CUDA_STATE_GROUPS="), Error);
   }
 }
 

@@ -5,7 +5,7 @@
 // equal bit for bit to WY's from the same P), WY (w, u, kg, qg),
 // state (h, vnew, final state), output (o). For gdn with 16-bit inputs the forward's state kernel
 // is the folded one (chunk_state_fold.cu: reads P, k, v instead of w, u, and fuses the output): it
-// runs with 1 and 2 column groups per block and its fused o is checked too; WY is still checked (it
+// runs in every block layout (1 or 2 column groups of one warpgroup, 2 x 2) and its fused o is checked too; WY is still checked (it
 // serves the other cases and the CP transition). Every buffer a stage writes is NaN-poisoned first and
 // must come back without NaN (every element written). Bars (validation/tolerance.h): float32
 // inputs kFloatVsDouble (3xTF32 products); 16-bit inputs kCudaTf32; the cumsum is float32 for every
@@ -16,6 +16,7 @@
 // its output, the kept forward float32 (last case). Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -64,6 +65,9 @@ std::vector<StageCase> stage_cases(uint64_t seed) {
   });
   add(Variant::kda, DType::f16, [](val::CaseSpec& s) { s.T = 100, s.K = s.V = 32; });
   add(Variant::gdn, DType::f16, [](val::CaseSpec& s) { s.T = 65, s.K = 32, s.V = 64, s.initial_state = false; });
+  add(Variant::gdn, DType::bf16, [](val::CaseSpec& s) {  // the production shape: K = V = 128, packed, GVA
+    s.seqlens = {200, 64, 1, 129}, s.H = 1, s.HV = 2, s.K = s.V = 128, s.flags.use_qk_l2norm_in_kernel = true;
+  });
   add(Variant::kda, DType::bf16, [](val::CaseSpec& s) { s.T = 333, s.K = s.V = 128, s.flags.use_beta_sigmoid_in_kernel = true; });
   add(Variant::gla, DType::bf16, [](val::CaseSpec& s) {  // packed, GVA, fused gate and norm
     s.seqlens = {64, 37, 0, 90, 1, 60}, s.H = 1, s.HV = 3, s.K = 64, s.V = 64;
@@ -173,12 +177,16 @@ TEST_CASE("each CUDA stage matches its CPU chunkwise twin on the same inputs" * 
       if (delta) feed(*gpu, b.w, tw.w), feed(*gpu, b.u, tw.u);
       feed(*gpu, b.Aqk, tw.Aqk);
       if (kda) feed(*gpu, b.kg, tw.kg), feed(*gpu, b.qg, tw.qg);
-      // gdn with 16-bit inputs: the folded kernel (reads P, not w and u), with 1 and 2 column groups
-      // per block, and its fused output; the others: the state kernel from w and u.
+      // gdn with 16-bit inputs: the folded kernel (reads P, not w and u) in every block layout (16 or
+      // 32 columns of one warpgroup; 64 as two warpgroups of 32 sharing the loaded tiles), and its
+      // fused output; the others: the state kernel from w and u.
       const bool fold = !kda && sc.qkv != DType::f32;
-      for (int groups : fold ? std::vector<int>{1, 2} : std::vector<int>{0}) {
-        std::printf(" state kernel: %s\n", fold ? (groups == 1 ? "folded, 1 group" : "folded, 2 groups") : delta ? "from w, u" : "gla chain");
-        pipe.set_state_groups(groups);
+      const std::vector<std::array<int, 2>> layouts =
+          fold ? std::vector<std::array<int, 2>>{{1, 1}, {2, 1}, {2, 2}} : std::vector<std::array<int, 2>>{{0, 1}};
+      for (const auto& [groups, warpgroups] : layouts) {
+        if (fold) std::printf(" state kernel: folded, %d group(s) x %d warpgroup(s)\n", groups, warpgroups);
+        else std::printf(" state kernel: %s\n", delta ? "from w, u" : "gla chain");
+        pipe.set_state_groups(groups, warpgroups);
         test::poison(*gpu, b.h), test::poison(*gpu, b.vnew);
         test::DeviceTensor ht = test::poisoned(*gpu, DType::f32, shape_state(p));
         test::DeviceTensor of = fold ? test::poisoned(*gpu, DType::f32, shape_v(p)) : test::DeviceTensor{};
