@@ -5,8 +5,11 @@
 //   vnew = P_c @ Y                                  = u - w S of the unfolded pipeline
 //   o_r  = scale 2^(b_r) rq_r (q_r @ S) + sum_{s<=r} Aqk[r,s] vnew_s
 //   S    = 2^(b_{L-1}) S + k_c^T @ (vnew_s 2^(b_{L-1} - b_s) rk_s)
-// One block = one warpgroup per (sequence n, value head hv, BV = 16 or 32 state columns); every
-// product is a wgmma (wgmma.cuh) with its operands in shared memory as core matrices:
+// One block per (sequence n, value head hv, NW x BV state columns): NW warpgroups (1, or 2 at BV = 32;
+// fold_layout.h picks), each owning BV = 16 or 32 columns with its own operand tiles, all sharing the
+// chunk's loaded tiles (copied by every thread, waited for at the block's barrier; each warpgroup's
+// later barriers are its own). Every product is a wgmma (wgmma.cuh) with its operands in shared memory
+// as core matrices:
 //   k @ S, q @ S      A = k, q tiles (K-major), B = S split into 16-bit hi + lo parts (N-major)
 //   P @ Y, Aqk @ vnew TF32: A = P, Aqk tiles, B = Y, vnew (K-major, TF32-rounded)
 //   k^T @ Vt          A = the same k tile read M-major, B = Vt = vnew E split into hi + lo
@@ -20,8 +23,9 @@
 // tiles are zeroed once and never written.
 // The same kernel gives gdn's CP transition with 16-bit inputs (kInitTransition, no output): S_ext in
 // the first V state columns (from 0, with v) and M in the next K (from I, v = 0), one launch.
-// Covered by tests/cuda/test_cuda_stages.cpp ("state", BV = 16 and 32), test_cuda_forward.cpp and
-// test_cuda_transition.cpp.
+// Covered by tests/cuda/test_cuda_stages.cpp ("state", every layout), test_cuda_forward.cpp,
+// test_cuda_transition.cpp, test_cuda_keep.cpp and test_cuda_backward.cpp (the automatic layout; 2 x 2
+// where set_multiprocessors(1) makes it the widest and V, or V + K, is a multiple of 64).
 #include "cuda/chunk_state_fold.cuh"
 
 #include <type_traits>

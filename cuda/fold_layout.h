@@ -23,8 +23,8 @@ inline bool fold_layout_valid(FoldLayout f) {
 // `heads` (sequence, value head) chains on `sms` multiprocessors: a block walks its chain one chunk at
 // a time, one block a multiprocessor. Step times measured on the H200 at K = 128 (docs/CUDA.md, "Block
 // layouts", 2026-12-02): 1 x 1 1.57 us, 2 x 1 2.16, 2 x 2 3.38. A block of more columns takes longer a
-// step because each warpgroup's products read their A tiles (k, q, P, Aqk) from shared memory for its
-// own N = 2 BV columns: two warpgroups share the copies, not those reads.
+// step: the step is bound by instruction issue and latency (ncu, docs/BENCHMARKS.md, fiftieth session),
+// most of its instructions are per column, and the warpgroups of a block share one multiprocessor.
 inline FoldLayout automatic_fold_layout(int64_t Vw, int64_t heads, int64_t sms) {
   struct Option {
     FoldLayout f;

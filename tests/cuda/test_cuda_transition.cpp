@@ -2,7 +2,8 @@
 // problems in one call, against the oracle's (cpu-recurrent, float64) per sequence, through the backend
 // and through pipelines that assume 1 or 24 multiprocessors (32-column blocks; kda with 16-bit inputs
 // and V = 64, K = 64 and 128: the transposed chain, cuda/chunk_state_kda.cu, and chunk_state.cu's with
-// set_kda_chain(false), both under the same bar, which names the one that ran); and the CUDA
+// set_kda_chain(false), both under the same bar, which names the one that ran; gdn with bf16 and V = 64:
+// the folded kernel's 2 x 2 layout at one multiprocessor); and the CUDA
 // queue's transition algebra (fold oldest/farthest first, compose, start, identity) against the host
 // queue's (the reference loops, core/queue.cpp) on the same float32 values. Bars: S_ext and M follow
 // the forward's precision (kFloatVsDouble for float32 inputs; kCudaTf32 for 16-bit ones: kda's w and
@@ -61,6 +62,12 @@ TEST_CASE("transition_forward of a range of sequences matches the oracle's (S_ex
     val::CaseSpec s = test::transition_case_spec(Variant::kda, dt, seed + 2);
     s.K = K, s.V = 64;
     cases.emplace_back(s, dt);
+  }
+  {  // gdn with 16-bit inputs and V = 64: V + K = 128 columns, so the folded kernel's 2 x 2 blocks (two
+     // warpgroups of 32 columns) where a pipeline assumes one multiprocessor (fold_layout.h)
+    val::CaseSpec s = test::transition_case_spec(Variant::gdn, DType::bf16, seed + 4);
+    s.V = 64;
+    cases.emplace_back(s, DType::bf16);
   }
   for (const auto& [s, dt] : cases) {
     const bool kda_chain = s.variant == Variant::kda && dt != DType::f32 && s.V % 64 == 0;
