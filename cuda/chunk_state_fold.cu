@@ -372,8 +372,7 @@ void launch_chunk_state_fold(const StateParams& sp, int input_dtype, FoldLayout 
   KCP_CHECK(fold_layout_valid(layout), "launch_chunk_state_fold: no kernel for ", layout.groups, " column groups x ",
             layout.warpgroups, " warpgroups");
   if (p.N * p.HV == 0) return;
-  FoldLayout f = layout.groups ? layout : automatic_fold_layout(sp.Vw, int64_t(p.N) * p.HV, multiprocessors(p));
-  if (sp.Vw % (16 * f.groups * f.warpgroups) != 0) f = {2, 1};  // a block's columns must divide V (and V + K)
+  const FoldLayout f = resolve_fold_layout(layout, sp.Vw, int64_t(p.N) * p.HV, multiprocessors(p));
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
     if constexpr (sizeof(Tin) == 2)

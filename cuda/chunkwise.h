@@ -18,6 +18,7 @@
 
 #include "core/backend.h"
 #include "core/queue.h"
+#include "cuda/fold_layout.h"
 
 namespace kcp::cuda {
 
@@ -62,13 +63,14 @@ struct ForwardSchedule {
   // (w and u from WY), chunk_state_gla, chunk_state_gla_halves; empty before any forward
   const char* state = "";
   int64_t chain_blocks = 0;   // chunk_state_kda's blocks (V / 64 per sequence and value head); else 0
+  FoldLayout fold{0, 0};      // chunk_state_fold's block layout (fold_layout.h); groups 0: another kernel
   int windows = 0;            // kda: windows of window_chunks chunks (chunkwise_windows.cu); 0: none
   int window_chunks = 0;
   bool chain_per_window = false;  // windows: a chain launch per window (else the chain in one launch)
   bool kept = false;          // keep_forward: h and vnew stored for a backward
   bool front_reused = false;  // the kept front stages of a transition or prepare were used
   // e.g. "state chunk_state_kda (32 blocks), 8 windows of 64 chunks (kkt, WY beside the chain, the chain in
-  // one launch)", "state chunk_state, kept"
+  // one launch)", "state chunk_state_fold (2 warpgroups x 32 columns), kept"
   std::string describe() const;
 };
 

@@ -319,10 +319,13 @@ struct Pipeline::Impl {
     sp.h_tf32 = !store_h && sp.c.gla;  // gla's h stored for the output alone: TF32-rounded (chunk_state_gla.cu stored_h)
     record_state(launch_state(sp, dtype), sp);
   }
-  // sched's state kernel, with the transposed kda chain's blocks where it ran.
+  // sched's state kernel, with the transposed kda chain's blocks or the folded kernel's layout where they ran.
   void record_state(const char* kernel, const StateParams& sp) {
     sched.state = kernel;
     sched.chain_blocks = sp.c.kg_t ? kda_chain_blocks(sp.Vw, sp.c.N, sp.c.HV) : 0;
+    sched.fold = std::string(kernel) == "chunk_state_fold"
+                     ? resolve_fold_layout(fold_layout(), sp.Vw, int64_t(sp.c.N) * sp.c.HV, multiprocessors(sp.c))
+                     : FoldLayout{0, 0};
   }
   // The backward (chunkwise_backward.cu): its workspace, and the forward recompute with h and vnew
   // plus the parameter block, for the sequences [seq_first, seq_first + seq_count) (count < 0: all).

@@ -43,6 +43,14 @@ inline FoldLayout automatic_fold_layout(int64_t Vw, int64_t heads, int64_t sms) 
   return best;
 }
 
+// The layout a launch runs: `requested` where given (groups > 0), else the automatic one; a layout whose
+// block columns do not divide Vw falls back to 2 x 1 (V and V + K are multiples of 32).
+inline FoldLayout resolve_fold_layout(FoldLayout requested, int64_t Vw, int64_t heads, int64_t sms) {
+  FoldLayout f = requested.groups ? requested : automatic_fold_layout(Vw, heads, sms);
+  if (Vw % (16 * f.groups * f.warpgroups) != 0) f = {2, 1};
+  return f;
+}
+
 // KCP_CUDA_STATE_GROUPS's value: null, "" or "auto" the automatic layout; "1", "2" (16-column groups
 // of one warpgroup) or "2x2"; anything else is an error naming the variable, not a silent default.
 inline FoldLayout parse_fold_layout(const char* text) {

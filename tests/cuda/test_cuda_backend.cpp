@@ -94,6 +94,11 @@ TEST_CASE("a forward's schedule in words") {
   CHECK(s.describe() == "no state stage ran");
   s.state = "chunk_state_fold";
   CHECK(s.describe() == "state chunk_state_fold");
+  s.fold = {1, 1};
+  CHECK(s.describe() == "state chunk_state_fold (1 warpgroup x 16 columns)");
+  s.fold = {2, 2}, s.kept = true;
+  CHECK(s.describe() == "state chunk_state_fold (2 warpgroups x 32 columns), kept");
+  s.fold = {0, 0}, s.kept = false;
   s.state = "chunk_state_kda", s.chain_blocks = 32, s.windows = 4, s.window_chunks = 128, s.kept = true;
   CHECK(s.describe() == "state chunk_state_kda (32 blocks), 4 windows of 128 chunks (kkt, WY beside the chain, the chain in "
                         "one launch), kept");

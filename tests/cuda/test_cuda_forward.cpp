@@ -146,12 +146,13 @@ TEST_CASE("cuda-chunkwise explains the kernels its last forward picked" * doctes
     const char* text;
   };
   const Expect expects[] = {
-      {Variant::gdn, DType::bf16, false, "state chunk_state_fold"},
+      // gdn: 2 heads of V = 64: 8 blocks of 16 columns, one wave on any device (fold_layout.h)
+      {Variant::gdn, DType::bf16, false, "state chunk_state_fold (1 warpgroup x 16 columns)"},
       {Variant::gdn, DType::f32, false, "state chunk_state"},
       {Variant::kda, DType::bf16, false, "state chunk_state_kda (2 blocks)"},  // V / 64 x N x HV = 1 x 1 x 2
       {Variant::kda, DType::f32, false, "state chunk_state"},
       {Variant::gla, DType::bf16, false, "state chunk_state_gla"},  // 3 chunks: no halves
-      {Variant::gdn, DType::bf16, true, "state chunk_state_fold, kept"},
+      {Variant::gdn, DType::bf16, true, "state chunk_state_fold (1 warpgroup x 16 columns), kept"},
   };
   const uint64_t seed = val::seed_from_env(620);
   for (const Expect& e : expects) {
