@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # The folded gdn state kernel's block layouts on a Hopper GPU (cuda/chunk_state_fold.cu;
 # KCP_CUDA_STATE_GROUPS: "1", "2" one warpgroup of 16 or 32 columns, "2x2" two warpgroups of 32
-# sharing a chunk's loaded tiles; unset: automatic_layout), one job:
-#   tests: the stage test (every layout), all of test_cuda, then under each forced layout the
-#          forward, transition, segment, kept and golden tests (TEST_LAYOUTS, default 2x2), racecheck and memcheck of a small gdn
-#          forward+backward (kept, fused), and the gdn golden files cut at 64 tokens;
+# sharing a chunk's loaded tiles; unset: fold_layout.h's automatic layout), one job:
+#   tests: the stage test (every layout), all of test_cuda, then under each of TEST_LAYOUTS (default
+#          2x2) the forward, transition, segment, kept and golden tests, racecheck and memcheck of a
+#          small gdn forward+backward (kept, fused), and the gdn golden files cut at 64 tokens;
 #   bench: gdn's forward per layout (auto and each forced one; .gpu/kcp_base too at one sequence of
-#          H = 16) over SHAPES, and forward+backward (keep 1) of auto against the base over BWD_SHAPES.
-# The rows give the step time of each layout, the figures automatic_layout's model is built from.
+#          H = 16, or everywhere with BASE_ALL=1) over SHAPES, and forward+backward (keep 1) of auto
+#          against the base over BWD_SHAPES; PROF=1: ncu of layouts 1 and 2x2 (instruction mix).
+# The rows give the step time of each layout, the figures fold_layout.h's model is built from.
 # Summary in $OUT/summary.txt (else gpu-logs/); exit 1 when a test fails.
 # Here: BINS="kcp tests/cuda/test_cuda" BASE_KCP=<base kcp> scripts/gpu_pack.sh <dir>; there (carry
 # .gpu.tgz):  OUT=$OUT scripts/gpu_fold_layouts.sh   [LAYOUTS="auto 1 2 2x2"] [TESTS=0]
-#             [SHAPES="T:seqs:H ..."] [BWD_SHAPES="T:seqs:H ..."] [BASE_ALL=1] [FWD_REPS=1]
+#             [SHAPES="T:seqs:H ..."] [BWD_SHAPES="T:seqs:H ..."] [BASE_ALL=1] [FWD_REPS=1] [PROF=1]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-logs}; mkdir -p "$OUT/logs"
@@ -67,5 +68,17 @@ for sh in $BWD_SHAPES; do
     row $col "fwd+bwd T=$T seqs=$n H=$H" --T $T --seqs $n --H $H --backward 1 --keep 1 --check $ck
   done; done
 done
+# PROF=1: ncu of the chain kernel under layouts 1 (H = 16) and 2x2 (H = 64), T = 8192 (128 blocks of 128
+# steps each): issue, warp states and the instruction mix by opcode (what the step's instructions are,
+# docs/CUDA.md's next steps), in $OUT/ncu_<layout>.txt
+if [ "${PROF:-0}" = 1 ]; then
+  for c in 1:16 2x2:64; do
+    l=${c%%:*}; H=${c##*:}
+    $(envof $l) timeout 120 ncu -k regex:chunk_state_fold --launch-skip 1 --launch-count 1 --section SpeedOfLight \
+      --section WarpStateStats --section InstructionStats --print-details all $K bench --backend cuda-chunkwise \
+      --variant gdn --H $H --T 8192 --backward 0 --check 0 --warmup 1 --repeat 1 --sets 1 > $OUT/ncu_$l.txt 2>&1
+    echo "ncu layout $l (H = $H): rc $?, $(grep -E 'Issue Slots Busy' $OUT/ncu_$l.txt | head -1 | tr -s ' ')" >> $S
+  done
+fi
 cat $S
 exit $rc
