@@ -12,7 +12,7 @@
 // consecutive threads copy one 128-byte global line into one swizzled row (whole sectors, no bank
 // conflicts), so every address in the chunk loop is a base plus a compile-time offset. k, q, P, Aqk
 // are copied by all threads of the block, each warpgroup's v columns by that warpgroup.
-// Covered by tests/cuda/test_cuda_stages.cpp ("state") and test_cuda_forward.cpp.
+// Covered by tests/cuda/test_cuda_stages.cpp ("state", every layout) and test_cuda_forward.cpp.
 #pragma once
 
 #include "cuda/chunk_params.cuh"
