@@ -361,7 +361,7 @@ void launch(const StateParams& sp, cudaStream_t stream) {
 
 }  // namespace
 
-void launch_chunk_state_fold(const StateParams& sp, int input_dtype, FoldLayout layout, cudaStream_t stream) {
+FoldLayout launch_chunk_state_fold(const StateParams& sp, int input_dtype, FoldLayout layout, cudaStream_t stream) {
   const ChunkParams& p = sp.c;
   // The forward (V columns from v, init 0 or given) or the CP transition (kInitTransition: S_ext in
   // the V columns, M = the same chain on I with v = 0 in the next K; no o, h, vnew).
@@ -371,8 +371,8 @@ void launch_chunk_state_fold(const StateParams& sp, int input_dtype, FoldLayout 
             "cuda-chunkwise: the folded state kernel serves the gdn forward and transition with 16-bit inputs only");
   KCP_CHECK(fold_layout_valid(layout), "launch_chunk_state_fold: no kernel for ", layout.groups, " column groups x ",
             layout.warpgroups, " warpgroups");
-  if (p.N * p.HV == 0) return;
   const FoldLayout f = resolve_fold_layout(layout, sp.Vw, int64_t(p.N) * p.HV, multiprocessors(p));
+  if (p.N * p.HV == 0) return f;
   dispatch_input_type(input_dtype, [&](auto tag) {
     using Tin = typename decltype(tag)::type;
     if constexpr (sizeof(Tin) == 2)
@@ -383,6 +383,7 @@ void launch_chunk_state_fold(const StateParams& sp, int input_dtype, FoldLayout 
         else launch<Tin, KD, 32, 1>(sp, stream);
       });
   });
+  return f;
 }
 
 }  // namespace kcp::cuda

@@ -13,8 +13,8 @@ namespace kcp::cuda {
 // Whether the folded kernel serves a problem: gdn with float16/bfloat16 q, k, v (products unsplit).
 inline bool state_fold_applies(const ChunkParams& p, int input_dtype) { return !p.kda && input_dtype != kF32; }
 
-// A block's state columns by `layout` (fold_layout.h; groups 0: automatic_fold_layout). Grid (Vw / (16
-// groups warpgroups), N*HV), 128 warpgroups threads.
-void launch_chunk_state_fold(const StateParams& sp, int input_dtype, FoldLayout layout, cudaStream_t stream);
+// A block's state columns by `layout` (fold_layout.h resolve_fold_layout; groups 0: automatic). Grid
+// (Vw / (16 groups warpgroups), N*HV), 128 warpgroups threads. Returns the layout that ran.
+FoldLayout launch_chunk_state_fold(const StateParams& sp, int input_dtype, FoldLayout layout, cudaStream_t stream);
 
 }  // namespace kcp::cuda

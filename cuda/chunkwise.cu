@@ -290,8 +290,8 @@ void Pipeline::transition_forward(const Problem& p, const Inputs& in, int64_t se
     launch_chunk_kkt(st.c, st.dtype, impl_->stream);
     if (keep) impl_->keep_front(p, in, false);  // cumsum, kkt; not WY
     timer.mark();
-    launch_chunk_state_fold(sp, st.dtype, impl_->fold_layout(), impl_->stream);
-    impl_->record_state("chunk_state_fold", sp);
+    const FoldLayout ran = launch_chunk_state_fold(sp, st.dtype, impl_->fold_layout(), impl_->stream);
+    impl_->record_state("chunk_state_fold", sp, ran);
   } else {
     impl_->run_front(st);
     if (keep) impl_->keep_front(p, in, true, st.c.kg_t != nullptr);  // the kept forward then takes kg^T's chain

@@ -290,8 +290,10 @@ struct Pipeline::Impl {
     KCP_CUDA_CHECK(cudaMalloc(&p, need));
     bytes = need;
   }
-  // Returns the kernel's name (ForwardSchedule::state).
-  const char* launch_state(const StateParams& sp, int dtype) const {
+  // Returns the kernel's name (ForwardSchedule::state); `fold`, where given, gets the folded kernel's
+  // layout where it ran, else {0, 0}.
+  const char* launch_state(const StateParams& sp, int dtype, FoldLayout* fold = nullptr) const {
+    if (fold) *fold = {0, 0};
     if (sp.c.gla) {
       StateParams g = sp;
       if (g.o.p && !g.h) g.h = static_cast<float*>(buf.h.data);
@@ -303,7 +305,8 @@ struct Pipeline::Impl {
       return "chunk_state_kda";
     }
     if (state_fold_applies(sp.c, dtype)) {
-      launch_chunk_state_fold(sp, dtype, fold_layout(), stream);
+      const FoldLayout f = launch_chunk_state_fold(sp, dtype, fold_layout(), stream);
+      if (fold) *fold = f;
       return "chunk_state_fold";
     }
     launch_chunk_state(sp, dtype, stream, false);
@@ -317,15 +320,16 @@ struct Pipeline::Impl {
       return;
     }
     sp.h_tf32 = !store_h && sp.c.gla;  // gla's h stored for the output alone: TF32-rounded (chunk_state_gla.cu stored_h)
-    record_state(launch_state(sp, dtype), sp);
+    FoldLayout fold;
+    const char* kernel = launch_state(sp, dtype, &fold);
+    record_state(kernel, sp, fold);
   }
-  // sched's state kernel, with the transposed kda chain's blocks or the folded kernel's layout where they ran.
-  void record_state(const char* kernel, const StateParams& sp) {
+  // sched's state kernel, with the transposed kda chain's blocks or the folded kernel's layout (as its
+  // launch returned it; {0, 0}: another kernel) where they ran.
+  void record_state(const char* kernel, const StateParams& sp, FoldLayout fold = {0, 0}) {
     sched.state = kernel;
     sched.chain_blocks = sp.c.kg_t ? kda_chain_blocks(sp.Vw, sp.c.N, sp.c.HV) : 0;
-    sched.fold = std::string(kernel) == "chunk_state_fold"
-                     ? resolve_fold_layout(fold_layout(), sp.Vw, int64_t(sp.c.N) * sp.c.HV, multiprocessors(sp.c))
-                     : FoldLayout{0, 0};
+    sched.fold = fold;
   }
   // The backward (chunkwise_backward.cu): its workspace, and the forward recompute with h and vnew
   // plus the parameter block, for the sequences [seq_first, seq_first + seq_count) (count < 0: all).
