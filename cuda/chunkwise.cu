@@ -152,9 +152,7 @@ std::string ForwardSchedule::describe() const {
   if (!*state) return "no state stage ran";
   std::string s = std::string("state ") + state;
   if (chain_blocks) s += " (" + std::to_string(chain_blocks) + " blocks)";
-  if (fold.groups)
-    s += " (" + std::to_string(fold.warpgroups) + (fold.warpgroups == 1 ? " warpgroup x " : " warpgroups x ") +
-         std::to_string(16 * fold.groups) + " columns)";
+  if (fold.groups) s += " (" + fold_layout_text(fold) + ")";
   if (windows)
     s += ", " + std::to_string(windows) + " windows of " + std::to_string(window_chunks) + " chunks (kkt, WY beside the chain" +
          (chain_per_window ? ", a chain launch per window)" : ", the chain in one launch)");

@@ -51,6 +51,12 @@ inline FoldLayout resolve_fold_layout(FoldLayout requested, int64_t Vw, int64_t 
   return f;
 }
 
+// A layout as the schedule's explanation names it: "1 warpgroup x 16 columns", "2 warpgroups x 32 columns".
+inline std::string fold_layout_text(FoldLayout f) {
+  return std::to_string(f.warpgroups) + (f.warpgroups == 1 ? " warpgroup x " : " warpgroups x ") +
+         std::to_string(16 * f.groups) + " columns";
+}
+
 // KCP_CUDA_STATE_GROUPS's value: null, "" or "auto" the automatic layout; "1", "2" (16-column groups
 // of one warpgroup) or "2x2"; anything else is an error naming the variable, not a silent default.
 inline FoldLayout parse_fold_layout(const char* text) {

@@ -10,8 +10,11 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/backend_cuda.h"
+#include "cuda/fold_layout.h"
 #include "reference/backend_cpu.h"
 #include "tests/cuda/cuda_support.h"
 #include "validation/compare.h"
@@ -145,14 +148,19 @@ TEST_CASE("cuda-chunkwise explains the kernels its last forward picked" * doctes
     bool keep;
     const char* text;
   };
+  // gdn: 2 heads of V = 64: 8 blocks of 16 columns, one wave on any device (fold_layout.h), unless
+  // KCP_CUDA_STATE_GROUPS forces a layout (scripts/gpu_fold_layouts.sh runs this file under 2x2)
+  const cuda::FoldLayout forced = cuda::parse_fold_layout(std::getenv("KCP_CUDA_STATE_GROUPS"));
+  const std::string fold = forced.groups ? "state chunk_state_fold (" + cuda::fold_layout_text(forced) + ")"
+                                         : "state chunk_state_fold (1 warpgroup x 16 columns)";
+  const std::string kept = fold + ", kept";
   const Expect expects[] = {
-      // gdn: 2 heads of V = 64: 8 blocks of 16 columns, one wave on any device (fold_layout.h)
-      {Variant::gdn, DType::bf16, false, "state chunk_state_fold (1 warpgroup x 16 columns)"},
+      {Variant::gdn, DType::bf16, false, fold.c_str()},
       {Variant::gdn, DType::f32, false, "state chunk_state"},
       {Variant::kda, DType::bf16, false, "state chunk_state_kda (2 blocks)"},  // V / 64 x N x HV = 1 x 1 x 2
       {Variant::kda, DType::f32, false, "state chunk_state"},
       {Variant::gla, DType::bf16, false, "state chunk_state_gla"},  // 3 chunks: no halves
-      {Variant::gdn, DType::bf16, true, "state chunk_state_fold (1 warpgroup x 16 columns), kept"},
+      {Variant::gdn, DType::bf16, true, kept.c_str()},
   };
   const uint64_t seed = val::seed_from_env(620);
   for (const Expect& e : expects) {
