@@ -7,9 +7,12 @@
 //   S    = 2^(b_{L-1}) S + k_c^T @ (vnew_s 2^(b_{L-1} - b_s) rk_s)
 // One block per (sequence n, value head hv, NW x BV state columns): NW warpgroups (1, or 2 at BV = 32;
 // fold_layout.h picks), each owning BV = 16 or 32 columns with its own operand tiles, all sharing the
-// chunk's loaded tiles (copied by every thread, waited for at the block's barrier; each warpgroup's
-// later barriers are its own). Every product is a wgmma (wgmma.cuh) with its operands in shared memory
-// as core matrices:
+// chunk's loaded tiles (waited for at the block's barrier; each warpgroup's later barriers are its own).
+// With one warpgroup of columns a loader warpgroup copies the tiles (the chain's step then issues no
+// copies: 1.57 -> 1.37 us a step at K = 128, BV = 16); with two, every thread copies after the step's
+// first products. The output's product is issued after the update's and waited for after S is staged
+// for the next chunk, off the chain. Every product is a wgmma (wgmma.cuh) with its operands in shared
+// memory as core matrices:
 //   k @ S, q @ S      A = k, q tiles (K-major), B = S split into 16-bit hi + lo parts (N-major)
 //   P @ Y, Aqk @ vnew TF32: A = P, Aqk tiles, B = Y, vnew (K-major, TF32-rounded)
 //   k^T @ Vt          A = the same k tile read M-major, B = Vt = vnew E split into hi + lo
@@ -18,9 +21,9 @@
 // The state S [K,BV] stays float32 in the accumulators; its 16-bit hi + lo split carries about 16
 // significant bits into the products (TF32 would carry 11). Rows of S past K (K = 32: one m64 tile
 // covers 64 rows) are computed from neighbouring data and never stored.
-// Tiles of chunk c+1 (k, q, v columns, lower 8x8 blocks of P and Aqk, gates) load by cp.async
-// while chunk c computes; rows >= L of k, q, v are zero-filled; the upper blocks of the P and Aqk
-// tiles are zeroed once and never written.
+// Tiles of chunk c+1 (k, q, v columns, lower 8x8 blocks of P and Aqk, gates) load by cp.async while
+// chunk c computes (chunk_state_fold_tiles.cuh); rows >= L of k, q, v are zero-filled; the upper blocks
+// of the P and Aqk tiles are zeroed once and never written.
 // The same kernel gives gdn's CP transition with 16-bit inputs (kInitTransition, no output): S_ext in
 // the first V state columns (from 0, with v) and M in the next K (from I, v = 0), one launch.
 // Covered by tests/cuda/test_cuda_stages.cpp ("state", every layout), test_cuda_forward.cpp,
@@ -187,7 +190,7 @@ __device__ void write_vnew(const StateParams& sp, const ChunkInfo& ck, int hv, i
 // Y = beta v - fb X for this thread's accumulator entries (v from its row-major tile), into the TF32
 // operand tile of P @ Y.
 template <class Tin, int KD, int BV, int NW>
-__device__ void form_y(const FoldSmem<Tin, KD, BV, NW>& s, int st, const ThreadPlan<Tin, KD, BV, NW>& tp, const RowFactors& rf,
+__device__ void form_y(const FoldSmem<Tin, KD, BV, NW>& s, int st, const OperandPlan<BV>& op, const RowFactors& rf,
                        const float (&X)[BV / 2]) {
   float y[BV / 2];
   const char* vs = s.Vs(st) + 2 * (wg::acc_row(0) * BV + wg::acc_col(0));
@@ -198,7 +201,7 @@ __device__ void form_y(const FoldSmem<Tin, KD, BV, NW>& s, int st, const ThreadP
     y[x] = rf.beta[hh] * __uint_as_float(widen_lo<Tin>(w)) - rf.fb[hh] * X[x];
     y[x + 1] = rf.beta[hh] * __uint_as_float(widen_hi<Tin>(w)) - rf.fb[hh] * X[x + 1];
   }
-  store_tf32_t(s.Yb(), tp.op32, y);
+  store_tf32_t(s.Yb(), op.op32, y);
 }
 
 // S entering the sequence: h0 where given (rows i < K), the identity in the transition's M columns
@@ -233,25 +236,22 @@ __device__ __forceinline__ void store_final_state(const StateParams& sp, int n, 
     }
 }
 
-// The state of chunk c as the hi + lo operand tiles of k @ S and q @ S (rows past K: K = 32 only,
-// never read), published to wgmma and to every thread.
+// The state entering a chunk as the hi + lo operand tiles of k @ S and q @ S (rows past K: K = 32 only,
+// never read). The warpgroup's products that read the tiles are done (its barrier before the update);
+// the next chunk's barrier publishes them to wgmma and to every thread.
 template <class Tin, int KD, int BV, int NW>
-__device__ __forceinline__ void publish_state(const StateParams& sp, const FoldSmem<Tin, KD, BV, NW>& s,
-                                              const ThreadPlan<Tin, KD, BV, NW>& tp, int c, int hv, int v0,
-                                              const float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
+__device__ __forceinline__ void stage_state(const FoldSmem<Tin, KD, BV, NW>& s, const OperandPlan<BV>& op,
+                                            const float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
 #pragma unroll
   for (int mh = 0; mh < (KD >= 64 ? KD / 64 : 1); ++mh)
-    if (KD >= 64 || wg::acc_row(0) < KD) store_split<Tin, BV>(s.Sb(), tp.op16, mh, S[mh], 1.0f, 1.0f);
-  if (sp.h) write_h<KD, BV / 2>(sp, c, hv, v0, S);
-  wg::fence_proxy_async();
-  __syncthreads();  // chunk c's tiles (shared) and the S operands visible to wgmma; chunk c-1 done by all
+    if (KD >= 64 || wg::acc_row(0) < KD) store_split<Tin, BV>(s.Sb(), op.op16, mh, S[mh], 1.0f, 1.0f);
 }
 
 // vnew = P @ (beta v - fb X) once X = k @ S has landed; leaves the operand tiles of the update
 // (Vt = vnew E) and of the output (TF32 vnew). QX = q @ S lands here too.
 template <class Tin, int KD, int BV, int NW>
 __device__ __forceinline__ void compute_vnew(const StateParams& sp, const FoldSmem<Tin, KD, BV, NW>& s, int st, uint64_t so,
-                                             const ThreadPlan<Tin, KD, BV, NW>& tp, const FoldDescs& dsc,
+                                             const OperandPlan<BV>& op, const FoldDescs& dsc,
                                              const RowFactors& rf, const ChunkInfo& ck, int hv, int v0,
                                              float (&X2)[BV], float (&QX2)[BV], float (&QX)[BV / 2],
                                              float (&VN)[BV / 2]) {
@@ -259,9 +259,9 @@ __device__ __forceinline__ void compute_vnew(const StateParams& sp, const FoldSm
   wg::pin(X2);
   float X[BV / 2];
   sum_parts<BV>(X2, X);
-  form_y(s, st, tp, rf, X);
+  form_y(s, st, op, rf, X);
   wg::fence_proxy_async();
-  wg::sync_warpgroup<NW>();  // Y is this warpgroup's own
+  wg::sync_warpgroup();  // Y is this warpgroup's own
   wg::pin(VN);
   wg::fence();
   tf32_chunk_product<BV>(VN, dsc.p + so, dsc.y, false);
@@ -269,82 +269,121 @@ __device__ __forceinline__ void compute_vnew(const StateParams& sp, const FoldSm
   wg::wait<0>();  // VN and QX2
   wg::pin(VN), wg::pin(QX2);
   sum_parts<BV>(QX2, QX);
-  store_split<Tin, BV>(s.Vt(), tp.op16, 0, VN, rf.e[0], rf.e[1]);  // Vt = vnew E for the update
-  store_tf32_t(s.Nb(), tp.op32, VN);                                // vnew for the output
+  store_split<Tin, BV>(s.Vt(), op.op16, 0, VN, rf.e[0], rf.e[1]);  // Vt = vnew E for the update
+  store_tf32_t(s.Nb(), op.op32, VN);                                // vnew for the output
   if (sp.vnew) write_vnew(sp, ck, hv, v0, VN);
 }
 
-// S = 2^(b_end) S + k^T @ Vt (the product on wgmma, summed into S after the wait) and o = f QX +
-// Aqk @ vnew (wgmma), then o to memory.
+// S = 2^(b_end) S + k^T @ Vt (the product on wgmma, summed into S after its wait) and o = f QX + Aqk @
+// vnew (wgmma, a commit group after the update's), then o to memory. The output's product is not on the
+// chain: it runs while S is summed and staged for the next chunk, c_next (-1: none; h[c_next] is the kept
+// forward's), the next step's first work.
 template <class Tin, int KD, int BV, int NW>
 __device__ __forceinline__ void update_and_output(const StateParams& sp, const FoldSmem<Tin, KD, BV, NW>& s, int st,
-                                                  uint64_t so, const FoldDescs& dsc, const RowFactors& rf,
-                                                  const ChunkInfo& ck, int hv, int v0, float (&QX)[BV / 2],
-                                                  float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
+                                                  uint64_t so, const OperandPlan<BV>& op, const FoldDescs& dsc,
+                                                  const RowFactors& rf, const ChunkInfo& ck, int c_next, int hv, int v0,
+                                                  float (&QX)[BV / 2], float (&S)[KD >= 64 ? KD / 64 : 1][BV / 2]) {
   constexpr int MH = KD >= 64 ? KD / 64 : 1;
   const float decay = exp2f(s.gate(st, 0)[ck.len - 1]);
 #pragma unroll
   for (int x = 0; x < BV / 2; ++x) QX[x] *= rf.f[(x >> 1) & 1];
   wg::fence_proxy_async();
-  wg::sync_warpgroup<NW>();  // Vt and vnew are this warpgroup's own
+  wg::sync_warpgroup();  // Vt and vnew are this warpgroup's own
   float U2[MH][BV];
   wg::pin(QX);
 #pragma unroll
   for (int mh = 0; mh < MH; ++mh) wg::pin(U2[mh]);
   wg::fence();
   issue_update<Tin, KD, BV>(dsc, so, U2);
+  wg::commit();
   tf32_chunk_product<BV>(QX, dsc.a + so, dsc.n, true);
   wg::commit();
 #pragma unroll
   for (int x = 0; x < BV / 2; ++x)  // beside the products
 #pragma unroll
     for (int mh = 0; mh < MH; ++mh) S[mh][x] *= decay;
-  wg::wait<0>();
-  wg::pin(QX);
+  wg::wait<1>();  // the update
 #pragma unroll
   for (int mh = 0; mh < MH; ++mh) {
     wg::pin(U2[mh]);
 #pragma unroll
     for (int x = 0; x < BV / 2; ++x) S[mh][x] += U2[mh][x] + U2[mh][x + BV / 2];
   }
+  stage_state(s, op, S);  // (after the last chunk, never read: no branch between the output's issue and wait)
+  wg::wait<0>();  // the output
+  wg::pin(QX);
+  if (sp.h && c_next >= 0) write_h<KD, BV / 2>(sp, c_next, hv, v0, S);
   if (sp.o.p) store_output<NW>(sp, ck, hv, v0, QX);
 }
 
+// The loader warpgroup (kLoaderWarpgroup): chunk c+1's tiles into the other stage while the chain's
+// warpgroup computes chunk c. Its barrier of each step (with the chain's at the top of its step) says
+// chunk c's tiles have landed and chunk c-1's stage is free.
 template <class Tin, int KD, int BV, int NW>
-__global__ void __launch_bounds__(NW * kWarpgroup, 1) chunk_state_fold_kernel(const StateParams sp) {
+__device__ void load_chunks(const StateParams& sp, const FoldSmem<Tin, KD, BV, NW>& s, const ChainBlock& b) {
+  const ChunkParams& p = sp.c;
+  const ThreadPlan<Tin, KD, BV, NW> tp(int(threadIdx.x) - NW * kWarpgroup);
+  ChunkInfo next = b.c_begin < b.c_end ? p.chunks[b.c_begin] : ChunkInfo{};
+  if (b.c_begin < b.c_end) issue_loads(sp, tp, next, b.c_begin, b.hv, b.v0, s.stage(0));
+  cp_async_commit();
+  if (b.c_begin + 1 < b.c_end) next = p.chunks[b.c_begin + 1];
+  for (int c = b.c_begin; c < b.c_end; ++c) {
+    const int st = (c - b.c_begin) & 1;
+    const ChunkInfo after = c + 2 < b.c_end ? p.chunks[c + 2] : next;
+    cp_async_wait<0>();
+    wg::fence_proxy_async();
+    __syncthreads();  // chunk c's tiles visible to wgmma and every thread; chunk c-1 done by all
+    if (c + 1 < b.c_end) issue_loads(sp, tp, next, c + 1, b.hv, b.v0, s.stage(st ^ 1));
+    cp_async_commit();
+    next = after;
+  }
+}
+
+template <class Tin, int KD, int BV, int NW>
+__global__ void __launch_bounds__(kBlockThreads<NW>, 1) chunk_state_fold_kernel(const StateParams sp) {
   using Sm = FoldSmem<Tin, KD, BV, NW>;
   constexpr int NA = BV / 2, MH = KD >= 64 ? KD / 64 : 1;
   constexpr uint64_t kStageDesc = Sm::bytes_stage >> 4;
+  constexpr bool kLoader = kLoaderWarpgroup<NW>;
   extern __shared__ float4 smem_f4[];
   const Sm s(reinterpret_cast<char*>(smem_f4));
   const ChunkParams& p = sp.c;
   const ChainBlock b = chain_block(p, NW * BV);
-  const int v0 = b.v0 + BV * warpgroup<NW>(), n = b.n, hv = b.hv, c_begin = b.c_begin, c_end = b.c_end;
   expect_swizzle_aligned(smem_f4);
-  for (int i = threadIdx.x; i < int(2 * Sm::bytes_stage / 16); i += NW * kWarpgroup)  // never-copied parts stay 0
+  for (int i = threadIdx.x; i < int(2 * Sm::bytes_stage / 16); i += kBlockThreads<NW>)  // never-copied parts stay 0
     smem_f4[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // (P, Aqk upper blocks; K = 32 pad)
   __syncthreads();  // the zeros land before any copy into the same tiles
-  const ThreadPlan<Tin, KD, BV, NW> tp;
+  if (kLoader && threadIdx.x >= NW * kWarpgroup) return load_chunks(sp, s, b);
+  const int v0 = b.v0 + BV * warpgroup<NW>(), n = b.n, hv = b.hv, c_begin = b.c_begin, c_end = b.c_end;
+  const OperandPlan<BV> op;
+  const ThreadPlan<Tin, KD, BV, NW> tp(threadIdx.x);  // (the chain's own copies: without a loader)
   const FoldDescs dsc = make_descs(s);
   float S[MH][NA];  // S(i = 64 mh + acc_row(x), v0 + acc_col(x)); rows i >= K unused
   load_initial_state<KD, NA>(sp, n, hv, v0, S);
   ChunkInfo ck = c_begin < c_end ? p.chunks[c_begin] : ChunkInfo{};
   ChunkInfo next = c_begin + 1 < c_end ? p.chunks[c_begin + 1] : ck;  // the chunk table runs two ahead
-  if (c_begin < c_end) issue_loads(sp, tp, ck, c_begin, hv, v0, s.stage(0));
-  cp_async_commit();
+  if (!kLoader) {
+    if (c_begin < c_end) issue_loads(sp, tp, ck, c_begin, hv, v0, s.stage(0));
+    cp_async_commit();
+  }
+  stage_state(s, op, S);
+  if (sp.h && c_begin < c_end) write_h<KD, NA>(sp, c_begin, hv, v0, S);
   for (int c = c_begin; c < c_end; ++c) {
     const int st = (c - c_begin) & 1;
     const uint64_t so = st ? kStageDesc : 0;
     const ChunkInfo after = c + 2 < c_end ? p.chunks[c + 2] : next;
-    cp_async_wait<0>();
-    publish_state(sp, s, tp, c, hv, v0, S);
+    if (!kLoader) cp_async_wait<0>();
+    wg::fence_proxy_async();
+    __syncthreads();  // chunk c's tiles and the S operands visible to wgmma; chunk c-1 done by all
     float X2[BV], QX2[BV], QX[NA], VN[NA];
     issue_state_products<Tin, KD, BV>(dsc, so, X2, QX2);
-    if (c + 1 < c_end) issue_loads(sp, tp, next, c + 1, hv, v0, s.stage(st ^ 1));
-    cp_async_commit();
+    if (!kLoader) {
+      if (c + 1 < c_end) issue_loads(sp, tp, next, c + 1, hv, v0, s.stage(st ^ 1));
+      cp_async_commit();
+    }
     const RowFactors rf = row_factors(p, ck.len, st, s);
-    compute_vnew(sp, s, st, so, tp, dsc, rf, ck, hv, v0, X2, QX2, QX, VN);
-    update_and_output(sp, s, st, so, dsc, rf, ck, hv, v0, QX, S);
+    compute_vnew(sp, s, st, so, op, dsc, rf, ck, hv, v0, X2, QX2, QX, VN);
+    update_and_output(sp, s, st, so, op, dsc, rf, ck, c + 1 < c_end ? c + 1 : -1, hv, v0, QX, S);
     ck = next, next = after;
   }
   store_final_state<KD, NA>(sp, n, hv, v0, S);
@@ -355,7 +394,7 @@ template <class Tin, int KD, int BV, int NW>
 void launch(const StateParams& sp, cudaStream_t stream) {
   using Sm = FoldSmem<Tin, KD, BV, NW>;
   static_assert(Sm::bytes <= 227 * 1024, "folded state tiles exceed shared memory");
-  launch_kernel(chunk_state_fold_kernel<Tin, KD, BV, NW>, dim3(sp.Vw / (NW * BV), sp.c.N * sp.c.HV), NW * kWarpgroup,
+  launch_kernel(chunk_state_fold_kernel<Tin, KD, BV, NW>, dim3(sp.Vw / (NW * BV), sp.c.N * sp.c.HV), kBlockThreads<NW>,
                 Sm::bytes, stream, sp);
 }
 

@@ -8,10 +8,12 @@
 //   (wg::blocked_offset): S [K][2 BV] and Vt [64][2 BV] (16-bit, N-major: the hi parts in columns < BV,
 //   the lo parts in the next BV, so that one wgmma of N = 2 BV reads its A tile once for both), Y and
 //   vnew [BV][64] (TF32, K-major).
-// ThreadPlan: the per-thread constants of the copies and operand stores, computed once; 8
-// consecutive threads copy one 128-byte global line into one swizzled row (whole sectors, no bank
-// conflicts), so every address in the chunk loop is a base plus a compile-time offset. k, q, P, Aqk
-// are copied by all threads of the block, each warpgroup's v columns by that warpgroup.
+// OperandPlan, ThreadPlan: the per-thread constants of the operand stores and the copies, computed
+// once; 8 consecutive copy threads copy one 128-byte global line into one swizzled row (whole sectors,
+// no bank conflicts), so every address in the chunk loop is a base plus a compile-time offset. One
+// warpgroup of state columns has a loader warpgroup that copies k, q, P, Aqk, v and the gates (the
+// block's threads 128-255); with two, k, q, P, Aqk are copied by all threads, each warpgroup's v
+// columns by that warpgroup.
 // Covered by tests/cuda/test_cuda_stages.cpp ("state", every layout) and test_cuda_forward.cpp.
 #pragma once
 
@@ -63,23 +65,47 @@ struct FoldSmem {
   __device__ char* Vt() const { return Nb() + bytes_t; }                          // blocked [64][2 BV]: hi, lo
 };
 
-// Per-thread constants of the chunk loop (computed once): where this thread's cp.async copies and
-// operand stores go. Copies into swizzled tiles: 8 consecutive threads copy one 128-byte global line
-// into one swizzled 128-byte row (whole sectors, no bank conflicts); copy i lands at dst + i * step.
+// Where this consumer thread's operand stores go (computed once): the blocked offsets of its accumulator
+// entry 0 in its warpgroup's 16-bit N-major (hi part) and float K-major operand tiles.
+template <int BV>
+struct OperandPlan {
+  int op16, op32;
+  __device__ OperandPlan() {
+    const int w = (threadIdx.x >> 5) & 3, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    op16 = 2 * w * kHiLoGroup<BV> + g * 16 + 4 * t;  // rows of 2 BV columns
+    op32 = (4 * w + g / 4) * 128 + 2 * t * 16 + (g % 4) * 4;
+  }
+};
+
+// Which threads copy a chunk's tiles: with one warpgroup of state columns, a loader warpgroup of its own
+// (threads 128-255), so that the chain's step issues no copies (with them, ~390 of its ~840 warp
+// instructions and ~30% of its stall samples went to the copies and their addresses, after the
+// products they were to overlap had finished: ncu, K = 128, fifty-first session); with two (2 x 2), the
+// chain's own threads, right after the step's first products (a third warpgroup would leave 168 registers
+// a thread where that kernel takes 178).
+template <int NW>
+constexpr bool kLoaderWarpgroup = NW == 1;
+template <int NW>
+constexpr int kCopyThreads = kLoaderWarpgroup<NW> ? kWarpgroup : NW * kWarpgroup;
+template <int NW>
+constexpr int kBlockThreads = NW * kWarpgroup + (kLoaderWarpgroup<NW> ? kWarpgroup : 0);
+
+// Per-thread constants of the copies (computed once) for copy thread `tid` of kCopyThreads<NW>: 8
+// consecutive threads copy one 128-byte global line into one swizzled 128-byte row (whole sectors, no
+// bank conflicts); copy i lands at dst + i * step.
 template <class Tin, int KD, int BV, int NW>
 struct ThreadPlan {
-  static constexpr int kThreads = NW * kWarpgroup;
+  static constexpr int kThreads = kCopyThreads<NW>;
   static constexpr int kCpr = KD / 8, kRowStep = kThreads / kCpr;  // k, q: 16-byte chunks per row
   static constexpr int kRowCopies = (kChunk + kRowStep - 1) / kRowStep;  // the last may pass row 63 (skipped)
-  static constexpr int vCpr = BV / 8, vRowStep = kWarpgroup / vCpr;     // v: by the warpgroup owning it
+  static constexpr int vCpr = BV / 8, vRowStep = kWarpgroup / vCpr;     // v: by 128 threads a warpgroup
   static_assert(8 % NW == 0, "P, Aqk: the 8 row blocks shared evenly by the warpgroups");
+  int tid;
   int kq_row, kq_col, kq_dst;  // row of copy 0, element column, smem offset (copy i: + kRowStep * 128 i)
   int v_row, v_col, v_dst;     // row and column of copy 0, smem offset in the stage (copy i: + 2048 i)
   int t_blk, t_src, t_ch, t_dst;  // P, Aqk: 8-row block of copy 0 (copy i: + NW i), float offset, chunk, smem
-  int op16, op32;              // blocked offsets of accumulator entry 0: 16-bit N-major (hi part), float K-major
-  __device__ ThreadPlan() {
-    const int tid = threadIdx.x, wgi = warpgroup<NW>(), lt = NW == 1 ? tid : tid % kWarpgroup;
-    const int w = lt >> 5, l = tid & 31, g = l >> 2, t = l & 3;
+  __device__ explicit ThreadPlan(int t) : tid(t) {
+    const int wgi = NW == 1 ? 0 : tid / kWarpgroup, lt = NW == 1 ? tid : tid % kWarpgroup;
     kq_row = tid / kCpr, kq_col = 8 * (tid % kCpr);
     kq_dst = wg::sw128_offset<Tin>(NW == 1 ? kq_row : kq_row % kChunk, kq_col, kChunk);
     v_row = lt / vCpr, v_col = 8 * (lt % vCpr);
@@ -88,8 +114,6 @@ struct ThreadPlan {
     t_blk = wgi, t_ch = lt & 15;
     const int row = 8 * t_blk + (lt >> 4);
     t_src = row * kChunk + 4 * t_ch, t_dst = wg::sw128_offset<float>(row, 4 * t_ch, kChunk);
-    op16 = 2 * w * kHiLoGroup<BV> + g * 16 + 4 * t;  // rows of 2 BV columns
-    op32 = (4 * w + g / 4) * 128 + 2 * t * 16 + (g % 4) * 4;
   }
 };
 
@@ -145,13 +169,13 @@ __device__ void issue_loads(const StateParams& sp, const ThreadPlan<Tin, KD, BV,
       cp_async16(pt + kTileT + 1024 * NW * i, A + 512 * NW * i, true);
     }
   float* gates = reinterpret_cast<float*>(stage + 2 * Sm::bytes_k + 2 * kTileT + NW * Sm::bytes_v);
-  const int r = threadIdx.x & 63;  // threads 0-63: b, beta; 64-127: rstd
+  const int r = tp.tid & 63;  // copy threads 0-63: b, beta; 64-127: rstd
   const bool valid = r < L;
   const int64_t tt = ck.t0 + (valid ? r : 0);
-  if (threadIdx.x < 64) {
+  if (tp.tid < 64) {
     cp_async4(gates + r, p.gcum + tt * p.HV + hv, valid);
     cp_async4(gates + kChunk + r, p.beta_e + tt * p.HV + hv, valid);
-  } else if ((NW == 1 || threadIdx.x < kWarpgroup) && p.l2norm) {
+  } else if ((NW == 1 || tp.tid < kWarpgroup) && p.l2norm) {
     cp_async4(gates + 2 * kChunk + r, p.rstd_k + tt * p.H + h, valid);
     cp_async4(gates + 3 * kChunk + r, p.rstd_q + tt * p.H + h, valid);
   }

@@ -22,15 +22,16 @@ inline bool fold_layout_valid(FoldLayout f) {
 // The layout with the fewest waves of blocks times one block's step time, for Vw state columns of
 // `heads` (sequence, value head) chains on `sms` multiprocessors: a block walks its chain one chunk at
 // a time, one block a multiprocessor. Step times measured on the H200 at K = 128 (docs/CUDA.md, "Block
-// layouts", 2026-12-02): 1 x 1 1.57 us, 2 x 1 2.16, 2 x 2 3.38. A block of more columns takes longer a
-// step: the step is bound by instruction issue and latency (ncu, docs/BENCHMARKS.md, fiftieth session),
-// most of its instructions are per column, and the warpgroups of a block share one multiprocessor.
+// layouts"): 1 x 1 1.37 us, 2 x 1 1.99 (with their loader warpgroup, fifty-first session; 1.57 and 2.16
+// before), 2 x 2 3.38 (fiftieth). A block of more columns takes longer a step: the step is bound by
+// instruction issue and latency (ncu, docs/BENCHMARKS.md, fiftieth session), most of its instructions
+// are per column, and the warpgroups of a block share one multiprocessor.
 inline FoldLayout automatic_fold_layout(int64_t Vw, int64_t heads, int64_t sms) {
   struct Option {
     FoldLayout f;
     double step;
   };
-  constexpr Option options[] = {{{1, 1}, 1.57}, {{2, 1}, 2.16}, {{2, 2}, 3.38}};
+  constexpr Option options[] = {{{1, 1}, 1.37}, {{2, 1}, 1.99}, {{2, 2}, 3.38}};
   FoldLayout best{1, 1};
   double best_cost = 0;
   for (const Option& o : options) {

@@ -202,12 +202,9 @@ __device__ __forceinline__ int acc_row(int x) { return 16 * ((threadIdx.x >> 5) 
 __device__ __forceinline__ int acc_col(int x) { return 8 * (x >> 2) + 2 * (threadIdx.x & 3) + (x & 1); }
 
 // A barrier of the calling warpgroup alone (named barrier 1 + its index; 0 is __syncthreads'), for
-// blocks of several warpgroups whose operand tiles are each warpgroup's own; `nw` warpgroups a block:
-// with one, the block's barrier.
-template <int nw>
+// blocks whose other warps (more warpgroups, a loader warpgroup) do not take part: the folded state kernel.
 __device__ __forceinline__ void sync_warpgroup() {
-  if constexpr (nw == 1) __syncthreads();
-  else asm volatile("bar.sync %0, 128;" ::"r"(1 + int(threadIdx.x >> 7)) : "memory");
+  asm volatile("bar.sync %0, 128;" ::"r"(1 + int(threadIdx.x >> 7)) : "memory");
 }
 
 // A 16-bit pair split into a high part (the values rounded to T) and a low part (the remainders

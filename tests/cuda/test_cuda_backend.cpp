@@ -182,20 +182,20 @@ TEST_CASE("KCP_CUDA_KDA_WINDOW: auto, off or a count; anything else an error nam
   }
 }
 
-// The model's arithmetic on 132 multiprocessors (fold_layout.h: waves x step time, 1.57 / 2.16 / 3.38
+// The model's arithmetic on 132 multiprocessors (fold_layout.h: waves x step time, 1.37 / 1.99 / 3.38
 // us for 16 / 32 / 64 columns a block), each expectation worked by hand below.
 TEST_CASE("folded state kernel: the automatic layout, waves times step time") {
   using cuda::automatic_fold_layout;
   auto is = [](cuda::FoldLayout f, int g, int w) { return f.groups == g && f.warpgroups == w; };
-  // 16 heads, V = 128: 128 blocks of 16 (one wave, 1.57) against 64 of 32 (2.16), 32 of 64 (3.38)
+  // 16 heads, V = 128: 128 blocks of 16 (one wave, 1.37) against 64 of 32 (1.99), 32 of 64 (3.38)
   CHECK(is(automatic_fold_layout(128, 16, 132), 1, 1));
-  // 32 heads: 256 blocks of 16 are two waves (3.14); 128 of 32 one (2.16); 64 of 64 (3.38)
+  // 32 heads: 256 blocks of 16 are two waves (2.74); 128 of 32 one (1.99); 64 of 64 (3.38)
   CHECK(is(automatic_fold_layout(128, 32, 132), 2, 1));
-  // 64 heads: 4 waves of 16 (6.28), 2 of 32 (4.32), 1 of 64 (3.38)
+  // 64 heads: 4 waves of 16 (5.48), 2 of 32 (3.98), 1 of 64 (3.38)
   CHECK(is(automatic_fold_layout(128, 64, 132), 2, 2));
-  // a transition's V + K = 256 columns of 16 heads: 256 blocks of 16 (3.14), 128 of 32 (2.16)
+  // a transition's V + K = 256 columns of 16 heads: 256 blocks of 16 (2.74), 128 of 32 (1.99)
   CHECK(is(automatic_fold_layout(256, 16, 132), 2, 1));
-  // V = 96 has no 64-column blocks: of 64 heads, 3 waves of 16 (4.71) against 2 of 32 (4.32)
+  // V = 96 has no 64-column blocks: of 64 heads, 3 waves of 16 (4.11) against 2 of 32 (3.98)
   CHECK(is(automatic_fold_layout(96, 64, 132), 2, 1));
   // one multiprocessor (the tests' set_multiprocessors(1)): every block a wave, the widest wins
   CHECK(is(automatic_fold_layout(128, 1, 1), 2, 2));
