@@ -7,7 +7,8 @@
 #          small gdn forward+backward (kept, fused), and the gdn golden files cut at 64 tokens;
 #   bench: gdn's forward per layout (auto and each forced one; .gpu/kcp_base too at one sequence of
 #          H = 16, or everywhere with BASE_ALL=1) over SHAPES, and forward+backward (keep 1) of auto
-#          against the base over BWD_SHAPES; PROF=1: ncu of layouts 1 and 2x2 (instruction mix).
+#          against the base over BWD_SHAPES; PROF=1: ncu of layouts 1 and 2x2 (instruction mix), and
+#          layout 1's SASS with stall samples per instruction ($OUT/ncu_sass_1.csv).
 # The rows give the step time of each layout, the figures fold_layout.h's model is built from.
 # Summary in $OUT/summary.txt (else gpu-logs/); exit 1 when a test fails.
 # Here: BINS="kcp tests/cuda/test_cuda" BASE_KCP=<base kcp> scripts/gpu_pack.sh <dir>; there (carry
@@ -79,6 +80,12 @@ if [ "${PROF:-0}" = 1 ]; then
       --variant gdn --H $H --T 8192 --backward 0 --check 0 --warmup 1 --repeat 1 --sets 1 > $OUT/ncu_$l.txt 2>&1
     echo "ncu layout $l (H = $H): rc $?, $(grep -E 'Issue Slots Busy' $OUT/ncu_$l.txt | head -1 | tr -s ' ')" >> $S
   done
+  # layout 1's SASS with its stall samples per instruction (where a step waits), as CSV
+  env KCP_CUDA_STATE_GROUPS=1 timeout 150 ncu -k regex:chunk_state_fold --launch-skip 1 --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --page source --print-source sass --csv $K bench \
+    --backend cuda-chunkwise --variant gdn --H 16 --T 8192 --backward 0 --check 0 --warmup 1 --repeat 1 --sets 1 \
+    > $OUT/ncu_sass_1.csv 2>&1
+  echo "ncu layout 1 SASS stall samples: rc $?, $(wc -l < $OUT/ncu_sass_1.csv) lines" >> $S
 fi
 cat $S
 exit $rc
