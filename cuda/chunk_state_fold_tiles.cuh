@@ -78,8 +78,8 @@ struct OperandPlan {
 };
 
 // Which threads copy a chunk's tiles: with one warpgroup of state columns, a loader warpgroup of its own
-// (threads 128-255), so that the chain's step issues no copies (with them, ~390 of its ~840 warp
-// instructions and ~30% of its stall samples went to the copies and their addresses, after the
+// (threads 128-255), so that the chain's step issues no copies (with them, ~240 of its ~840 warp
+// instructions and ~28% of its stall samples went to the copies and their addresses, after the
 // products they were to overlap had finished: ncu, K = 128, fifty-first session); with two (2 x 2), the
 // chain's own threads, right after the step's first products (a third warpgroup would leave 168 registers
 // a thread where that kernel takes 178).
