@@ -14,7 +14,8 @@ namespace kcp::cuda {
 inline bool state_fold_applies(const ChunkParams& p, int input_dtype) { return !p.kda && input_dtype != kF32; }
 
 // A block's state columns by `layout` (fold_layout.h resolve_fold_layout; groups 0: automatic). Grid
-// (Vw / (16 groups warpgroups), N*HV), 128 warpgroups threads. Returns the layout that ran.
+// (Vw / (16 groups warpgroups), N*HV), 256 threads: one warpgroup of columns and a loader warpgroup, or
+// two warpgroups of columns (chunk_state_fold_tiles.cuh kBlockThreads). Returns the layout that ran.
 FoldLayout launch_chunk_state_fold(const StateParams& sp, int input_dtype, FoldLayout layout, cudaStream_t stream);
 
 }  // namespace kcp::cuda
