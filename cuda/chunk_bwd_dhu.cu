@@ -12,7 +12,7 @@
 // and dhu_local does not run.
 // dh starts from d_final_state (or 0); for the CP transition (kInitTransition) one launch carries
 // dS_ext (columns [0, V), from 0, with do) and M^T (columns [V, V + K), from I, no A_c, B_c). After chunk 0 dh is written to dh0. The next chunk's kg, w arrive by
-// cp.async (w's copies issued after the key halves' join, dhu_fetch_w) and its A_c, B_c by loads into registers (each thread's accumulator positions) while the
+// cp.async, issued by a loader warpgroup of 128 threads after the chain's 256 (w's copies after the key halves' join, dhu_fetch_w; dhu_load_chunks) and its A_c, B_c by loads into registers (each thread's accumulator positions) while the
 // current chunk is computed (gdn with bfloat16 k: k's rows and the row factors f_r = rstd_k 2^(b_end - b_r)
 // instead of kg, dvnew = A_c + Diag(f) (k dh): chunk_bwd.cuh dhu_reads_raw_k); the products on tensor cores (3xTF32 where bwd_split_products says so,
 // else one TF32 product: dh stays float32, only its operand copy is rounded; dvnew's shared copy,
@@ -36,26 +36,34 @@ namespace {
 
 using namespace dhu;
 
+// The loader warpgroup after the chain's kBwdThreads threads issues every cp.async of a step: ncu put
+// ~160 of the chain's 686 warp instructions a step and ~26% of its stall samples in its copies
+// (fifty-first session). With the loader (fifty-second, ncu, gdn T = 8192 H = 16): dhu 326 -> 300 us on
+// an H200, 323 -> 300 on an H100. Not kept: also staging the kept dh[c] in shared memory for the loader
+// to store (its four global stores a thread, after which the chain waited to reuse their address
+// registers): 300 us either way.
+constexpr int kLoaderThreads = 128, kDhuThreads = kBwdThreads + kLoaderThreads;
 
 // The row copies of dhu_fetch; kFull: a full chunk (no row tests: every chunk of a sequence but its last).
 // kBc (dhu_forms_local): q's bf16 rows and do's columns [v0, v0 + BV) too.
 template <int KD, int BV, bool kRaw, bool kBc, bool kFull>
 __device__ __forceinline__ void dhu_fetch_rows(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck,
-                                               int hv, int h, int v0) {
+                                               int hv, int h, int v0, int tid) {
   using S = DhuSmem<KD, BV>;
   const ChunkParams& p = bp.c;
   const int L = ck.len, ldx = p.HV * KD;  // kg, w: [TT,HV,K]
   if constexpr (kRaw) {
     const auto* k = static_cast<const __nv_bfloat16*>(p.k.p) + (ck.t0 * p.k.st + int64_t(h) * p.k.sx);
-    copy_rows_async<kChunk, 2 * KD, kBwdThreads, kFull>(s.k16(b), 2 * S::ldk, L, k, int(p.k.st));
+    copy_rows_async<kChunk, 2 * KD, kLoaderThreads, kFull>(s.k16(b), 2 * S::ldk, L, k, int(p.k.st), tid);
   } else {
-    copy_rows_async<kChunk, 4 * KD, kBwdThreads, kFull>(s.kg(b), S::ldk, L, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD, ldx);
+    copy_rows_async<kChunk, 4 * KD, kLoaderThreads, kFull>(s.kg(b), S::ldk, L, bp.dkv + (int64_t(ck.t0) * p.HV + hv) * KD, ldx,
+                                                          tid);
   }
   if constexpr (kBc) {
     const auto* q = static_cast<const __nv_bfloat16*>(p.q.p) + (ck.t0 * p.q.st + int64_t(h) * p.q.sx);
-    copy_rows_async<kChunk, 2 * KD, kBwdThreads, kFull>(s.q16(b), 2 * S::ldk, L, q, int(p.q.st));
+    copy_rows_async<kChunk, 2 * KD, kLoaderThreads, kFull>(s.q16(b), 2 * S::ldk, L, q, int(p.q.st), tid);
     const auto* dO = static_cast<const __nv_bfloat16*>(bp.d_o.p) + (ck.t0 * bp.d_o.st + int64_t(hv) * bp.d_o.sx + v0);
-    copy_rows_async<kChunk, 2 * BV, kBwdThreads, kFull>(s.do16(b), S::ldo, L, dO, int(bp.d_o.st));
+    copy_rows_async<kChunk, 2 * BV, kLoaderThreads, kFull>(s.do16(b), S::ldo, L, dO, int(bp.d_o.st), tid);
   }
 }
 
@@ -65,21 +73,22 @@ __device__ __forceinline__ void dhu_fetch_rows(const BwdParams& bp, const DhuSme
 // q/k head of value head hv (formed once by the caller: an integer division per step otherwise).
 template <int KD, int BV, bool kKDA, bool kRaw, bool kBc>
 __device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int c, int hv, int h,
-                          int v0) {
+                          int v0, int tid) {
   using S = DhuSmem<KD, BV>;
   const ChunkParams& p = bp.c;
   const int L = ck.len;
   if constexpr (kBc)  // the forward's Aqk tile of chunk c (rows and columns >= L zero)
-    copy_rows_async<kChunk, 4 * kChunk, kBwdThreads, true>(s.aqk(b), S::lda, kChunk,
-                                                            p.Aqk + (int64_t(c) * p.HV + hv) * kChunk * kChunk, kChunk);
-  if (L == kChunk) dhu_fetch_rows<KD, BV, kRaw, kBc, true>(bp, s, b, ck, hv, h, v0);
-  else dhu_fetch_rows<KD, BV, kRaw, kBc, false>(bp, s, b, ck, hv, h, v0);
+    copy_rows_async<kChunk, 4 * kChunk, kLoaderThreads, true>(s.aqk(b), S::lda, kChunk,
+                                                               p.Aqk + (int64_t(c) * p.HV + hv) * kChunk * kChunk, kChunk, tid);
+  if (L == kChunk) dhu_fetch_rows<KD, BV, kRaw, kBc, true>(bp, s, b, ck, hv, h, v0, tid);
+  else dhu_fetch_rows<KD, BV, kRaw, kBc, false>(bp, s, b, ck, hv, h, v0, tid);
   if constexpr (kRaw)
-    load_chunk_row_scalars<false, false, kBc>(p, ck, hv, h, s.rows(b), nullptr, s.rows(b) + kChunk, s.rows(b) + 2 * kChunk);
+    load_chunk_row_scalars<false, false, kBc>(p, ck, hv, h, s.rows(b), nullptr, s.rows(b) + kChunk, s.rows(b) + 2 * kChunk,
+                                              tid, kLoaderThreads);
   const float* ge = p.gcum + (int64_t(ck.t0 + L - 1) * p.HV + hv) * (kKDA ? KD : 1);
   if constexpr (kKDA) {
-    for (int idx = threadIdx.x; idx < KD / 4; idx += kBwdThreads) cp_async16(s.ge(b) + 4 * idx, ge + 4 * idx, true);
-  } else if (threadIdx.x == 0) {
+    for (int idx = tid; idx < KD / 4; idx += kLoaderThreads) cp_async16(s.ge(b) + 4 * idx, ge + 4 * idx, true);
+  } else if (tid == 0) {
     cp_async4(s.ge(b), ge, true);
   }
   cp_async_commit();
@@ -92,13 +101,14 @@ __device__ void dhu_fetch(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, 
 // block. One H200, T = 8192, ncu: gdn (bf16, dhu_forms_local) dhu 434-437 -> 422-430 us (stage
 // 1.353-1.373 -> 1.326-1.339 ms at T = 32768); gdn float32 and kda level (496 -> 491-501, 404 -> 394-408).
 template <int KD, int BV>
-__device__ __forceinline__ void dhu_fetch_w(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv) {
+__device__ __forceinline__ void dhu_fetch_w(const BwdParams& bp, const DhuSmem<KD, BV>& s, int b, const ChunkInfo& ck, int hv,
+                                            int tid) {
   using S = DhuSmem<KD, BV>;
   const ChunkParams& p = bp.c;
   const float* w = p.w + (int64_t(ck.t0) * p.HV + hv) * KD;
   if (!p.gla) {
-    if (ck.len == kChunk) copy_rows_async<kChunk, 4 * KD, kBwdThreads, true>(s.w(b), S::ldw, kChunk, w, p.HV * KD);
-    else copy_rows_async<kChunk, 4 * KD, kBwdThreads, false>(s.w(b), S::ldw, ck.len, w, p.HV * KD);
+    if (ck.len == kChunk) copy_rows_async<kChunk, 4 * KD, kLoaderThreads, true>(s.w(b), S::ldw, kChunk, w, p.HV * KD, tid);
+    else copy_rows_async<kChunk, 4 * KD, kLoaderThreads, false>(s.w(b), S::ldw, ck.len, w, p.HV * KD, tid);
   }
   cp_async_commit();  // an empty group for gla: every step commits two
 }
@@ -288,44 +298,64 @@ __device__ void dhu_update(const DhuSmem<KD, BV>& s, int b, int L, const LocalTe
   dhu_store_state<KD, BV, kSp, kRaw>(s, d);
 }
 
+// The loader warpgroup's walk: the chain's copies in the chain's order (chunk c - 1's rows after the
+// step's first barrier, its w after the key halves' join), waiting for chunk c's rows before the first
+// barrier and for its w before the update's; it takes part in the chain's three block barriers a step
+// (the first, dhu_join_halves', the update's). Each step commits two groups, as the chain did.
+template <int KD, int BV, bool kKDA, bool kRaw, bool kBc>
+__device__ void dhu_load_chunks(const BwdParams& bp, const DhuSmem<KD, BV>& s, int n, int hv, int v0) {
+  const ChunkParams& p = bp.c;
+  const int tid = int(threadIdx.x) - kBwdThreads, h = hv / p.G;
+  const int c_hi = p.seq_chunk0[n + 1] - 1, c_lo = p.seq_chunk0[n];
+  if (c_hi < c_lo) return;
+  ChunkInfo ck = p.chunks[c_hi];
+  dhu_fetch<KD, BV, kKDA, kRaw, kBc>(bp, s, 0, ck, c_hi, hv, h, v0, tid);
+  dhu_fetch_w<KD, BV>(bp, s, 0, ck, hv, tid);
+  for (int c = c_hi, b = 0; c >= c_lo; --c, b ^= 1) {
+    const ChunkInfo ckp = c > c_lo ? p.chunks[c - 1] : ck;
+    cp_async_wait<1>();  // chunk c's rows (its w may be pending)
+    __syncthreads();     // the chain's first barrier: buffer b ^ 1 is free
+    if (c > c_lo) dhu_fetch<KD, BV, kKDA, kRaw, kBc>(bp, s, b ^ 1, ckp, c - 1, hv, h, v0, tid);
+    else cp_async_commit();
+    __syncthreads();  // the chain's join of its key halves (dhu_join_halves)
+    if (c > c_lo) dhu_fetch_w<KD, BV>(bp, s, b ^ 1, ckp, hv, tid);
+    else cp_async_commit();
+    cp_async_wait<2>();  // chunk c's w (pending: chunk c - 1's rows and w)
+    __syncthreads();     // the chain's barrier before its update
+    ck = ckp;
+  }
+}
+
 // kBc: A_c and B_c formed in the chain (dhu_forms_local; kRaw, unsplit), not loaded.
 template <int KD, int BV, bool kKDA, bool kSplit, bool kRaw, bool kBc>
-__global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_constant__ BwdParams bp) {
+__global__ void __launch_bounds__(kDhuThreads, 1) bwd_dhu_kernel(const __grid_constant__ BwdParams bp) {
   static_assert(!kBc || (kRaw && !kSplit), "A_c, B_c in the chain: raw k rows, one TF32 product");
   const ChunkParams& p = bp.c;
   const int n = blockIdx.x, hv = blockIdx.y, v0 = blockIdx.z * BV;
   extern __shared__ __align__(16) float smem[];
   const DhuSmem<KD, BV> s(smem);
+  if (threadIdx.x >= kBwdThreads) return dhu_load_chunks<KD, BV, kKDA, kRaw, kBc>(bp, s, n, hv, v0);
   const bool local = bp.d_o.p != nullptr && v0 < p.V;  // the columns with do (the M^T columns have none)
   DhState<KD, BV> d;
   d.init(bp, n, hv, v0);
   dhu_store_state<KD, BV, kSplit, kRaw>(s, d);
   const int c_hi = p.seq_chunk0[n + 1] - 1, c_lo = p.seq_chunk0[n];
   // The chunk table is read a chunk ahead (ck: chunk c, ckn: c - 1, loaded while c + 1 ran), so no
-  // step waits on it before its copies and loads can be addressed.
-  const int h = hv / p.G;
+  // step waits on it before its loads can be addressed.
   const typename LocalTerms<KD, BV>::Addr ad(bp, hv, v0, local);
   LocalTerms<KD, BV> cur, nxt;
   ChunkInfo ck = {}, ckn = {};
   if (c_hi >= c_lo) {
     ck = p.chunks[c_hi];
     ckn = c_hi > c_lo ? p.chunks[c_hi - 1] : ck;
-    dhu_fetch<KD, BV, kKDA, kRaw, kBc>(bp, s, 0, ck, c_hi, hv, h, v0);
-    dhu_fetch_w<KD, BV>(bp, s, 0, ck, hv);
     if constexpr (!kBc) cur.load(bp, ad, ck, c_hi);
   }
   for (int c = c_hi, b = 0; c >= c_lo; --c, b ^= 1) {
-    // Each step commits two groups (its rows, then w; empty where nothing is left to copy): pending here
-    // are chunk c's rows and w, and the rows are waited for; chunk c's w before the update below.
-    cp_async_wait<1>();
-    __syncthreads();  // buffer b's rows have arrived; buffer b ^ 1 and dvn are free
+    __syncthreads();  // buffer b's rows have arrived (the loader's wait); buffer b ^ 1 and dvn are free
     const ChunkInfo ckp = ckn;  // chunk c - 1
     if (c > c_lo) {
-      dhu_fetch<KD, BV, kKDA, kRaw, kBc>(bp, s, b ^ 1, ckp, c - 1, hv, h, v0);
       if constexpr (!kBc) nxt.load(bp, ad, ckp, c - 1);
       if (c - 1 > c_lo) ckn = p.chunks[c - 2];
-    } else {
-      cp_async_commit();
     }
     if (bp.dh && bp.keep) {  // dh[c] from the registers (this thread loaded B_c's slot c at these positions a step ago)
       float* g = bp.dh + (int64_t(c) * p.HV + hv) * KD * bp.Vw + v0;
@@ -334,12 +364,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) bwd_dhu_kernel(const __grid_co
       });
     }
     if constexpr (kBc) dhu_scale_do<KD, BV>(p.scale, s, b);  // read after dhu_dvnew's barrier
-    dhu_dvnew<KD, BV, kSplit, kRaw, kBc>(bp, s, b, ck, hv, v0, cur);
-    if (c > c_lo) dhu_fetch_w<KD, BV>(bp, s, b ^ 1, ckp, hv);
-    else cp_async_commit();
+    dhu_dvnew<KD, BV, kSplit, kRaw, kBc>(bp, s, b, ck, hv, v0, cur);  // (its join: a block barrier)
     if constexpr (kBc) dhu_chain_bc<KD, BV>(s, b, cur.b);  // key half 1 while half 0 finishes dvnew
-    cp_async_wait<2>();  // chunk c's w (pending: its w, chunk c - 1's rows and w)
-    __syncthreads();
+    __syncthreads();  // chunk c's w has arrived (the loader's wait)
     dhu_update<KD, BV, kKDA, kSplit, kRaw>(s, b, p.gla ? 0 : ck.len, cur, d);  // gla: no w^T dvnew term (w = 0)
     if constexpr (!kBc) cur = nxt;
     ck = ckp;
@@ -374,15 +401,15 @@ void launch_bwd_dhu_serial(const BwdParams& bp, cudaStream_t stream) {
       constexpr int BV = decltype(bv)::value;
       const size_t smem = sizeof(float) * DhuSmem<KD, BV>::floats;
       const dim3 grid(p.N, p.HV, bp.Vw / BV);
-      if (p.kda) launch_kernel(bwd_dhu_kernel<KD, BV, true, kS, false, false>, grid, dim3(kBwdThreads), smem, stream, bp);
-      else if (!dhu_reads_raw_k(p)) launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, false, false>, grid, dim3(kBwdThreads), smem, stream, bp);
+      if (p.kda) launch_kernel(bwd_dhu_kernel<KD, BV, true, kS, false, false>, grid, dim3(kDhuThreads), smem, stream, bp);
+      else if (!dhu_reads_raw_k(p)) launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, false, false>, grid, dim3(kDhuThreads), smem, stream, bp);
       else if constexpr (!kS) {  // braces: bp.dhu_forms_local implies unsplit products
         if (bp.dhu_forms_local)  // with the Aqk tiles
-          launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, true>, grid, dim3(kBwdThreads),
+          launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, true>, grid, dim3(kDhuThreads),
                         sizeof(float) * DhuSmem<KD, BV>::floats_local, stream, bp);
-        else launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, false>, grid, dim3(kBwdThreads), smem, stream, bp);
+        else launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, false>, grid, dim3(kDhuThreads), smem, stream, bp);
       } else {
-        launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, false>, grid, dim3(kBwdThreads), smem, stream, bp);
+        launch_kernel(bwd_dhu_kernel<KD, BV, false, kS, true, false>, grid, dim3(kDhuThreads), smem, stream, bp);
       }
     };
     if (wide) run(std::integral_constant<int, 32>{});

@@ -15,11 +15,12 @@ namespace kcp::cuda {
 
 // kBeta = false: the caller forms bet itself (kda's and gla's kkt, which writes beta_e); kQ = false:
 // no rq (the backward's dhu chain, which gates k's rows only).
+// tid, nthreads: the copying threads (default: the block's; a loader warpgroup passes its own).
 template <bool kKDA, bool kBeta = true, bool kQ = true>
 __device__ __forceinline__ void load_chunk_row_scalars(const ChunkParams& p, const ChunkInfo& ck, int hv, int h,
-                                                       float* gs, float* bet, float* rk, float* rq) {
+                                                       float* gs, float* bet, float* rk, float* rq, int tid, int nthreads) {
   const int L = ck.len;
-  for (int r = threadIdx.x; r < kChunk; r += blockDim.x) {
+  for (int r = tid; r < kChunk; r += nthreads) {
     const int64_t tt = ck.t0 + min(r, L - 1);
     if constexpr (!kKDA) cp_async4(gs + r, p.gcum + tt * p.HV + hv, true);
     if constexpr (kBeta) cp_async4(bet + r, p.beta_e + tt * p.HV + hv, r < L);
@@ -31,6 +32,12 @@ __device__ __forceinline__ void load_chunk_row_scalars(const ChunkParams& p, con
       else rk[r] = 1.0f;
     }
   }
+}
+
+template <bool kKDA, bool kBeta = true, bool kQ = true>
+__device__ __forceinline__ void load_chunk_row_scalars(const ChunkParams& p, const ChunkInfo& ck, int hv, int h,
+                                                       float* gs, float* bet, float* rk, float* rq) {
+  load_chunk_row_scalars<kKDA, kBeta, kQ>(p, ck, hv, h, gs, bet, rk, rq, int(threadIdx.x), int(blockDim.x));
 }
 
 // One element (channel gate b, the chunk's last gate b_end) of kg = k rk 2^(b_end - b) and

@@ -314,14 +314,14 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 
-// The 16-byte segments of kRows rows x kBytes that thread threadIdx.x of kThreads takes: f(row,
-// segment) for each, in a fixed order (unrolled: the addresses are one add apart).
+// The 16-byte segments of kRows rows x kBytes that thread tid (default threadIdx.x) of kThreads takes:
+// f(row, segment) for each, in a fixed order (unrolled: the addresses are one add apart).
 template <int kRows, int kBytes, int kThreads, class F>
-__device__ __forceinline__ void for_own_segments(F&& f) {
+__device__ __forceinline__ void for_own_segments(F&& f, int tid) {
   constexpr int segs = kBytes / 16, n = (kRows * segs + kThreads - 1) / kThreads;
 #pragma unroll
   for (int i = 0; i < n; ++i) {
-    const int idx = int(threadIdx.x) + i * kThreads, r = idx / segs, sg = idx % segs;
+    const int idx = tid + i * kThreads, r = idx / segs, sg = idx % segs;
     if (n * kThreads > kRows * segs && idx >= kRows * segs) break;
     f(r, sg);
   }
@@ -334,12 +334,13 @@ __device__ __forceinline__ void for_own_segments(F&& f) {
 // once and stepped by a constant: in gla's chain the general form's copies, each address computed
 // anew, were 186 of its 403 warp instructions per chunk step (ncu, eleventh session).
 // kFull: the caller knows L >= kRows (no row test, no zero-fill address select: a full chunk).
+// tid: the copying thread's index among the kThreads (a loader warpgroup's threads count from 0).
 template <int kRows, int kBytes, int kThreads, bool kFull = false, class T>
-__device__ __forceinline__ void copy_rows_async(T* dst, int ld, int L, const T* src, int stride) {
+__device__ __forceinline__ void copy_rows_async(T* dst, int ld, int L, const T* src, int stride, int tid) {
   constexpr int segs = kBytes / 16, per = 16 / int(sizeof(T));
   if constexpr (kThreads % segs == 0 && (kRows * segs) % kThreads == 0) {
     constexpr int rpp = kThreads / segs;  // rows per pass
-    const int r0 = int(threadIdx.x) / segs, sg = int(threadIdx.x) % segs;
+    const int r0 = tid / segs, sg = tid % segs;
     const T* s0 = src + sg * per;  // row 0: the address of a zero-filled copy (never read)
     const T* s = s0 + r0 * stride;
     dst += r0 * ld + sg * per;
@@ -350,22 +351,30 @@ __device__ __forceinline__ void copy_rows_async(T* dst, int ld, int L, const T* 
       s += rpp * stride;
     }
   } else {
-    for_own_segments<kRows, kBytes, kThreads>([&](int r, int sg) {
-      const bool valid = kFull || r < L;
-      cp_async16(dst + r * ld + sg * per, src + (valid ? r * stride : 0) + sg * per, valid);
-    });
+    for_own_segments<kRows, kBytes, kThreads>(
+        [&](int r, int sg) {
+          const bool valid = kFull || r < L;
+          cp_async16(dst + r * ld + sg * per, src + (valid ? r * stride : 0) + sg * per, valid);
+        },
+        tid);
   }
+}
+template <int kRows, int kBytes, int kThreads, bool kFull = false, class T>
+__device__ __forceinline__ void copy_rows_async(T* dst, int ld, int L, const T* src, int stride) {
+  copy_rows_async<kRows, kBytes, kThreads, kFull>(dst, ld, L, src, stride, int(threadIdx.x));
 }
 
 // After this thread's cp.async wait: the float segments it copied with copy_rows_async (same kRows,
 // kBytes, kThreads) rounded to TF32 in place, so every fragment load of them needs no conversion.
 template <int kRows, int kBytes, int kThreads>
 __device__ __forceinline__ void round_own_rows_tf32(float* dst, int ld) {
-  for_own_segments<kRows, kBytes, kThreads>([&](int r, int sg) {
-    float4* x = reinterpret_cast<float4*>(dst + r * ld + 4 * sg);
-    const float4 v = *x;
-    *x = make_float4(tf32_round(v.x), tf32_round(v.y), tf32_round(v.z), tf32_round(v.w));
-  });
+  for_own_segments<kRows, kBytes, kThreads>(
+      [&](int r, int sg) {
+        float4* x = reinterpret_cast<float4*>(dst + r * ld + 4 * sg);
+        const float4 v = *x;
+        *x = make_float4(tf32_round(v.x), tf32_round(v.y), tf32_round(v.z), tf32_round(v.w));
+      },
+      int(threadIdx.x));
 }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
