@@ -11,10 +11,7 @@
 #             [KT=1] [KT_ARGS="--variant gdn --H 16 --T 8192 --backward 1 --keep 1"]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-gpu-logs}; mkdir -p "$OUT/logs"
-S=$OUT/summary.txt; L=$OUT/logs
-[ -f .gpu.tgz ] && [ ! -x .gpu/kcp ] && tar xzf .gpu.tgz
-export LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-} KCP_SOURCE_DIR=$PWD
+. scripts/gpu_packed_env.sh  # OUT, S, L; the pack unpacked, its environment
 K=.gpu/kcp
 COLS="new base"; [ -x .gpu/kcp_alt ] && COLS="new alt base"
 binof() { case $1 in new) echo $K ;; *) echo .gpu/kcp_$1 ;; esac; }

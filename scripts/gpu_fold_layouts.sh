@@ -16,10 +16,7 @@
 #             [SHAPES="T:seqs:H ..."] [BWD_SHAPES="T:seqs:H ..."] [BASE_ALL=1] [FWD_REPS=1] [PROF=1]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-gpu-logs}; mkdir -p "$OUT/logs"
-S=$OUT/summary.txt; L=$OUT/logs
-[ -f .gpu.tgz ] && [ ! -x .gpu/kcp ] && tar xzf .gpu.tgz
-export LD_LIBRARY_PATH=$PWD/.gpu/lib:${LD_LIBRARY_PATH:-} KCP_SOURCE_DIR=$PWD
+. scripts/gpu_packed_env.sh  # OUT, S, L; the pack unpacked, its environment
 K=.gpu/kcp; TC=.gpu/test_cuda
 LAYOUTS=${LAYOUTS:-auto 1 2 2x2}
 SHAPES=${SHAPES:-8192:1:16 32768:1:16 8192:1:32 16384:2:16 32768:4:16 32768:16:16 8192:1:64}
