@@ -69,25 +69,26 @@ __device__ void build_masks(const IntraGdnSmem& s, int L) {
 }
 
 // q k^T over the pass's keys (NP columns), lower 16x16 blocks only: warp w owns rows 16 (w % 4) and
-// the 8-column tiles 4 (w / 4) + j (the WY stage's gram, k k^T, has the same layout).
-template <int NP, bool S>
+// the 8-column tiles 4 (w / 4) + j (the WY stage's gram, k k^T, has the same layout). kQk: the q, k
+// tiles hold TF32 values already (intra_qk_exact), so their fragments load unconverted.
+template <int NP, bool S, bool kQk>
 __device__ void gram_products(const IntraGdnSmem& s, float (&qk)[4][4]) {
   const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = 32 * (w >> 2);
   auto rows = [](const float* t) { return [t](int m, int k) { return t[m * kLdM + k]; }; };
 #pragma unroll 2
   for (int k0 = 0; k0 < NP; k0 += 8) {
-    const FragA<S> aq = load_a<S>(rows(s.q), m0, k0);
+    const FragA<S> aq = load_a<S, kQk>(rows(s.q), m0, k0);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       if (n0 + 8 * j >= m0 + 16) continue;  // the whole tile has s > r
-      mma<S>(qk[j], aq, load_b<S>([&](int k, int n) { return s.k[n * kLdM + k]; }, k0, n0 + 8 * j));
+      mma<S>(qk[j], aq, load_b<S, kQk>([&](int k, int n) { return s.k[n * kLdM + k]; }, k0, n0 + 8 * j));
     }
   }
 }
 
 // dq = M_A k and dk = M_L k + M_A^T q + M_L^T k for the pass's NP key columns: warp w owns rows
 // 16 (w % 4) and the 8-column tiles (w / 4) NP/16 + j. Zero blocks of the triangles are skipped.
-template <int NP, bool S>
+template <int NP, bool S, bool kQk>
 __device__ void intra_products(const IntraGdnSmem& s, float (&dq)[NP / 16][4], float (&dk)[NP / 16][4]) {
   constexpr int NJ = NP / 16;
   const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = (w >> 2) * (NP / 2);
@@ -97,7 +98,7 @@ __device__ void intra_products(const IntraGdnSmem& s, float (&dq)[NP / 16][4], f
     const FragA<S> aL = load_a<S>([&](int m, int k) { return s.ML[m * kLdM + k]; }, m0, k0);
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
-      const FragB<S> bk = load_b<S>(kmaj(s.k), k0, n0 + 8 * j);
+      const FragB<S> bk = load_b<S, kQk>(kmaj(s.k), k0, n0 + 8 * j);
       mma<S>(dq[j], aA, bk);
       mma<S>(dk[j], aL, bk);
     }
@@ -107,8 +108,8 @@ __device__ void intra_products(const IntraGdnSmem& s, float (&dq)[NP / 16][4], f
     const FragA<S> aL = load_a<S>([&](int m, int k) { return s.ML[k * kLdM + m]; }, m0, k0);
 #pragma unroll
     for (int j = 0; j < NJ; ++j) {
-      mma<S>(dk[j], aA, load_b<S>(kmaj(s.q), k0, n0 + 8 * j));
-      mma<S>(dk[j], aL, load_b<S>(kmaj(s.k), k0, n0 + 8 * j));
+      mma<S>(dk[j], aA, load_b<S, kQk>(kmaj(s.q), k0, n0 + 8 * j));
+      mma<S>(dk[j], aL, load_b<S, kQk>(kmaj(s.k), k0, n0 + 8 * j));
     }
   }
 }
@@ -238,6 +239,14 @@ __device__ void store_normed(const BwdParams& bp, const IntraGdnSmem& s, const C
 // path and the launch's shared memory (floats_norm) both follow it.
 __host__ __device__ inline bool intra_forms_norm(const BwdParams& bp) { return bp.direct_qk && bp.c.l2norm; }
 
+// Whether the pass tiles hold TF32 values (unsplit products, 16-bit q and k without the fused norm's
+// rstd): then the products' q, k fragments need no conversion. Their F2FP conversions were ~6% of the
+// kernel's instructions (ncu by source line, gdn T = 8192, 2026-12-03).
+inline bool intra_qk_exact(const BwdParams& bp) {
+  auto half = [](int dt) { return dt == kBF16 || dt == kF16; };
+  return !bwd_split_products(bp) && !bp.c.l2norm && half(bp.c.q.dt) && half(bp.c.k.dt);
+}
+
 // Z from the gram accumulators, then da_t = sum_{r >= t} (row prefix of Z)_r(t) -> the partial slot.
 __device__ void intra_gate_gdn(const BwdParams& bp, const IntraGdnSmem& s, const ChunkInfo& ck, int hv,
                                const float (&qk)[4][4], const float (&kk)[4][4]) {
@@ -287,7 +296,7 @@ __device__ void wy_to_intra(const IntraGdnSmem& s, const float (&dl)[4][4]) {
 
 // The intra stage's passes over the keys: dq, dk (through the fused norm's backward where this kernel
 // forms it), and q k^T into qk.
-template <int KD, bool kSplit>
+template <int KD, bool kSplit, bool kQk>
 __device__ void intra_passes(const BwdParams& bp, const IntraGdnSmem& s, const ChunkInfo& ck, int hv, float (&qk)[4][4]) {
   constexpr int NP = KD < kPass ? KD : kPass;
   static_assert(KD <= 2 * NP, "the fused norm's backward keeps the sums of one earlier pass (Xq, Xk)");
@@ -299,9 +308,9 @@ __device__ void intra_passes(const BwdParams& bp, const IntraGdnSmem& s, const C
     __syncthreads();  // build_masks, or the previous pass, is done
     load_pass_tiles<NP>(s, p, ck, h, d0);
     __syncthreads();
-    gram_products<NP, kSplit>(s, qk);
+    gram_products<NP, kSplit, kQk>(s, qk);
     float dq[NP / 16][4] = {}, dk[NP / 16][4] = {};
-    intra_products<NP, kSplit>(s, dq, dk);
+    intra_products<NP, kSplit, kQk>(s, dq, dk);
     add_parts<NP>(bp, ck, hv, d0, dq, dk);
     if (!norm) {
       store_pass<NP>(bp, ck, hv, d0, dq, dk);
@@ -332,7 +341,7 @@ __device__ void intra_passes(const BwdParams& bp, const IntraGdnSmem& s, const C
   }
 }
 
-template <int KD, bool kSplit>
+template <int KD, bool kSplit, bool kQk>
 __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_intra_gdn_kernel(const __grid_constant__ BwdParams bp) {
   const ChunkInfo ck = chunk_at(bp.c, blockIdx.x);
   const int hv = blockIdx.y;
@@ -347,7 +356,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_intra_gdn_kernel(const 
     wy_to_intra(s, dl);
   }
   build_masks(s, ck.len);
-  intra_passes<KD, kSplit>(bp, s, ck, hv, qk);
+  intra_passes<KD, kSplit, kQk>(bp, s, ck, hv, qk);
   intra_gate_gdn(bp, s, ck, hv, qk, kk);
 }
 
@@ -358,7 +367,10 @@ void launch_bwd_intra_gdn(const BwdParams& bp, cudaStream_t stream) {
   const size_t smem = sizeof(float) * (intra_forms_norm(bp) ? IntraGdnSmem::floats_norm : IntraGdnSmem::floats);
   dispatch_bwd(bp, [&](auto kd, auto split) {
     constexpr int KD = decltype(kd)::value;
-    launch_kernel(bwd_wy_intra_gdn_kernel<KD, decltype(split)::value>, dim3(p.NT, p.HV), dim3(kBwdThreads), smem, stream, bp);
+    constexpr bool kS = decltype(split)::value;
+    const dim3 grid(p.NT, p.HV);
+    if (!kS && intra_qk_exact(bp)) launch_kernel(bwd_wy_intra_gdn_kernel<KD, false, true>, grid, dim3(kBwdThreads), smem, stream, bp);
+    else launch_kernel(bwd_wy_intra_gdn_kernel<KD, kS, false>, grid, dim3(kBwdThreads), smem, stream, bp);
   });
 }
 
