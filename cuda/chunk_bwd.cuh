@@ -106,10 +106,9 @@ inline bool direct_dg_output(const BwdParams& bp) { return (bp.c.kda || bp.c.gla
 // (the chain splits its products iff do is float32); mixed dtypes keep the scan over dhu_local's B_c.
 inline bool gla_dh_chain_applies(const BwdParams& bp) {
   const ChunkParams& p = bp.c;
-  auto half = [](int dt) { return dt == kBF16 || dt == kF16; };
   const bool all32 = p.q.dt == kF32 && p.k.dt == kF32 && p.v.dt == kF32;
-  const bool all16 = half(p.q.dt) && half(p.k.dt) && half(p.v.dt);
-  const bool do_ok = (bp.d_o.dt == kF32 && all32) || (half(bp.d_o.dt) && all16);
+  const bool all16 = is_16bit(p.q.dt) && is_16bit(p.k.dt) && is_16bit(p.v.dt);
+  const bool do_ok = (bp.d_o.dt == kF32 && all32) || (is_16bit(bp.d_o.dt) && all16);
   const int64_t es = bp.d_o.dt == kF32 ? 4 : 2;  // its rows are copied 16 bytes at a time, as v's
   const bool do_aligned = reinterpret_cast<uintptr_t>(bp.d_o.p) % 16 == 0 && (bp.d_o.st * es) % 16 == 0 &&
                           (bp.d_o.sx * es) % 16 == 0;

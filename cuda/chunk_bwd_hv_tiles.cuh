@@ -139,7 +139,7 @@ __device__ __forceinline__ void ldm_b_slab2(FragB<S>& b0, FragB<S>& b1, const fl
 // outside the element loop (load_bits switches per element: branches around every load, ncu).
 template <int N, class Off, class In>
 __device__ __forceinline__ void load_bits_all(uint32_t (&bits)[N], const RowsView& v, Off off, In in) {
-  if (v.dt == kBF16 || v.dt == kF16) {
+  if (is_16bit(v.dt)) {
     const uint16_t* p = static_cast<const uint16_t*>(v.p);
 #pragma unroll
     for (int u = 0; u < N; ++u) bits[u] = in(u) ? uint32_t(p[off(u)]) : 0u;

@@ -243,8 +243,7 @@ __host__ __device__ inline bool intra_forms_norm(const BwdParams& bp) { return b
 // rstd): then the products' q, k fragments need no conversion. Their F2FP conversions were ~6% of the
 // kernel's instructions (ncu by source line, gdn T = 8192, 2026-12-03).
 inline bool intra_qk_exact(const BwdParams& bp) {
-  auto half = [](int dt) { return dt == kBF16 || dt == kF16; };
-  return !bwd_split_products(bp) && !bp.c.l2norm && half(bp.c.q.dt) && half(bp.c.k.dt);
+  return !bwd_split_products(bp) && !bp.c.l2norm && is_16bit(bp.c.q.dt) && is_16bit(bp.c.k.dt);
 }
 
 // Z from the gram accumulators, then da_t = sum_{r >= t} (row prefix of Z)_r(t) -> the partial slot.

@@ -377,7 +377,7 @@ void launch_gla_state(const StateParams& sp, int input_dtype, cudaStream_t strea
   KCP_CHECK(!sp.h_tf32 || (sp.o.p && sp.mid == 0), "gla state: h is stored TF32-rounded only for an output of "
             "one chain (the plain forward), not in halves");
   StateParams s = sp;  // h as the chain stores it (stored_h): rounded where the inputs are 16-bit
-  s.h_tf32 = sp.h_tf32 && (input_dtype == kBF16 || input_dtype == kF16);
+  s.h_tf32 = sp.h_tf32 && is_16bit(input_dtype);
   launch_chain<false>(s, input_dtype, stream);
   if (s.o.p) launch_gla_output(s, input_dtype, stream);
 }

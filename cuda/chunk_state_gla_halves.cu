@@ -57,7 +57,7 @@ __global__ void gla_halves_final_kernel(const StateParams sp) {
 void launch_gla_state_halves(const StateParams& sp, int input_dtype, cudaStream_t stream) {
   const ChunkParams& p = sp.c;
   KCP_CHECK(p.gla && p.N == 1 && sp.mid > 0 && sp.mid < p.NT && sp.s_mid && sp.f_local && sp.decay && sp.h &&
-                p.V % 4 == 0 && (input_dtype == kBF16 || input_dtype == kF16),
+                p.V % 4 == 0 && is_16bit(input_dtype),
             "gla state in halves: expected one sequence of more than mid = ", sp.mid, " chunks, 16-bit inputs, ",
             "V a multiple of 4, the stored states and the halves' buffers");
   if (p.HV == 0) return;

@@ -187,7 +187,7 @@ bool Pipeline::Impl::halves_apply(const ChunkParams& c, int dtype) const {
     return e ? std::atoi(e) : -1;
   }();
   const int mode = gla_halves_mode >= 0 ? gla_halves_mode : env;
-  if (mode == 0 || !c.gla || c.N != 1 || c.NT < 2 || !(dtype == kBF16 || dtype == kF16) || c.V % 4) return false;
+  if (mode == 0 || !c.gla || c.N != 1 || c.NT < 2 || !is_16bit(dtype) || c.V % 4) return false;
   const int64_t blocks = 2 * int64_t(c.HV) * (c.K / 32) * (c.V / 32);
   return mode > 0 || (c.NT >= 64 && blocks <= int64_t(multiprocessors(c)));
 }

@@ -17,6 +17,8 @@ namespace kcp::cuda {
 
 // Run-time dtype codes of views passed to kernels (DType order does not matter on the device).
 enum DCode : int { kF32 = 0, kF16 = 1, kBF16 = 2, kF64 = 3 };
+// A 16-bit code (bf16 or fp16): its values are exact in TF32 and in float32.
+__host__ __device__ constexpr bool is_16bit(int dt) { return dt == kBF16 || dt == kF16; }
 
 constexpr float kRcpLn2 = 1.4426950216f;  // float32(log2 e), FLA's RCP_LN2
 
