@@ -97,8 +97,10 @@ __device__ void slab_products_wg(const HvSmem& s, HvAcc<KW / 16>& a, int w) {
   auto& vdh = reinterpret_cast<float(&)[NH / 2]>(a.vdh);
   auto& X = reinterpret_cast<float(&)[16]>(a.X);
   // B descriptors (K-major, swizzled): h and dh rows of the group's h columns, vnew rows of its X columns
-  const uint64_t b_h = wg::desc(s.h + hb * kSlab, 16, 1024, true), b_dh = wg::desc(s.dh + hb * kSlab, 16, 1024, true);
-  const uint64_t b_vn = wg::desc(s.vn + xb * kSlab, 16, 1024, true);
+  // (by desc_warp: in uniform registers)
+  const uint64_t b_h = wg::desc_warp(s.h + hb * kSlab, 16, 1024, true);
+  const uint64_t b_dh = wg::desc_warp(s.dh + hb * kSlab, 16, 1024, true);
+  const uint64_t b_vn = wg::desc_warp(s.vn + xb * kSlab, 16, 1024, true);
   struct Frags {
     FragA<false> x, o, xu, vn;  // X's A (do or dvnew), do (kX = 1), dXu, vnew
   };

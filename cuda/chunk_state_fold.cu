@@ -369,7 +369,9 @@ __global__ void __launch_bounds__(kBlockThreads<NW>, 1) chunk_state_fold_kernel(
   stage_state(s, op, S);
   if (sp.h && c_begin < c_end) write_h<KD, NA>(sp, c_begin, hv, v0, S);
   for (int c = c_begin; c < c_end; ++c) {
-    const int st = (c - c_begin) & 1;
+    // The stage from lane 0: ptxas then keeps the stage's descriptors in uniform registers (from c,
+    // loaded from the chunk table, it kept them in ordinary ones, two R2UR before every wgmma).
+    const int st = __shfl_sync(0xffffffffu, (c - c_begin) & 1, 0);
     const uint64_t so = st ? kStageDesc : 0;
     const ChunkInfo after = c + 2 < c_end ? p.chunks[c + 2] : next;
     if (!kLoader) cp_async_wait<0>();

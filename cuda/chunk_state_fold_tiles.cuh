@@ -26,8 +26,13 @@ namespace kcp::cuda::fold {
 constexpr int kWarpgroup = 128;
 // This thread's warpgroup within a block of NW (its state columns, v tile and operand tiles); with one,
 // the constant 0, so that the one-warpgroup kernels keep the code they had before there were more.
+// Broadcast from lane 0 (call with the warp converged): ptxas then knows the value is the same across
+// the warp and keeps the operand tiles' wgmma descriptors in uniform registers (threadIdx / 128 put
+// them in ordinary ones, moved by R2UR before every wgmma).
 template <int NW>
-__device__ __forceinline__ int warpgroup() { return NW == 1 ? 0 : int(threadIdx.x) / kWarpgroup; }
+__device__ __forceinline__ int warpgroup() {
+  return NW == 1 ? 0 : __shfl_sync(0xffffffffu, int(threadIdx.x) / kWarpgroup, 0);
+}
 constexpr int kTileT = 4 * kChunk * kChunk;  // bytes of a 64x64 float tile (P, Aqk)
 // The hi + lo operand tiles (S, Vt: N-major blocked, 2 BV 16-bit columns, hi in columns < BV): bytes of
 // one 8-row group (the descriptors' LBO), and the lo part's offset within a group.

@@ -51,6 +51,16 @@ __device__ __forceinline__ uint64_t desc(const void* smem, uint32_t lbo, uint32_
          (uint64_t(swizzle128) << 62);
 }
 
+// The same for an address the whole warp shares, read from lane 0 (call with the warp converged, as
+// wgmma needs it anyway): ptxas cannot always see that an address is uniform (a thread's warp group,
+// a buffer chosen by a loop counter) and then keeps the descriptor in ordinary registers, moved by two
+// R2UR before every wgmma that reads it; from a shuffle it keeps it in uniform registers.
+__device__ __forceinline__ uint64_t desc_warp(const void* smem, uint32_t lbo, uint32_t sbo, bool swizzle128 = false) {
+  const uint32_t a = __shfl_sync(0xffffffffu, static_cast<uint32_t>(__cvta_generic_to_shared(smem)), 0);
+  return uint64_t((a & 0x3ffffu) >> 4) | (uint64_t((lbo >> 4) & 0x3fffu) << 16) | (uint64_t((sbo >> 4) & 0x3fffu) << 32) |
+         (uint64_t(swizzle128) << 62);
+}
+
 // A descriptor advanced by `bytes` (its address field counts 16-byte units; shared addresses stay below
 // 2^18, so the 14-bit field never carries into LBO).
 __device__ __forceinline__ uint64_t adv(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
