@@ -239,9 +239,9 @@ __device__ void store_normed(const BwdParams& bp, const IntraGdnSmem& s, const C
 // path and the launch's shared memory (floats_norm) both follow it.
 __host__ __device__ inline bool intra_forms_norm(const BwdParams& bp) { return bp.direct_qk && bp.c.l2norm; }
 
-// Whether the pass tiles hold TF32 values (unsplit products, 16-bit q and k without the fused norm's
-// rstd): then the products' q, k fragments need no conversion. Their F2FP conversions were ~6% of the
-// kernel's instructions (ncu by source line, gdn T = 8192, 2026-12-03).
+// Whether the pass tiles and the WY stage's k slabs hold TF32 values (unsplit products, 16-bit q and k
+// without the fused norm's rstd): then the products' q, k fragments need no conversion. The passes'
+// F2FP conversions were ~6% of the kernel's instructions (ncu by source line, gdn T = 8192, 2026-12-03).
 inline bool intra_qk_exact(const BwdParams& bp) {
   return !bwd_split_products(bp) && !bp.c.l2norm && is_16bit(bp.c.q.dt) && is_16bit(bp.c.k.dt);
 }
@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(kBwdThreads, 2) bwd_wy_intra_gdn_kernel(const 
   float qk[4][4] = {}, kk[4][4] = {};
   {
     float dl[4][4];
-    wy::wy_backward<KD, false, kSplit>(bp, s.wy_view(), ck, hv, blk, kk, dl);
+    wy::wy_backward<KD, false, kSplit, kQk>(bp, s.wy_view(), ck, hv, blk, kk, dl);
     wy_to_intra(s, dl);
   }
   build_masks(s, ck.len);

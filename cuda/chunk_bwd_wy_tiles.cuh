@@ -71,18 +71,19 @@ __device__ __forceinline__ int nt_row(int e) { return acc_row(16 * ((threadIdx.x
 __device__ __forceinline__ int nt_col(int j, int e) { return acc_col(32 * (threadIdx.x >> 7) + 8 * j, e); }
 
 // One 32-key slab of gdn's raw gram k k^T on tensor cores, in tile_nt's layout (tiles wholly above
-// the diagonal skipped: the strict lower triangle is all that is kept).
-template <bool S>
+// the diagonal skipped: the strict lower triangle is all that is kept). kExact: the slab holds TF32
+// values already (16-bit k without the fused norm's rstd, unsplit: intra_qk_exact), no conversion.
+template <bool S, bool kExact>
 __device__ __forceinline__ void gram_slab_gdn(float (&acc)[4][4], const WySmem& s) {
   const int w = threadIdx.x >> 5, m0 = 16 * (w & 3), n0 = 32 * (w >> 2);
 #pragma unroll
   for (int k0 = 0; k0 < kSlab; k0 += 8) {
-    const FragA<S> a = ldm_a_row<S>(s.k, kLdS, m0, k0, false);  // kLdS = 4 mod 32
+    const FragA<S> a = ldm_a_row<S>(s.k, kLdS, m0, k0, kExact);  // kLdS = 4 mod 32
 #pragma unroll
     for (int j = 0; j < 4; j += 2) {
       if (n0 + 8 * j >= m0 + 16) continue;
       FragB<S> b[2];
-      ldm_b_nk2<S>(b[0], b[1], s.k, kLdS, k0, n0 + 8 * j, false);  // B(k, n) = k_n[k]
+      ldm_b_nk2<S>(b[0], b[1], s.k, kLdS, k0, n0 + 8 * j, kExact);  // B(k, n) = k_n[k]
       mma<S>(acc[j], a, b[0]);
       mma<S>(acc[j + 1], a, b[1]);
     }
@@ -94,7 +95,7 @@ __device__ __forceinline__ void gram_slab_gdn(float (&acc)[4][4], const WySmem& 
 // on entry). The slabs come through registers, so the caller's cp.async copies (the gates, W1, P and
 // the fused kernel's dA: ~50 KB a block) stay in flight during the products and are waited for at
 // the end, where the decay first reads the gates.
-template <int KD, bool kSplit>
+template <int KD, bool kSplit, bool kExact>
 __device__ void wy_gram_gdn(const BwdParams& bp, const WySmem& s, const ChunkInfo& ck, int hv, float (&acc)[4][4]) {
   const ChunkParams& p = bp.c;
   const int L = ck.len, h = hv / p.G;
@@ -106,7 +107,7 @@ __device__ void wy_gram_gdn(const BwdParams& bp, const WySmem& s, const ChunkInf
     next.store(nullptr, s.k, kLdS, p, ck.t0, h, L, d0);
     if (d0 + kSlab < KD) next.load(p, ck.t0, h, L, d0 + kSlab, false, vec);
     __syncthreads();
-    gram_slab_gdn<kSplit>(acc, s);
+    gram_slab_gdn<kSplit, kExact>(acc, s);
   }
   cp_async_wait_all();
   __syncthreads();
@@ -134,8 +135,9 @@ __device__ inline void load_gram_kda(const ChunkParams& p, const WySmem& s, int6
 
 // The WY backward of one (chunk, value head) block: dbeta_e written, dL = -strict_lower(T P'^T) (rows
 // < L) left in dl, tile_nt's layout; gdn's raw gram k k^T (before its decay: kernel intra's k k^T
-// over the same keys, in the same order) left in gram. s.bet and s.gsc are filled here.
-template <int KD, bool kKDA, bool kSplit>
+// over the same keys, in the same order) left in gram. s.bet and s.gsc are filled here. kQk (gdn): k's
+// slabs hold TF32 values (intra_qk_exact), so the gram's fragments load unconverted.
+template <int KD, bool kKDA, bool kSplit, bool kQk = false>
 __device__ void wy_backward(const BwdParams& bp, const WySmem& s, const ChunkInfo& ck, int hv, int64_t blk,
                             float (&gram)[4][4], float (&dl)[4][4]) {
   const ChunkParams& p = bp.c;
@@ -145,7 +147,7 @@ __device__ void wy_backward(const BwdParams& bp, const WySmem& s, const ChunkInf
   copy_rows_async(s.W, kLdC, bp.Wc + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);  // W1, and raw P into X (both free until dP)
   copy_rows_async(s.X, kLdC, p.P + blk * kChunk * kChunk, kChunk, kChunk, 0, kChunk);
   if constexpr (kKDA) load_gram_kda(p, s, blk, L);
-  else wy_gram_gdn<KD, kSplit>(bp, s, ck, hv, gram);
+  else wy_gram_gdn<KD, kSplit, kQk>(bp, s, ck, hv, gram);
   __syncthreads();  // the slabs are consumed: P' takes their place
   for (int idx = threadIdx.x; idx < kChunk * kChunk; idx += kBwdThreads) {
     const int a = idx / kChunk, b = idx % kChunk;
