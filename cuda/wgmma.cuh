@@ -45,10 +45,13 @@ __host__ __device__ constexpr int sw128_offset(int r, int c, int rows) {
 // operand needs no LBO (its K extent stays inside one 128-byte row; stepping along K adds the byte
 // offset to the start address) and SBO = 1024 (8 rows); an MN-major one has LBO = the distance
 // between 128-byte-wide regions along M/N and SBO = 1024 (8 rows along K).
-__device__ __forceinline__ uint64_t desc(const void* smem, uint32_t lbo, uint32_t sbo, bool swizzle128 = false) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+// (desc_shared: from a shared-space address.)
+__device__ __forceinline__ uint64_t desc_shared(uint32_t a, uint32_t lbo, uint32_t sbo, bool swizzle128) {
   return uint64_t((a & 0x3ffffu) >> 4) | (uint64_t((lbo >> 4) & 0x3fffu) << 16) | (uint64_t((sbo >> 4) & 0x3fffu) << 32) |
          (uint64_t(swizzle128) << 62);
+}
+__device__ __forceinline__ uint64_t desc(const void* smem, uint32_t lbo, uint32_t sbo, bool swizzle128 = false) {
+  return desc_shared(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), lbo, sbo, swizzle128);
 }
 
 // The same for an address the whole warp shares, read from lane 0 (call with the warp converged, as
@@ -56,9 +59,7 @@ __device__ __forceinline__ uint64_t desc(const void* smem, uint32_t lbo, uint32_
 // a buffer chosen by a loop counter) and then keeps the descriptor in ordinary registers, moved by two
 // R2UR before every wgmma that reads it; from a shuffle it keeps it in uniform registers.
 __device__ __forceinline__ uint64_t desc_warp(const void* smem, uint32_t lbo, uint32_t sbo, bool swizzle128 = false) {
-  const uint32_t a = __shfl_sync(0xffffffffu, static_cast<uint32_t>(__cvta_generic_to_shared(smem)), 0);
-  return uint64_t((a & 0x3ffffu) >> 4) | (uint64_t((lbo >> 4) & 0x3fffu) << 16) | (uint64_t((sbo >> 4) & 0x3fffu) << 32) |
-         (uint64_t(swizzle128) << 62);
+  return desc_shared(__shfl_sync(0xffffffffu, static_cast<uint32_t>(__cvta_generic_to_shared(smem)), 0), lbo, sbo, swizzle128);
 }
 
 // A descriptor advanced by `bytes` (its address field counts 16-byte units; shared addresses stay below
