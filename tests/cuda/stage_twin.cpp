@@ -1,6 +1,7 @@
 // make_stage_twin(): runs chunkwise_forward_trace per (sequence, value head) and scatters every
 // per-chunk matrix into the CUDA buffers' layouts (stage_twin.h). gla has no P and no w (they stay
-// NaN: the CUDA pipeline writes neither for gla), beta_e = 0 and u = v.
+// NaN: the CUDA pipeline writes neither for gla), beta_e = 0 and u = v. make_backward_twin(): the same
+// with chunkwise_backward_trace.
 #include "tests/cuda/stage_twin.h"
 
 #include <cmath>
@@ -64,6 +65,38 @@ StageTwin make_stage_twin(const Problem& p, const Inputs& in) {
       }
       for (int64_t i = 0; i < p.K; ++i)
         for (int64_t j = 0; j < p.V; ++j) w.ht(n, hv, i, j) = t.ht(i, j);
+    }
+    chunk0 += nt;
+  }
+  return w;
+}
+
+BackwardTwin make_backward_twin(const Problem& p, const Inputs& in, const Cotangents& cot) {
+  const int64_t TT = p.B * p.T, Kg = p.per_channel_gate() ? p.K : 1;
+  int64_t NT = 0;
+  for (int64_t n = 0; n < p.N; ++n) NT += ref::chunk_count(p.sequence(n).len, C);
+  BackwardTwin w;
+  w.dh = Tensor<double>({NT, p.HV, p.K, p.V}, kNaN), w.dvnew = Tensor<double>({TT, p.HV, p.V}, kNaN);
+  w.dqv = Tensor<double>({TT, p.HV, p.K}, kNaN), w.dkv = Tensor<double>({TT, p.HV, p.K}, kNaN);
+  w.dbeta = Tensor<double>({TT, p.HV}, kNaN), w.da = Tensor<double>({TT, p.HV, Kg}, kNaN);
+  int64_t chunk0 = 0;
+  for (int64_t n = 0; n < p.N; ++n) {
+    const SeqRange seq = p.sequence(n);
+    const int64_t nt = ref::chunk_count(seq.len, C);
+    for (int64_t hv = 0; hv < p.HV; ++hv) {
+      const ref::HeadData<double> d = ref::load_head<double>(p, in, n, hv);
+      const ref::HeadCotangents<double> hc = ref::load_head_cotangents(p, cot, d);
+      const ref::ChunkwiseBackwardTrace<double> t = ref::chunkwise_backward_trace(p, d, hc.d_o, hc.dht);
+      for (int64_t ci = 0; ci < nt; ++ci)
+        for (int64_t i = 0; i < p.K; ++i)
+          for (int64_t j = 0; j < p.V; ++j) w.dh(chunk0 + ci, hv, i, j) = t.dh[size_t(ci)](i, j);
+      for (int64_t r = 0; r < seq.len; ++r) {
+        const int64_t tt = seq.t0 + r, ci = r / C, rr = r % C;
+        for (int64_t j = 0; j < p.V; ++j) w.dvnew(tt, hv, j) = t.chunk[size_t(ci)].dvnew(rr, j);
+        for (int64_t i = 0; i < p.K; ++i) w.dqv(tt, hv, i) = t.grads.dq(r, i), w.dkv(tt, hv, i) = t.grads.dk(r, i);
+        for (int64_t i = 0; i < Kg; ++i) w.da(tt, hv, i) = t.grads.da(r, i);
+        if (p.delta_rule()) w.dbeta(tt, hv) = t.grads.dbeta(r);
+      }
     }
     chunk0 += nt;
   }

@@ -17,4 +17,13 @@ struct StageTwin {
 // From host inputs and a float64 problem; chunk order as the CUDA chunk table (sequence-major).
 StageTwin make_stage_twin(const Problem& p64, const Inputs& host_inputs);
 
+// The backward's stage results of the twin (reference/chunkwise_backward.cpp), laid out like the CUDA
+// pipeline's BackwardBuffers: dh [NT,HV,K,V] (the gradient of the state leaving each chunk), dvnew
+// [TT,HV,V], dqv, dkv [TT,HV,K] per value head, dbeta [TT,HV] (w.r.t. the effective beta; NaN for gla)
+// and da [TT,HV,Kg] (w.r.t. the log decay).
+struct BackwardTwin {
+  Tensor<double> dh, dvnew, dqv, dkv, dbeta, da;
+};
+BackwardTwin make_backward_twin(const Problem& p64, const Inputs& host_inputs, const Cotangents& host_cotangents);
+
 }  // namespace kcp::test

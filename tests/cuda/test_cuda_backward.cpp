@@ -44,6 +44,7 @@
 #include "reference/backend_cpu.h"
 #include "reference/chunkwise.h"
 #include "tests/cuda/cuda_support.h"
+#include "tests/cuda/stage_twin.h"
 #include "validation/compare.h"
 #include "validation/float_rule.h"
 #include "validation/run_case.h"
@@ -297,41 +298,17 @@ TEST_CASE("cuda-chunkwise backward stages match the CPU chunkwise twin" * doctes
         gr.dv = dv_gla.view;
         pipe.backward(p32, din.views, {d_o.view, dht.view}, gr);
         const cuda::BackwardBuffers& b = pipe.backward_buffers();
-        const int64_t TT = p64.T, Kg = p64.per_channel_gate() ? p64.K : 1;
-        const double kNaN = std::nan("");
-        Tensor<double> dh(b.dh.shape, kNaN), dvnew(b.dvnew.shape, kNaN), dqv(b.dqv.shape, kNaN), dkv(b.dkv.shape, kNaN);
-        Tensor<double> dbeta({TT, p64.HV}, kNaN), da({TT, p64.HV, Kg}, kNaN);
-        int64_t chunk0 = 0;
-        for (int64_t n = 0; n < p64.N; ++n) {
-          const SeqRange seq = p64.sequence(n);
-          const int64_t nt = ref::chunk_count(seq.len, 64);
-          for (int64_t hv = 0; hv < p64.HV; ++hv) {
-            const ref::HeadData<double> d = ref::load_head<double>(p64, c.inputs(), n, hv);
-            const ref::HeadCotangents<double> hc = ref::load_head_cotangents(p64, c.cotangents(), d);
-            const ref::ChunkwiseBackwardTrace<double> t = ref::chunkwise_backward_trace(p64, d, hc.d_o, hc.dht);
-            for (int64_t ci = 0; ci < nt; ++ci)
-              for (int64_t i = 0; i < p64.K; ++i)
-                for (int64_t j = 0; j < p64.V; ++j) dh(chunk0 + ci, hv, i, j) = t.dh[size_t(ci)](i, j);
-            for (int64_t r = 0; r < seq.len; ++r) {
-              const int64_t tt = seq.t0 + r, ci = r / 64, rr = r % 64;
-              for (int64_t j = 0; j < p64.V; ++j) dvnew(tt, hv, j) = t.chunk[size_t(ci)].dvnew(rr, j);
-              for (int64_t i = 0; i < p64.K; ++i) dqv(tt, hv, i) = t.grads.dq(r, i), dkv(tt, hv, i) = t.grads.dk(r, i);
-              for (int64_t i = 0; i < Kg; ++i) da(tt, hv, i) = t.grads.da(r, i);
-              if (p64.delta_rule()) dbeta(tt, hv) = t.grads.dbeta(r);
-            }
-          }
-          chunk0 += nt;
-        }
+        test::BackwardTwin t = test::make_backward_twin(p64, c.inputs(), c.cotangents());
         const double bar = dt == DType::f32 ? val::tol::kFloatVsDouble : val::tol::kCudaTf32;
         const std::string nm = s.name();
         // pipeline order: the first failure names the kernel
-        if (!test::check_rel_l2("dhu:dh", nm, test::to_host(*gpu, b.dh), dh.view(), bar)) return;
-        const TensorView dvnew_ref = gla ? TensorView(dvnew.data(), DType::f64, shape_v(p64)) : dvnew.view();
+        if (!test::check_rel_l2("dhu:dh", nm, test::to_host(*gpu, b.dh), t.dh.view(), bar)) return;
+        const TensorView dvnew_ref = gla ? TensorView(t.dvnew.data(), DType::f64, shape_v(p64)) : t.dvnew.view();
         if (!test::check_rel_l2("dhu:dvnew", nm, test::to_host(*gpu, gla ? dv_gla.view : b.dvnew), dvnew_ref, bar)) return;
-        test::check_rel_l2("chunk:dq", nm, test::to_host(*gpu, b.dqv), dqv.view(), bar);
-        test::check_rel_l2("chunk:dk", nm, test::to_host(*gpu, b.dkv), dkv.view(), bar);
-        if (p64.delta_rule()) test::check_rel_l2("chunk:dbeta", nm, test::to_host(*gpu, b.dbeta_e), dbeta.view(), bar);
-        test::check_rel_l2("chunk:da", nm, test::to_host(*gpu, b.da), da.view(), bar);
+        test::check_rel_l2("chunk:dq", nm, test::to_host(*gpu, b.dqv), t.dqv.view(), bar);
+        test::check_rel_l2("chunk:dk", nm, test::to_host(*gpu, b.dkv), t.dkv.view(), bar);
+        if (p64.delta_rule()) test::check_rel_l2("chunk:dbeta", nm, test::to_host(*gpu, b.dbeta_e), t.dbeta.view(), bar);
+        test::check_rel_l2("chunk:da", nm, test::to_host(*gpu, b.da), t.da.view(), bar);
       }
     }
 }
