@@ -176,7 +176,7 @@ struct SlabPrefetch {
     dt = v.dt;
     const int64_t o = row_off(v, t0, x) + j0;
     const int es = v.dt == kF32 ? 4 : 2, al = es * kN < 16 ? es * kN : 16;
-    vec = v.p && (v.dt == kF32 || is_16bit(v.dt)) &&
+    vec = v.p && (v.dt == kF32 || v.dt == kBF16 || v.dt == kF16) &&
           ((reinterpret_cast<uintptr_t>(v.p) + uintptr_t(o * es)) % al == 0) && (v.st * es) % al == 0;
     if (vec) {
       const int r = threadIdx.x / kLanes;

@@ -218,7 +218,7 @@ __device__ __forceinline__ void qk_group_store(const QkGroup& g, int dt, float* 
 // aligned (rows_vec8_ok, c0 % 8 == 0): columns [c0, c0 + kCols) of rows [0, 64) (rows >= L zero) as
 // QkGroups, one 16-byte load per group (two for float32), every load issued before the first conversion.
 __device__ __forceinline__ bool rows_vec8_ok(const RowsView& v) {
-  return (v.dt == kF32 || is_16bit(v.dt)) && rows_vec16(v, v.dt == kF32 ? 4 : 8);
+  return (v.dt == kF32 || v.dt == kBF16 || v.dt == kF16) && rows_vec16(v, v.dt == kF32 ? 4 : 8);
 }
 template <int kCols>
 __device__ __forceinline__ void load_rows_vec8(float* s, int lds, const RowsView& v, int64_t t0, int x, int L, int c0) {
@@ -261,7 +261,7 @@ __device__ __forceinline__ void load_rows_any(float* s, int lds, const RowsView&
 // Whether q and k allow QkSlab's 16-byte loads (one dtype of 16 or 32 bits, aligned rows).
 __device__ __forceinline__ bool qk_rows_vec16(const ChunkParams& p) {
   const int dt = p.q.dt, E = dt == kF32 ? 4 : 8;
-  return p.k.dt == dt && (is_16bit(dt) || dt == kF32) && rows_vec16(p.q, E) && rows_vec16(p.k, E);
+  return p.k.dt == dt && (dt == kBF16 || dt == kF16 || dt == kF32) && rows_vec16(p.q, E) && rows_vec16(p.k, E);
 }
 struct QkSlab {
   QkGroup gq, gk;  // zero for rows >= L
