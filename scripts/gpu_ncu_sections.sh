@@ -2,8 +2,8 @@
 # Nsight Compute's throughput, memory and warp-state sections of one kernel (its first launch in a
 # single-call bench run) for each build packed by scripts/gpu_pack.sh (.gpu/kcp, and .gpu/kcp_alt and
 # .gpu/kcp_base where packed), at the GPU's own clocks: where a kernel's time goes (L2 / DRAM throughput
-# against their peaks, the issue rate, the stall reasons) before and after a change. The full reports go to $OUT/ncu_<build>_<n>.txt,
-# the key lines to $OUT/ncu_sections.txt.
+# against their peaks, the issue rate, the stall reasons) before and after a change. The full reports
+# go to $OUT/ncu_<build>_<kernel>.txt, the key lines to $OUT/ncu_sections.txt.
 # There (after `tar xzf .gpu.tgz`): OUT=... KERNELS="bwd_dhu chunk_state_fold" [ARGS="..."] scripts/gpu_ncu_sections.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
