@@ -5,7 +5,7 @@
 // layouts x h0, final state, state_v_first, the fused gate and L2 norm, and gla's cases again with
 // its chain in halves forced (set_gla_halves(1): the kept forward's h corrected by the output, the
 // recompute's by its own kernel, bit for bit). And the record is used at most
-// once and never for other inputs: a second backward, a call in between, inputs changed in place
+// once and never for other inputs: a second backward, a call in between, q, k, v or g changed in place
 // (the fingerprint, compared after the backward's kernels read the record: that backward runs again
 // with the recompute), another problem: each recomputes and still equals the plain pipeline. And the CP
 // layer's order (forward, transition_backward of all sequences, backward) reuses it twice. And the
@@ -70,8 +70,9 @@ TEST_CASE("kept forward: the plain forward's outputs and the recomputing backwar
   auto gpu = cuda::make_cuda_backend();
   for (const KeepCase& kc : cases(val::seed_from_env(1400)))
    for (int mode : {0, 1, 2}) {  // 1: gla's chain in halves wherever it applies (one sequence, 16-bit);
-                                 // 2: kda assuming one multiprocessor (its kept chain then the transposed one)
-    if ((mode == 1 && kc.spec.variant != Variant::gla) || (mode == 2 && kc.spec.variant != Variant::kda)) continue;
+                                 // 2: kda or gdn assuming one multiprocessor (kda's kept chain then the
+                                 // transposed one; gdn's folded chain 2 x 2 where V allows, dhu at 32 columns)
+    if ((mode == 1 && kc.spec.variant != Variant::gla) || (mode == 2 && kc.spec.variant == Variant::gla)) continue;
     const char* const suffix = mode == 1 ? " halves" : mode == 2 ? " one multiprocessor" : "";
     SUBCASE((kc.name() + suffix).c_str()) {
       const Staged s = stage(*gpu, kc);
@@ -91,7 +92,7 @@ TEST_CASE("kept forward: the plain forward's outputs and the recomputing backwar
       check_grads_same(b, a, kc.name());
       // kda with 16-bit inputs and V a multiple of 64, its chain's blocks filling the one multiprocessor
       // assumed: the kept forward (and so the recompute it must equal) ran the transposed chain
-      const bool transposed = mode == 2 && kc.qkv != DType::f32 && kc.spec.V % 64 == 0;
+      const bool transposed = mode == 2 && kc.spec.variant == Variant::kda && kc.qkv != DType::f32 && kc.spec.V % 64 == 0;
       CHECK_MESSAGE(kept.kda_chain_used() == transposed, kc.name(), suffix);
       std::printf("  kept forward: %zu gradients equal  %s%s\n", b.grads.size(), kc.name().c_str(), suffix);
     }
@@ -168,23 +169,29 @@ TEST_CASE("kept forward: used once, never after another call, for changed inputs
         check_grads_same(r2, w2, kc.name() + " (another scale)");
       }
       CHECK(kept.kept_reuses() == 1);
-      // q changed in place after the kept forward: same views, other contents
-      run_forward(*gpu, kept, s);
+      // q, k, v or g changed in place after the kept forward: same views, other contents (each is salted
+      // and hashed on its own path: q, k and v as contiguous words, g as a rank-3 view)
       KeepCase other = kc;
       other.spec.seed += 1000;
       const val::CaseData c2 = test::round_case(val::make_case(other.spec), kc.qkv);
-      test::upload_into(*gpu, s.din.views.q, c2.q);
-      const Results changed = kept_backward(s.din.views);
-      CHECK(kept.kept_reuses() == 1);
-      CHECK(kept.kept_redos() == 1);  // read the record, then ran again with the recompute
-      Results want2;
-      run_backward(*gpu, plain, s, s.din.views, kc.qkv, want2);
-      check_grads_same(changed, want2, kc.name() + " (q changed in place)");
-      // and the kept path is taken again for a fresh forward on the current inputs
-      run_forward(*gpu, kept, s);
-      check_grads_same(kept_backward(s.din.views), want2, kc.name() + " (kept again)");
-      CHECK(kept.kept_reuses() == 2);
-      CHECK(kept.kept_redos() == 1);
+      const std::pair<const char*, std::pair<const TensorView*, const Tensor<double>*>> changes[] = {
+          {"q", {&s.din.views.q, &c2.q}}, {"k", {&s.din.views.k, &c2.k}}, {"v", {&s.din.views.v, &c2.v}}, {"g", {&s.din.views.g, &c2.g}}};
+      int64_t reuses = 1, redos = 0;
+      for (const auto& [what, change] : changes) {
+        run_forward(*gpu, kept, s);
+        test::upload_into(*gpu, *change.first, *change.second);
+        const Results changed = kept_backward(s.din.views);
+        CHECK_MESSAGE(kept.kept_reuses() == reuses, what);
+        CHECK_MESSAGE(kept.kept_redos() == ++redos, what);  // read the record, then ran again with the recompute
+        Results want2;
+        run_backward(*gpu, plain, s, s.din.views, kc.qkv, want2);
+        check_grads_same(changed, want2, kc.name() + " (" + what + " changed in place)");
+        // and the kept path is taken again for a fresh forward on the current inputs
+        run_forward(*gpu, kept, s);
+        check_grads_same(kept_backward(s.din.views), want2, kc.name() + " (kept again after " + what + ")");
+        CHECK_MESSAGE(kept.kept_reuses() == ++reuses, what);
+        CHECK_MESSAGE(kept.kept_redos() == redos, what);
+      }
     }
   }
 }
