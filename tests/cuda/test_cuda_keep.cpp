@@ -14,7 +14,8 @@
 // (one launch for the contiguous ones) gives the sum of their single-view values. And the front stages a
 // transition_forward or forward_prepare leaves to the kept forward. And kda's kept forward on the
 // transposed chain (where its blocks fill the device: one multiprocessor assumed), also in windows of
-// chunks (the unwindowed results bit for bit).
+// chunks (the unwindowed results bit for bit); gdn's in the layouts one multiprocessor gives (the folded
+// chain 2 x 2 where V is a multiple of 64, dhu at 32 columns).
 // Outputs and gradients NaN-poisoned first. Skipped where no CUDA device is present.
 #include <doctest/doctest.h>
 
