@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "reference/chunkwise.h"
+#include "tests/cuda/cuda_support.h"
 
 namespace kcp::test {
 namespace {
@@ -20,18 +21,12 @@ void put_row(Tensor<double>& t, int64_t row, const auto& src_row) {  // row of a
   for (int64_t d = 0; d < D; ++d) t.data()[row * D + d] = src_row(d);
 }
 
-int64_t total_chunks(const Problem& p) {
-  int64_t NT = 0;
-  for (int64_t n = 0; n < p.N; ++n) NT += ref::chunk_count(p.sequence(n).len, C);
-  return NT;
-}
-
 // f(n, hv, seq, nt, chunk0) for every (sequence, value head): nt chunks from chunk0 of the CUDA table.
 template <class F>
 void for_each_head(const Problem& p, F&& f) {
   int64_t chunk0 = 0;
   for (int64_t n = 0; n < p.N; ++n) {
-    const SeqRange seq = p.sequence(n);
+    const kcp::SeqRange seq = p.sequence(n);
     const int64_t nt = ref::chunk_count(seq.len, C);
     for (int64_t hv = 0; hv < p.HV; ++hv) f(n, hv, seq, nt, chunk0);
     chunk0 += nt;
@@ -41,7 +36,7 @@ void for_each_head(const Problem& p, F&& f) {
 }  // namespace
 
 StageTwin make_stage_twin(const Problem& p, const Inputs& in) {
-  const int64_t TT = p.B * p.T, Kg = p.per_channel_gate() ? p.K : 1, NT = total_chunks(p);
+  const int64_t TT = p.B * p.T, Kg = p.per_channel_gate() ? p.K : 1, NT = cuda_chunk_count(p);
   StageTwin w;
   w.gcum = Tensor<double>({TT, p.HV, Kg}, kNaN), w.beta = Tensor<double>({TT, p.HV}, kNaN);
   w.rstd_q = Tensor<double>({TT, p.H}, kNaN), w.rstd_k = Tensor<double>({TT, p.H}, kNaN);
@@ -50,7 +45,7 @@ StageTwin make_stage_twin(const Problem& p, const Inputs& in) {
   w.kg = Tensor<double>({TT, p.HV, p.K}, kNaN), w.qg = Tensor<double>({TT, p.HV, p.K}, kNaN);
   w.h = Tensor<double>({NT, p.HV, p.K, p.V}, kNaN), w.vnew = Tensor<double>({TT, p.HV, p.V}, kNaN);
   w.o = Tensor<double>({p.B, p.T, p.HV, p.V}, kNaN), w.ht = Tensor<double>({p.N, p.HV, p.K, p.V}, kNaN);
-  for_each_head(p, [&](int64_t n, int64_t hv, const SeqRange& seq, int64_t nt, int64_t chunk0) {
+  for_each_head(p, [&](int64_t n, int64_t hv, const kcp::SeqRange& seq, int64_t nt, int64_t chunk0) {
     const ref::HeadData<double> d = ref::load_head<double>(p, in, n, hv);
     const ref::ChunkwiseTrace<double> t = ref::chunkwise_forward_trace(p, d);
     for (int64_t c = 0; c < nt; ++c) {
@@ -82,12 +77,12 @@ StageTwin make_stage_twin(const Problem& p, const Inputs& in) {
 }
 
 BackwardTwin make_backward_twin(const Problem& p, const Inputs& in, const Cotangents& cot) {
-  const int64_t TT = p.B * p.T, Kg = p.per_channel_gate() ? p.K : 1, NT = total_chunks(p);
+  const int64_t TT = p.B * p.T, Kg = p.per_channel_gate() ? p.K : 1, NT = cuda_chunk_count(p);
   BackwardTwin w;
   w.dh = Tensor<double>({NT, p.HV, p.K, p.V}, kNaN), w.dvnew = Tensor<double>({TT, p.HV, p.V}, kNaN);
   w.dqv = Tensor<double>({TT, p.HV, p.K}, kNaN), w.dkv = Tensor<double>({TT, p.HV, p.K}, kNaN);
   w.dbeta = Tensor<double>({TT, p.HV}, kNaN), w.da = Tensor<double>({TT, p.HV, Kg}, kNaN);
-  for_each_head(p, [&](int64_t n, int64_t hv, const SeqRange& seq, int64_t nt, int64_t chunk0) {
+  for_each_head(p, [&](int64_t n, int64_t hv, const kcp::SeqRange& seq, int64_t nt, int64_t chunk0) {
     const ref::HeadData<double> d = ref::load_head<double>(p, in, n, hv);
     const ref::HeadCotangents<double> hc = ref::load_head_cotangents(p, cot, d);
     const ref::ChunkwiseBackwardTrace<double> t = ref::chunkwise_backward_trace(p, d, hc.d_o, hc.dht);

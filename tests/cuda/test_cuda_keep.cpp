@@ -170,17 +170,22 @@ TEST_CASE("kept forward: used once, never after another call, for changed inputs
         check_grads_same(r2, w2, kc.name() + " (another scale)");
       }
       CHECK(kept.kept_reuses() == 1);
-      // q, k, v or g changed in place after the kept forward: same views, other contents (each is salted
-      // and hashed on its own path: q, k and v as contiguous words, g as a rank-3 view)
+      // q, k, v or g changed in place after the kept forward: same views, other contents (each input
+      // enters the fingerprint with its own salt, so a change to any one of them must show)
       KeepCase other = kc;
       other.spec.seed += 1000;
       const val::CaseData c2 = test::round_case(val::make_case(other.spec), kc.qkv);
-      const std::pair<const char*, std::pair<const TensorView*, const Tensor<double>*>> changes[] = {
-          {"q", {&s.din.views.q, &c2.q}}, {"k", {&s.din.views.k, &c2.k}}, {"v", {&s.din.views.v, &c2.v}}, {"g", {&s.din.views.g, &c2.g}}};
+      struct Change {
+        const char* what;
+        const TensorView* view;
+        const Tensor<double>* contents;
+      };
+      const Change changes[] = {{"q", &s.din.views.q, &c2.q}, {"k", &s.din.views.k, &c2.k},
+                                {"v", &s.din.views.v, &c2.v}, {"g", &s.din.views.g, &c2.g}};
       int64_t reuses = 1, redos = 0;
-      for (const auto& [what, change] : changes) {
+      for (const auto& [what, view, contents] : changes) {
         run_forward(*gpu, kept, s);
-        test::upload_into(*gpu, *change.first, *change.second);
+        test::upload_into(*gpu, *view, *contents);
         const Results changed = kept_backward(s.din.views);
         CHECK_MESSAGE(kept.kept_reuses() == reuses, what);
         CHECK_MESSAGE(kept.kept_redos() == ++redos, what);  // read the record, then ran again with the recompute
